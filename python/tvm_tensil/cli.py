@@ -1,0 +1,155 @@
+"""``tvm-tensil``: the command line.
+
+    tvm-tensil arch pynqz1                      # a preset or .tarch with its instruction layout
+    tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
+    tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
+    tvm-tensil emulate model.tmodel --input x=x.npy -o out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .arch import PRESETS, ArchitectureError, load_arch
+from .isa.asm import AsmError, assemble, disassemble
+from .isa.instructions import InvalidInstruction
+from .isa.program import Program, ProgramError
+from .model import ModelError, TensilModel
+from .runtime import DeviceError, get_device
+
+_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError)
+
+
+def _cmd_arch(args) -> int:
+    if args.list:
+        for name, arch in PRESETS.items():
+            clock = f"{arch.clock_mhz:g} MHz" if arch.clock_mhz else ""
+            print(f"{name:<18} {arch.array_size:>3}x{arch.array_size:<3} {arch.data_type.name:<9} "
+                  f"{clock:<8} {arch.board or ''}")
+        return 0
+    if not args.arch:
+        raise ArchitectureError("give a preset name or a .tarch path (or --list)")
+    arch = load_arch(args.arch)
+    if args.json:
+        sys.stdout.write(arch.to_json(plain=args.plain))
+    else:
+        print(arch.describe())
+    return 0
+
+
+def _program_and_arch(path: Path, arch_arg: str | None):
+    if path.suffix == ".tmodel":
+        model = TensilModel.load(path)
+        return model.program, model.arch
+    if not arch_arg:
+        raise ArchitectureError(f"{path}: give --arch (a preset name or .tarch) to decode a .tprog")
+    arch = load_arch(arch_arg)
+    return Program.load(path, arch.layout), arch
+
+
+def _cmd_asm(args) -> int:
+    arch = load_arch(args.arch)
+    src = Path(args.source)
+    try:
+        text = src.read_text()
+    except OSError as e:
+        raise AsmError(f"cannot read {src}: {e.strerror}") from None
+    program = assemble(text, arch.layout, name=str(src))
+    out = Path(args.output) if args.output else src.with_suffix(".tprog")
+    program.save(out)
+    print(f"{out}: {len(program)} instructions, {len(program.data)} bytes")
+    return 0
+
+
+def _cmd_disasm(args) -> int:
+    program, _ = _program_and_arch(Path(args.program), args.arch)
+    text = disassemble(program, with_pc=args.pc)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _cmd_emulate(args) -> int:
+    model = TensilModel.load(args.model)
+    names = model.input_names()
+    inputs = {}
+    for spec in args.input or []:
+        name, sep, path = spec.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ModelError(
+                    f"model '{model.name}' has inputs {names}: give each as NAME=file.npy"
+                )
+            name, path = names[0], spec
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load input '{name}' from {path}: {e}") from None
+    dev = get_device(args.device, model.arch)
+    outputs = dev.run_model(model, inputs)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, value in outputs.items():
+        path = out_dir / f"{_safe_name(name)}.npy"
+        np.save(path, value)
+        print(f"{name}: {tuple(value.shape)} -> {path}")
+    print(dev.last_stats.summary())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("arch", help="print a preset or .tarch with its derived instruction layout")
+    a.add_argument("arch", nargs="?", help="preset name or .tarch path")
+    a.add_argument("--list", action="store_true", help="list the presets")
+    a.add_argument("--json", action="store_true", help="print the .tarch JSON")
+    a.add_argument("--plain", action="store_true", help="with --json: only the Tensil keys")
+    a.set_defaults(func=_cmd_arch)
+
+    s = sub.add_parser("asm", help="assemble Tensil assembly text into a .tprog")
+    s.add_argument("source", help="assembly file (.tasm)")
+    s.add_argument("--arch", required=True, help="preset name or .tarch path")
+    s.add_argument("-o", "--output", help="output .tprog (default: source with .tprog)")
+    s.set_defaults(func=_cmd_asm)
+
+    d = sub.add_parser("disasm", help="disassemble a .tprog (or a .tmodel's program)")
+    d.add_argument("program", help=".tprog or .tmodel")
+    d.add_argument("--arch", help="preset name or .tarch path (not needed for a .tmodel)")
+    d.add_argument("--pc", action="store_true", help="annotate each line with its program counter")
+    d.add_argument("-o", "--output", help="write the text here instead of stdout")
+    d.set_defaults(func=_cmd_disasm)
+
+    e = sub.add_parser("emulate", help="run a .tmodel on float inputs from .npy files")
+    e.add_argument("model", help=".tmodel file")
+    e.add_argument("-i", "--input", action="append", metavar="[NAME=]FILE.npy",
+                   help="an input; NAME= may be left out for single-input models")
+    e.add_argument("-o", "--output-dir", default=".", help="where to write <output>.npy files")
+    e.add_argument("--device", default="emulator", help="device to run on (default: emulator)")
+    e.set_defaults(func=_cmd_emulate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except _USER_ERRORS as e:
+        print(f"tvm-tensil: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,582 @@
+"""TCU instructions as objects, with exact encode/decode (spec sections 4 and 5).
+
+Conventions used by every instruction object:
+
+- ``size`` is the number of vectors moved or processed (at least 1). The binary field holds
+  ``size - 1``, as the spec says.
+- ``*_stride`` is the encoded stride: log2 of the step between vectors (0 = consecutive).
+- Addresses count vectors in the memory named by the field.
+
+``check(layout)`` raises ``InvalidInstruction`` naming the instruction and the field for any
+value the hardware cannot encode or that reaches outside a memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .layout import InstructionLayout
+
+__all__ = [
+    "Opcode",
+    "Direction",
+    "SIMDOp",
+    "ConfigRegister",
+    "InvalidInstruction",
+    "Instruction",
+    "NoOp",
+    "MatMul",
+    "DataMove",
+    "LoadWeights",
+    "SIMD",
+    "LoadLUT",
+    "Configure",
+    "decode_word",
+]
+
+
+class Opcode(IntEnum):
+    NOOP = 0x0
+    MATMUL = 0x1
+    DATAMOVE = 0x2
+    LOADWEIGHTS = 0x3
+    SIMD = 0x4
+    LOADLUT = 0x5
+    CONFIGURE = 0xF
+
+
+class Direction(IntEnum):
+    """DataMove directions (the DataMove flags field)."""
+
+    DRAM0_TO_LOCAL = 0
+    LOCAL_TO_DRAM0 = 1
+    DRAM1_TO_LOCAL = 2
+    LOCAL_TO_DRAM1 = 3
+    ACC_TO_LOCAL = 12
+    LOCAL_TO_ACC = 13
+    LOCAL_TO_ACC_ACCUMULATE = 15
+
+    @property
+    def memory(self) -> str:
+        """The memory of operand1: ``dram0``, ``dram1`` or ``acc``."""
+        return _DIRECTION_MEMORY[self]
+
+    @property
+    def to_local(self) -> bool:
+        return self in (Direction.DRAM0_TO_LOCAL, Direction.DRAM1_TO_LOCAL, Direction.ACC_TO_LOCAL)
+
+    @property
+    def mnemonic(self) -> str:
+        return self.name.lower()
+
+
+_DIRECTION_MEMORY = {
+    Direction.DRAM0_TO_LOCAL: "dram0",
+    Direction.LOCAL_TO_DRAM0: "dram0",
+    Direction.DRAM1_TO_LOCAL: "dram1",
+    Direction.LOCAL_TO_DRAM1: "dram1",
+    Direction.ACC_TO_LOCAL: "acc",
+    Direction.LOCAL_TO_ACC: "acc",
+    Direction.LOCAL_TO_ACC_ACCUMULATE: "acc",
+}
+
+
+class SIMDOp(IntEnum):
+    NOOP = 0
+    ZERO = 1
+    MOVE = 2
+    NOT = 3
+    AND = 4
+    OR = 5
+    INCREMENT = 6
+    DECREMENT = 7
+    ADD = 8
+    SUBTRACT = 9
+    MULTIPLY = 10
+    ABS = 11
+    GREATER_THAN = 12
+    GREATER_THAN_EQUAL = 13
+    MIN = 14
+    MAX = 15
+
+    @property
+    def unary(self) -> bool:
+        return self in _UNARY
+
+    @property
+    def mnemonic(self) -> str:
+        return self.name.lower()
+
+
+_UNARY = {SIMDOp.MOVE, SIMDOp.NOT, SIMDOp.INCREMENT, SIMDOp.DECREMENT, SIMDOp.ABS}
+
+
+class ConfigRegister(IntEnum):
+    DRAM0_OFFSET = 0
+    DRAM0_CACHE = 1
+    DRAM1_OFFSET = 4
+    DRAM1_CACHE = 5
+    TIMEOUT = 8
+    TRACEPOINT = 9
+    PROGRAM_COUNTER = 10
+    SAMPLE_INTERVAL = 11
+
+    @property
+    def mnemonic(self) -> str:
+        return self.name.lower()
+
+
+class InvalidInstruction(ValueError):
+    """An instruction field the TCU cannot encode or execute.
+
+    ``instruction`` is the instruction's name, ``field`` the offending field, ``pc`` the
+    program counter when known.
+    """
+
+    def __init__(self, instruction: str, field: str, message: str, pc: int | None = None):
+        self.instruction = instruction
+        self.field = field
+        self.reason = message
+        self.pc = pc
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"pc {self.pc}: " if self.pc is not None else ""
+        return f"{where}{self.instruction}: field '{self.field}': {self.reason}"
+
+    def at(self, pc: int) -> "InvalidInstruction":
+        return InvalidInstruction(self.instruction, self.field, self.reason, pc)
+
+
+# -- field helpers ----------------------------------------------------------------------------
+
+_DEPTH_NAMES = {
+    "local": "local_depth",
+    "acc": "accumulator_depth",
+    "dram0": "dram0_depth",
+    "dram1": "dram1_depth",
+}
+
+
+def _depth(layout: "InstructionLayout", memory: str) -> int:
+    return getattr(layout.arch, _DEPTH_NAMES[memory])
+
+
+def _check_int(name: str, field: str, value, lo: int, hi: int, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInstruction(name, field, f"{value!r} is not an integer")
+    if not lo <= value <= hi:
+        raise InvalidInstruction(name, field, f"{value} is out of range; {what}")
+
+
+def _check_address(layout, name: str, field: str, memory: str, address, stride, size, used=True):
+    """Address/stride of one operand; when ``used``, the whole strided run must fit."""
+    depth = _depth(layout, memory)
+    stride_field = "stride0" if field in ("local", "acc_write") else "stride1"
+    stride_depth = getattr(layout.arch, f"{stride_field}_depth")
+    stride_name = f"{field}_stride"
+    _check_int(
+        name, stride_name, stride, 0, stride_depth - 1,
+        f"strides are log2 of the step and this architecture encodes 0..{stride_depth - 1} "
+        f"({stride_field}_depth = {stride_depth}), i.e. steps 1..{1 << (stride_depth - 1)}",
+    )
+    if not used:
+        bits = layout.operand0_address_bits if stride_field == "stride0" else layout.operand1_address_bits
+        _check_int(name, field, address, 0, (1 << bits) - 1, f"the field holds {bits} bits")
+        return
+    _check_int(
+        name, field, address, 0, depth - 1,
+        f"{memory} addresses are 0..{depth - 1} ({_DEPTH_NAMES[memory]} = {depth})",
+    )
+    last = address + (size - 1) * (1 << stride)
+    if last >= depth:
+        raise InvalidInstruction(
+            name, field,
+            f"{size} vectors from {memory} address {address} with step {1 << stride} end at "
+            f"{last}, beyond {_DEPTH_NAMES[memory]} = {depth}",
+        )
+
+
+def _check_size(layout, name: str, size, memories: tuple[str, ...]) -> None:
+    limit = min(_depth(layout, m) for m in memories)
+    field_max = (1 << layout.operand2_address_bits)
+    hi = min(limit, field_max)
+    if isinstance(size, int) and not isinstance(size, bool) and size < 1:
+        raise InvalidInstruction(name, "size", f"{size} vectors: size counts vectors and must be at least 1")
+    _check_int(
+        name, "size", size, 1, hi,
+        f"size counts vectors: 1..{hi} here (bounded by the depth of {' and '.join(memories)})",
+    )
+
+
+def _check_flag(name: str, field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInstruction(name, field, f"{value!r} is not a boolean flag")
+
+
+def _pack_operand(address: int, stride: int, address_bits: int) -> int:
+    return address | (stride << address_bits)
+
+
+# -- instructions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """Base class. Subclasses define ``opcode`` and their fields."""
+
+    opcode: ClassVar[Opcode]
+    name: ClassVar[str]
+
+    def check(self, layout: "InstructionLayout") -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def flags(self) -> int:
+        return 0
+
+    def operands(self, layout: "InstructionLayout") -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    def encode(self, layout: "InstructionLayout") -> int:
+        """The instruction as one unsigned integer (validated first)."""
+        self.check(layout)
+        o0, o1, o2 = self.operands(layout)
+        return (
+            o0 << layout.operand0_shift
+            | o1 << layout.operand1_shift
+            | o2 << layout.operand2_shift
+            | self.flags() << layout.flags_shift
+            | int(self.opcode) << layout.opcode_shift
+        )
+
+    def to_bytes(self, layout: "InstructionLayout") -> bytes:
+        return self.encode(layout).to_bytes(layout.instruction_bytes, "little")
+
+    def field_values(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class NoOp(Instruction):
+    opcode: ClassVar[Opcode] = Opcode.NOOP
+    name: ClassVar[str] = "NoOp"
+
+    def check(self, layout) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class MatMul(Instruction):
+    """Feed ``size`` local vectors (or zeros) through the array into the accumulators."""
+
+    local: int
+    acc: int
+    size: int
+    local_stride: int = 0
+    acc_stride: int = 0
+    accumulate: bool = False
+    zeroes: bool = False
+
+    opcode: ClassVar[Opcode] = Opcode.MATMUL
+    name: ClassVar[str] = "MatMul"
+
+    def check(self, layout) -> None:
+        _check_flag(self.name, "accumulate", self.accumulate)
+        _check_flag(self.name, "zeroes", self.zeroes)
+        _check_size(layout, self.name, self.size, ("local", "acc"))
+        _check_address(layout, self.name, "local", "local", self.local, self.local_stride,
+                       self.size, used=not self.zeroes)
+        _check_address(layout, self.name, "acc", "acc", self.acc, self.acc_stride, self.size)
+
+    def flags(self) -> int:
+        return int(self.accumulate) | int(self.zeroes) << 1
+
+    def operands(self, layout):
+        return (
+            _pack_operand(self.local, self.local_stride, layout.operand0_address_bits),
+            _pack_operand(self.acc, self.acc_stride, layout.operand1_address_bits),
+            self.size - 1,
+        )
+
+
+@dataclass(frozen=True)
+class DataMove(Instruction):
+    """Copy ``size`` vectors between local memory and DRAM0, DRAM1 or the accumulators."""
+
+    direction: Direction
+    local: int
+    address: int
+    size: int
+    local_stride: int = 0
+    stride: int = 0
+
+    opcode: ClassVar[Opcode] = Opcode.DATAMOVE
+    name: ClassVar[str] = "DataMove"
+
+    def check(self, layout) -> None:
+        if not isinstance(self.direction, Direction):
+            try:
+                Direction(self.direction)
+            except (ValueError, TypeError):
+                raise InvalidInstruction(
+                    self.name, "direction",
+                    f"{self.direction!r} is not a DataMove direction; allowed: "
+                    + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
+                ) from None
+            object.__setattr__(self, "direction", Direction(self.direction))
+        memory = self.direction.memory
+        _check_size(layout, self.name, self.size, ("local", memory))
+        _check_address(layout, self.name, "local", "local", self.local, self.local_stride, self.size)
+        _check_address(layout, self.name, "address", memory, self.address, self.stride, self.size)
+
+    def flags(self) -> int:
+        return int(self.direction)
+
+    def operands(self, layout):
+        return (
+            _pack_operand(self.local, self.local_stride, layout.operand0_address_bits),
+            _pack_operand(self.address, self.stride, layout.operand1_address_bits),
+            self.size - 1,
+        )
+
+
+@dataclass(frozen=True)
+class LoadWeights(Instruction):
+    """Shift ``size`` vectors (normally N+1: bias row, then one row per input) into the array."""
+
+    local: int
+    size: int
+    local_stride: int = 0
+    zeroes: bool = False
+
+    opcode: ClassVar[Opcode] = Opcode.LOADWEIGHTS
+    name: ClassVar[str] = "LoadWeights"
+
+    def check(self, layout) -> None:
+        _check_flag(self.name, "zeroes", self.zeroes)
+        depth = layout.arch.local_depth
+        if isinstance(self.size, int) and not isinstance(self.size, bool) and self.size < 1:
+            raise InvalidInstruction(self.name, "size", f"{self.size} vectors: size counts vectors and must be at least 1")
+        _check_int(self.name, "size", self.size, 1, depth,
+                   f"size counts vectors: 1..{depth} (local_depth = {depth})")
+        _check_address(layout, self.name, "local", "local", self.local, self.local_stride,
+                       self.size, used=not self.zeroes)
+
+    def flags(self) -> int:
+        return int(self.zeroes)
+
+    def operands(self, layout):
+        return (
+            _pack_operand(self.local, self.local_stride, layout.operand0_address_bits),
+            self.size - 1,
+            0,
+        )
+
+
+@dataclass(frozen=True)
+class SIMD(Instruction):
+    """One vector through the SIMD ALUs: ``op(left, right)`` to a register and/or accumulators.
+
+    Sources: 0 = the input (``acc[acc_read]`` when ``read``, else zeros), k = register k.
+    Destination: 0 = output only, k = output and register k.
+    """
+
+    op: SIMDOp
+    dest: int = 0
+    left: int = 0
+    right: int = 0
+    acc_write: int = 0
+    acc_read: int = 0
+    read: bool = False
+    write: bool = False
+    accumulate: bool = False
+
+    opcode: ClassVar[Opcode] = Opcode.SIMD
+    name: ClassVar[str] = "SIMD"
+
+    def check(self, layout) -> None:
+        if not isinstance(self.op, SIMDOp):
+            try:
+                object.__setattr__(self, "op", SIMDOp(self.op))
+            except (ValueError, TypeError):
+                raise InvalidInstruction(self.name, "op", f"{self.op!r} is not a SIMD op (0..15)") from None
+        for f in ("read", "write", "accumulate"):
+            _check_flag(self.name, f, getattr(self, f))
+        r = layout.arch.simd_registers_depth
+        for f in ("dest", "left", "right"):
+            _check_int(self.name, f, getattr(self, f), 0, r,
+                       f"0 is the {'output' if f == 'dest' else 'input'}, 1..{r} the registers "
+                       f"(simd_registers_depth = {r})")
+        _check_address(layout, self.name, "acc_write", "acc", self.acc_write, 0, 1, used=self.write)
+        _check_address(layout, self.name, "acc_read", "acc", self.acc_read, 0, 1, used=self.read)
+
+    def flags(self) -> int:
+        return int(self.read) | int(self.write) << 1 | int(self.accumulate) << 2
+
+    def sub_instruction(self, layout) -> int:
+        b = layout.simd_operand_bits
+        return self.dest | self.right << b | self.left << (2 * b) | int(self.op) << (3 * b)
+
+    def operands(self, layout):
+        return (self.acc_write, self.acc_read, self.sub_instruction(layout))
+
+
+@dataclass(frozen=True)
+class LoadLUT(Instruction):
+    """Load a lookup table (part of the ISA; no TCU preset has lookup tables)."""
+
+    local: int
+    table: int
+    local_stride: int = 0
+
+    opcode: ClassVar[Opcode] = Opcode.LOADLUT
+    name: ClassVar[str] = "LoadLUT"
+
+    def check(self, layout) -> None:
+        _check_address(layout, self.name, "local", "local", self.local, self.local_stride, 1)
+        _check_int(self.name, "table", self.table, 0, (1 << layout.operand1_bits) - 1,
+                   f"the field holds {layout.operand1_bits} bits")
+
+    def operands(self, layout):
+        return (_pack_operand(self.local, self.local_stride, layout.operand0_address_bits), self.table, 0)
+
+
+@dataclass(frozen=True)
+class Configure(Instruction):
+    """Set a configuration register (spec section 5)."""
+
+    register: ConfigRegister
+    value: int
+
+    opcode: ClassVar[Opcode] = Opcode.CONFIGURE
+    name: ClassVar[str] = "Configure"
+
+    def check(self, layout) -> None:
+        if not isinstance(self.register, ConfigRegister):
+            try:
+                object.__setattr__(self, "register", ConfigRegister(self.register))
+            except (ValueError, TypeError):
+                raise InvalidInstruction(
+                    self.name, "register",
+                    f"{self.register!r} is not a configuration register; allowed: "
+                    + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
+                ) from None
+        bits = layout.configure_value_bits
+        _check_int(self.name, "value", self.value, 0, (1 << bits) - 1,
+                   f"the value field holds {bits} bits")
+
+    def encode(self, layout) -> int:
+        self.check(layout)
+        return int(self.register) | self.value << 4 | int(self.opcode) << layout.opcode_shift
+
+
+INSTRUCTION_CLASSES: dict[Opcode, type[Instruction]] = {
+    cls.opcode: cls for cls in (NoOp, MatMul, DataMove, LoadWeights, SIMD, LoadLUT, Configure)
+}
+
+
+# -- decoding -----------------------------------------------------------------------------------
+
+
+def _split(raw: int, address_bits: int, stride_bits: int, total_bits: int, name: str, operand: str):
+    address = raw & ((1 << address_bits) - 1)
+    stride = (raw >> address_bits) & ((1 << stride_bits) - 1)
+    if raw >> (address_bits + stride_bits):
+        raise InvalidInstruction(
+            name, operand,
+            f"padding bits {address_bits + stride_bits}..{total_bits - 1} are not zero",
+        )
+    return address, stride
+
+
+def _require_zero(value: int, name: str, operand: str, what: str = "is unused and must be zero"):
+    if value:
+        raise InvalidInstruction(name, operand, f"{what} (holds {value:#x})")
+
+
+def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
+    """Decode one instruction from its integer form; raises ``InvalidInstruction``."""
+    opcode = (word >> layout.opcode_shift) & 0xF
+    flags = (word >> layout.flags_shift) & 0xF
+    o0 = (word >> layout.operand0_shift) & ((1 << layout.operand0_bits) - 1)
+    o1 = (word >> layout.operand1_shift) & ((1 << layout.operand1_bits) - 1)
+    o2 = (word >> layout.operand2_shift) & ((1 << layout.operand2_bits) - 1)
+    a0, s0, a1, s1 = (layout.operand0_address_bits, layout.stride0_bits,
+                      layout.operand1_address_bits, layout.stride1_bits)
+    try:
+        op = Opcode(opcode)
+    except ValueError:
+        raise InvalidInstruction(
+            f"opcode {opcode:#x}", "opcode",
+            "unknown opcode; valid: " + ", ".join(f"{o.value:#x} ({INSTRUCTION_CLASSES[o].name})" for o in Opcode),
+        ) from None
+    cls = INSTRUCTION_CLASSES[op]
+    name = cls.name
+
+    def flag_bits(allowed: int):
+        if flags & ~allowed:
+            raise InvalidInstruction(name, "flags", f"flag bits {flags:#06b} include undefined bits (allowed mask {allowed:#06b})")
+
+    if op is Opcode.NOOP:
+        flag_bits(0)
+        _require_zero(o0 | o1 | o2, name, "operands", "NoOp has no operands; they must be zero")
+        inst: Instruction = NoOp()
+    elif op is Opcode.MATMUL:
+        flag_bits(0b11)
+        local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
+        acc, as_ = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
+        inst = MatMul(local, acc, o2 + 1, ls, as_, bool(flags & 1), bool(flags & 2))
+    elif op is Opcode.DATAMOVE:
+        try:
+            direction = Direction(flags)
+        except ValueError:
+            raise InvalidInstruction(
+                name, "direction",
+                f"{flags} is not a DataMove direction; allowed: "
+                + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
+            ) from None
+        local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
+        addr, st = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
+        inst = DataMove(direction, local, addr, o2 + 1, ls, st)
+    elif op is Opcode.LOADWEIGHTS:
+        flag_bits(0b1)
+        local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
+        _require_zero(o2, name, "operand2")
+        inst = LoadWeights(local, o1 + 1, ls, bool(flags & 1))
+    elif op is Opcode.SIMD:
+        flag_bits(0b111)
+        write_addr, ws = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
+        read_addr, rs = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
+        _require_zero(ws, name, "acc_write_stride", "SIMD addresses take no stride")
+        _require_zero(rs, name, "acc_read_stride", "SIMD addresses take no stride")
+        b = layout.simd_operand_bits
+        m = (1 << b) - 1
+        if o2 >> layout.simd_instruction_bits:
+            raise InvalidInstruction(name, "operand2", "bits above the sub-instruction are not zero")
+        inst = SIMD(
+            SIMDOp((o2 >> (3 * b)) & 0xF), dest=o2 & m, right=(o2 >> b) & m, left=(o2 >> (2 * b)) & m,
+            acc_write=write_addr, acc_read=read_addr,
+            read=bool(flags & 1), write=bool(flags & 2), accumulate=bool(flags & 4),
+        )
+    elif op is Opcode.LOADLUT:
+        flag_bits(0)
+        local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
+        _require_zero(o2, name, "operand2")
+        inst = LoadLUT(local, o1, ls)
+    else:  # CONFIGURE
+        flag_bits(0)
+        args = word & ((1 << layout.operands_bits) - 1)
+        try:
+            reg = ConfigRegister(args & 0xF)
+        except ValueError:
+            raise InvalidInstruction(
+                name, "register",
+                f"{args & 0xF} is not a configuration register; allowed: "
+                + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
+            ) from None
+        inst = Configure(reg, args >> 4)
+    inst.check(layout)
+    return inst

@@ -1,0 +1,224 @@
+"""Programs: sequences of encoded instructions, ``.tprog`` files, vectorised decoding.
+
+A ``.tprog`` file is instructions back to back, each ``layout.instruction_bytes`` long,
+little-endian, with no file header. ``Program`` keeps the raw bytes; it decodes them into
+objects on demand, or into numpy field arrays in one vectorised pass (``fields()``) for
+the emulator, validating every instruction without a Python loop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .instructions import (
+    ConfigRegister,
+    Direction,
+    Instruction,
+    InvalidInstruction,
+    Opcode,
+    decode_word,
+)
+from .layout import InstructionLayout
+
+__all__ = ["Program", "ProgramFields", "ProgramError", "assemble_program"]
+
+
+class ProgramError(ValueError):
+    """A program that cannot be decoded or executed; names the program counter."""
+
+    def __init__(self, message: str, pc: int | None = None):
+        self.pc = pc
+        super().__init__(message)
+
+
+@dataclass
+class ProgramFields:
+    """Every instruction's fields as int64 arrays (one entry per instruction)."""
+
+    opcode: np.ndarray
+    flags: np.ndarray
+    raw0: np.ndarray  # whole operands, as encoded
+    raw1: np.ndarray
+    operand2: np.ndarray
+    addr0: np.ndarray  # operand0/1 split into address and stride
+    stride0: np.ndarray
+    addr1: np.ndarray
+    stride1: np.ndarray
+    pad0: np.ndarray  # bits above address and stride are set (must be zero)
+    pad1: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.opcode)
+
+
+def _operand(rows: np.ndarray, start: int, nbytes: int) -> np.ndarray:
+    """Little-endian integer from ``nbytes`` bytes of each row (nbytes <= 8)."""
+    out = np.zeros(rows.shape[0], dtype=np.uint64)
+    for i in range(nbytes):
+        out |= rows[:, start + i].astype(np.uint64) << np.uint64(8 * i)
+    return out
+
+
+class Program:
+    """A TCU program for one architecture."""
+
+    def __init__(self, data: bytes, layout: InstructionLayout, name: str = "program"):
+        self.data = bytes(data)
+        self.layout = layout
+        self.name = name
+        size = layout.instruction_bytes
+        if len(self.data) % size:
+            whole = len(self.data) // size
+            raise ProgramError(
+                f"{name} is truncated: {len(self.data)} bytes is not a whole number of "
+                f"{size}-byte instructions for this architecture; the instruction at pc {whole} "
+                f"has only {len(self.data) - whole * size} bytes (is the architecture right?)",
+                pc=whole,
+            )
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_instructions(cls, instructions: Iterable[Instruction], layout: InstructionLayout,
+                          name: str = "program") -> "Program":
+        parts = []
+        for pc, inst in enumerate(instructions):
+            try:
+                parts.append(inst.to_bytes(layout))
+            except InvalidInstruction as e:
+                raise e.at(pc) from None
+        return cls(b"".join(parts), layout, name)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, layout: InstructionLayout) -> "Program":
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise ProgramError(f"cannot read program {path}: {e.strerror}") from None
+        return cls(data, layout, name=str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_bytes(self.data)
+        os.replace(tmp, path)
+
+    # -- access ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.data) // self.layout.instruction_bytes
+
+    def word(self, pc: int) -> int:
+        n = self.layout.instruction_bytes
+        return int.from_bytes(self.data[pc * n : (pc + 1) * n], "little")
+
+    def instruction(self, pc: int) -> Instruction:
+        try:
+            return decode_word(self.word(pc), self.layout)
+        except InvalidInstruction as e:
+            raise e.at(pc) from None
+
+    def instructions(self) -> list[Instruction]:
+        """Decode every instruction into an object (validated)."""
+        self.validate()
+        return [decode_word(self.word(pc), self.layout) for pc in range(len(self))]
+
+    def __iter__(self):
+        return iter(self.instructions())
+
+    def to_asm(self) -> str:
+        from .asm import disassemble
+
+        return disassemble(self)
+
+    # -- vectorised decode and validation ---------------------------------------------------
+    def fields(self) -> ProgramFields:
+        lay = self.layout
+        n = len(self)
+        rows = np.frombuffer(self.data, dtype=np.uint8).reshape(n, lay.instruction_bytes)
+        b0, b1, b2 = lay.operand_bytes
+        o0 = _operand(rows, 0, b0).astype(np.int64)
+        o1 = _operand(rows, b0, b1).astype(np.int64)
+        o2 = _operand(rows, b0 + b1, b2).astype(np.int64)
+        header = rows[:, -1].astype(np.int64)
+
+        def split(raw, abits, sbits):
+            return raw & ((1 << abits) - 1), (raw >> abits) & ((1 << sbits) - 1), (raw >> (abits + sbits)) != 0
+
+        addr0, stride0, pad0 = split(o0, lay.operand0_address_bits, lay.stride0_bits)
+        addr1, stride1, pad1 = split(o1, lay.operand1_address_bits, lay.stride1_bits)
+        return ProgramFields(
+            opcode=header >> 4, flags=header & 0xF, raw0=o0, raw1=o1, operand2=o2,
+            addr0=addr0, stride0=stride0, addr1=addr1, stride1=stride1, pad0=pad0, pad1=pad1,
+        )
+
+    def invalid_mask(self, f: ProgramFields | None = None) -> np.ndarray:
+        """True for every instruction ``decode_word`` would reject, in one vectorised pass."""
+        f = self.fields() if f is None else f
+        lay = self.layout
+        arch = lay.arch
+        op, fl, o2 = f.opcode, f.flags, f.operand2
+        a0, s0, a1, s1 = f.addr0, f.stride0, f.addr1, f.stride1
+        L, A = arch.local_depth, arch.accumulator_depth
+        count = o2 + 1
+        size_max = 1 << lay.operand2_address_bits
+        bad_s0 = s0 >= arch.stride0_depth
+        bad_s1 = s1 >= arch.stride1_depth
+
+        def run_bad(addr, stride, cnt, depth):
+            return (addr >= depth) | (addr + (cnt - 1) * np.left_shift(1, stride) >= depth)
+
+        verdicts = {
+            Opcode.NOOP: (fl != 0) | (f.raw0 != 0) | (f.raw1 != 0) | (o2 != 0),
+        }
+        zeroes = (fl & 2) != 0
+        verdicts[Opcode.MATMUL] = (
+            (fl > 3) | f.pad0 | f.pad1 | bad_s0 | bad_s1 | (count > min(L, A, size_max))
+            | (~zeroes & run_bad(a0, s0, count, L)) | run_bad(a1, s1, count, A)
+        )
+        other = np.select(
+            [np.isin(fl, (Direction.DRAM0_TO_LOCAL, Direction.LOCAL_TO_DRAM0)),
+             np.isin(fl, (Direction.DRAM1_TO_LOCAL, Direction.LOCAL_TO_DRAM1))],
+            [arch.dram0_depth, arch.dram1_depth], default=A,
+        )
+        verdicts[Opcode.DATAMOVE] = (
+            ~np.isin(fl, [int(d) for d in Direction]) | f.pad0 | f.pad1 | bad_s0 | bad_s1
+            | (count > np.minimum(np.minimum(other, L), size_max))
+            | run_bad(a0, s0, count, L) | run_bad(a1, s1, count, other)
+        )
+        lw_count = f.raw1 + 1  # operand1 holds size - 1
+        verdicts[Opcode.LOADWEIGHTS] = (
+            (fl > 1) | f.pad0 | bad_s0 | (o2 != 0) | (lw_count > L)
+            | (((fl & 1) == 0) & run_bad(a0, s0, lw_count, L))
+        )
+        rb = lay.simd_operand_bits
+        sel = (1 << rb) - 1
+        simd = (fl > 7) | f.pad0 | f.pad1 | (s0 != 0) | (s1 != 0) | ((o2 >> lay.simd_instruction_bits) != 0)
+        for shift in (0, rb, 2 * rb):
+            simd |= ((o2 >> shift) & sel) > arch.simd_registers_depth
+        simd |= (((fl & 1) != 0) & (a1 >= A)) | (((fl & 2) != 0) & (a0 >= A))
+        verdicts[Opcode.SIMD] = simd
+        verdicts[Opcode.LOADLUT] = (fl != 0) | (o2 != 0) | f.pad0 | bad_s0 | (a0 >= L)
+        verdicts[Opcode.CONFIGURE] = (fl != 0) | ~np.isin(f.raw0 & 0xF, [int(r) for r in ConfigRegister])
+
+        bad = np.ones(len(op), dtype=bool)  # unknown opcodes stay bad
+        for code, verdict in verdicts.items():
+            m = op == code
+            bad[m] = verdict[m]
+        return bad
+
+    def validate(self, f: ProgramFields | None = None) -> None:
+        """Raise ``InvalidInstruction`` (with the pc) for the first invalid instruction."""
+        bad = self.invalid_mask(f)
+        if bad.any():
+            pc = int(np.argmax(bad))
+            self.instruction(pc)  # raises, naming the instruction and the field
+            raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
+
+
+def assemble_program(instructions: Sequence[Instruction], layout: InstructionLayout) -> Program:
+    return Program.from_instructions(instructions, layout)

@@ -1,0 +1,307 @@
+"""Tensil model files: ``.tmodel`` (JSON), ``.tprog`` (program), ``.tdata`` (constants).
+
+The format is the one existing Tensil tools read and write (spec section 6): same keys, same
+units (program size in bytes, constants and tensors in vectors). Our extra information
+(tensor shapes, cycle estimates) sits under a ``"tvm_tensil"`` key that other readers ignore.
+
+Tensors live in DRAM as NHWC with the channel axis cut into vectors of N scalars, zero
+padded (spec section 3): a tensor (..., C) takes prod(...) * ceil(C / N) vectors, channel
+block fastest. ``tensor_to_vectors`` and ``vectors_to_tensor`` convert.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .arch import Architecture, ArchitectureError
+from .isa.layout import InstructionLayout
+from .isa.program import Program, ProgramError
+
+__all__ = [
+    "ModelError",
+    "TensorEntry",
+    "ConstsEntry",
+    "TensilModel",
+    "tensor_to_vectors",
+    "vectors_to_tensor",
+    "vectors_for_shape",
+]
+
+EXTENSION_KEY = "tvm_tensil"
+
+
+class ModelError(ValueError):
+    """A model file that is malformed or does not fit its architecture; names file and key."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """A run of ``size`` vectors of a named tensor in DRAM0, starting at vector ``base``."""
+
+    name: str
+    base: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ConstsEntry:
+    """A ``.tdata`` file placed in DRAM1 at vector ``base``; ``size`` in vectors."""
+
+    file_name: str
+    base: int
+    size: int
+
+
+# -- tensor layout --------------------------------------------------------------------------
+
+def vectors_for_shape(shape: Sequence[int], array_size: int) -> int:
+    """Vectors a tensor of ``shape`` (..., C) takes in DRAM."""
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        return 1
+    return math.prod(shape[:-1]) * math.ceil(shape[-1] / array_size)
+
+
+def tensor_to_vectors(x: np.ndarray, array_size: int) -> np.ndarray:
+    """(..., C) -> (vectors, N): channel axis cut into blocks of N, zero padded."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    c = x.shape[-1]
+    blocks = math.ceil(c / array_size)
+    flat = x.reshape(-1, c)
+    if blocks * array_size != c:
+        flat = np.concatenate(
+            [flat, np.zeros((flat.shape[0], blocks * array_size - c), dtype=flat.dtype)], axis=1
+        )
+    return flat.reshape(-1, array_size)
+
+
+def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int) -> np.ndarray:
+    """(vectors, N) -> tensor of ``shape``, dropping channel padding."""
+    shape = tuple(int(s) for s in shape) or (1,)
+    c = shape[-1]
+    blocks = math.ceil(c / array_size)
+    v = np.asarray(v)
+    want = vectors_for_shape(shape, array_size)
+    if v.shape != (want, array_size):
+        raise ModelError(
+            f"{v.shape[0]} vectors do not hold a tensor of shape {shape} "
+            f"({want} vectors of {array_size} expected)"
+        )
+    return v.reshape(-1, blocks * array_size)[:, :c].reshape(shape)
+
+
+# -- the model ------------------------------------------------------------------------------
+
+def _int(d: dict, key: str, where: str, lo: int = 0) -> int:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ModelError(f"{where}: key '{key}' must be an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _str(d: dict, key: str, where: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not v:
+        raise ModelError(f"{where}: key '{key}' must be a non-empty string, got {v!r}")
+    return v
+
+
+@dataclass
+class TensilModel:
+    """A compiled Tensil model: program, constants and the DRAM0 map of inputs/outputs."""
+
+    name: str
+    arch: Architecture
+    program: Program
+    consts: list[tuple[ConstsEntry, np.ndarray]] = field(default_factory=list)
+    inputs: list[TensorEntry] = field(default_factory=list)
+    outputs: list[TensorEntry] = field(default_factory=list)
+    load_consts_to_local: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    # -- queries -------------------------------------------------------------------------
+    def input_names(self) -> list[str]:
+        return list(dict.fromkeys(e.name for e in self.inputs))
+
+    def output_names(self) -> list[str]:
+        return list(dict.fromkeys(e.name for e in self.outputs))
+
+    def entries(self, name: str, outputs: bool = False) -> list[TensorEntry]:
+        return [e for e in (self.outputs if outputs else self.inputs) if e.name == name]
+
+    def tensor_shape(self, name: str, outputs: bool = False) -> tuple[int, ...] | None:
+        """The tensor's logical shape if the model records it (our extension), else None."""
+        table = self.extras.get("outputs" if outputs else "inputs", {})
+        info = table.get(name) if isinstance(table, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("shape"), list):
+            return tuple(int(s) for s in info["shape"])
+        return None
+
+    def validate(self) -> None:
+        """Check the maps against the architecture: everything inside its DRAM bank."""
+        arch = self.arch
+        for entry, data in self.consts:
+            if entry.base + entry.size > arch.dram1_depth:
+                raise ModelError(
+                    f"model '{self.name}': consts '{entry.file_name}' at vector {entry.base} "
+                    f"with {entry.size} vectors overflows DRAM1 (dram1_depth = {arch.dram1_depth})"
+                )
+            if data.shape != (entry.size, arch.array_size):
+                raise ModelError(
+                    f"model '{self.name}': consts '{entry.file_name}' holds {data.shape[0]} "
+                    f"vectors, the .tmodel says {entry.size}"
+                )
+        for kind, entries in (("input", self.inputs), ("output", self.outputs)):
+            for e in entries:
+                if e.size < 1 or e.base + e.size > arch.dram0_depth:
+                    raise ModelError(
+                        f"model '{self.name}': {kind} '{e.name}' at vector {e.base} with {e.size} "
+                        f"vectors does not fit DRAM0 (dram0_depth = {arch.dram0_depth})"
+                    )
+
+    # -- files ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "prog": {"file_name": f"{self.name}.tprog", "size": len(self.program.data)},
+            "consts": [
+                {"file_name": e.file_name, "base": e.base, "size": e.size} for e, _ in self.consts
+            ],
+            "inputs": [{"name": e.name, "base": e.base, "size": e.size} for e in self.inputs],
+            "outputs": [{"name": e.name, "base": e.base, "size": e.size} for e in self.outputs],
+            "arch": self.arch.to_dict(plain=True),
+            "load_consts_to_local": self.load_consts_to_local,
+        }
+        if self.extras:
+            d[EXTENSION_KEY] = self.extras
+        return d
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``<name>.tmodel``, ``.tprog`` and the ``.tdata`` files into ``directory``.
+
+        All files are written under temporary names first and renamed at the end, so a
+        failure leaves no half-written model behind. Returns the .tmodel path.
+        """
+        self.validate()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        dt = self.arch.data_type
+        files: dict[str, bytes] = {f"{self.name}.tprog": self.program.data}
+        for entry, data in self.consts:
+            files[entry.file_name] = dt.to_bytes(data)
+        files[f"{self.name}.tmodel"] = (json.dumps(self.to_dict(), indent=2) + "\n").encode()
+        tmp_paths = []
+        try:
+            for fname, blob in files.items():
+                tmp = directory / f".{fname}.tmp{os.getpid()}"
+                tmp.write_bytes(blob)
+                tmp_paths.append((tmp, directory / fname))
+            for tmp, final in tmp_paths:
+                os.replace(tmp, final)
+        finally:
+            for tmp, _ in tmp_paths:
+                if tmp.exists():
+                    tmp.unlink()
+        return directory / f"{self.name}.tmodel"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TensilModel":
+        path = Path(path)
+        where = str(path)
+        try:
+            d = json.loads(path.read_text())
+        except OSError as e:
+            raise ModelError(f"cannot read model file {path}: {e.strerror}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ModelError(f"{where}: not a .tmodel JSON file ({e})") from None
+        if not isinstance(d, dict):
+            raise ModelError(f"{where}: a .tmodel is a JSON object")
+        for key in ("name", "prog", "consts", "inputs", "outputs", "arch"):
+            if key not in d:
+                raise ModelError(f"{where}: missing key '{key}'")
+        try:
+            arch = Architecture.from_dict(d["arch"], source=f"{where}: key 'arch'")
+        except ArchitectureError as e:
+            raise ModelError(str(e)) from None
+        layout: InstructionLayout = arch.layout
+        folder = path.parent
+
+        prog = d["prog"]
+        if not isinstance(prog, dict):
+            raise ModelError(f"{where}: key 'prog' must be an object with file_name and size")
+        prog_file = folder / _str(prog, "file_name", f"{where}: prog")
+        try:
+            data = prog_file.read_bytes()
+        except OSError as e:
+            raise ModelError(f"{where}: cannot read program {prog_file}: {e.strerror}") from None
+        if "size" in prog:
+            size = _int(prog, "size", f"{where}: prog")
+            if size != len(data):
+                raise ModelError(
+                    f"{where}: prog size is {size} bytes but {prog_file.name} has {len(data)} "
+                    f"(truncated or replaced file?)"
+                )
+        try:
+            program = Program(data, layout, name=str(prog_file))
+        except ProgramError as e:
+            raise ModelError(str(e)) from None
+
+        consts = []
+        if not isinstance(d["consts"], list):
+            raise ModelError(f"{where}: key 'consts' must be a list")
+        for i, c in enumerate(d["consts"]):
+            cw = f"{where}: consts[{i}]"
+            if not isinstance(c, dict):
+                raise ModelError(f"{cw}: must be an object with file_name, base, size")
+            entry = ConstsEntry(_str(c, "file_name", cw), _int(c, "base", cw), _int(c, "size", cw))
+            cfile = folder / entry.file_name
+            try:
+                blob = cfile.read_bytes()
+            except OSError as e:
+                raise ModelError(f"{cw}: cannot read {cfile}: {e.strerror}") from None
+            want = entry.size * arch.vector_bytes
+            if len(blob) != want:
+                raise ModelError(
+                    f"{cw}: {cfile.name} has {len(blob)} bytes; {entry.size} vectors of "
+                    f"{arch.vector_bytes} bytes ({arch.array_size} x {arch.data_type.name}) need {want}"
+                )
+            consts.append((entry, arch.data_type.from_bytes(blob).reshape(entry.size, arch.array_size)))
+
+        def tensors(key: str) -> list[TensorEntry]:
+            if not isinstance(d[key], list):
+                raise ModelError(f"{where}: key '{key}' must be a list")
+            out = []
+            for i, t in enumerate(d[key]):
+                tw = f"{where}: {key}[{i}]"
+                if not isinstance(t, dict):
+                    raise ModelError(f"{tw}: must be an object with name, base, size")
+                out.append(TensorEntry(_str(t, "name", tw), _int(t, "base", tw), _int(t, "size", tw, 1)))
+            return out
+
+        extras = d.get(EXTENSION_KEY, {})
+        model = cls(
+            name=_str(d, "name", where),
+            arch=arch,
+            program=program,
+            consts=consts,
+            inputs=tensors("inputs"),
+            outputs=tensors("outputs"),
+            load_consts_to_local=bool(d.get("load_consts_to_local", False)),
+            extras=extras if isinstance(extras, dict) else {},
+        )
+        if model.load_consts_to_local:
+            raise ModelError(
+                f"{where}: load_consts_to_local is true; this runtime loads constants to DRAM1 "
+                "only. Recompile the model with constants in DRAM1."
+            )
+        model.validate()
+        return model

@@ -1,0 +1,171 @@
+"""The device interface every TCU backend implements (emulator, Verilated RTL, boards).
+
+A device owns DRAM0/DRAM1 and executes programs. Subclasses implement four primitives;
+``run_model`` (load constants and inputs, execute, read outputs) is shared, so a model
+runs the same way on every device.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping
+
+import numpy as np
+
+from ..arch import Architecture
+from ..isa.program import Program
+from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
+
+__all__ = ["Device", "RunStats", "SaturationWarning", "DeviceError"]
+
+
+class DeviceError(RuntimeError):
+    """A device could not run a program (not an invalid program: that is ProgramError)."""
+
+
+class SaturationWarning(UserWarning):
+    """Values were clipped to the data type's range during a run (silent in hardware)."""
+
+
+@dataclass
+class RunStats:
+    """What one program run did."""
+
+    instructions: int = 0
+    per_opcode: dict[str, int] = field(default_factory=dict)  # instructions by opcode name
+    vectors: dict[str, int] = field(default_factory=dict)  # vectors moved/processed by opcode
+    saturations: dict[str, int] = field(default_factory=dict)  # clipped scalars by opcode
+    cycles: int | None = None  # devices that model time report cycles
+    seconds: float = 0.0  # wall time of the run
+
+    @property
+    def saturated(self) -> int:
+        return sum(self.saturations.values())
+
+    def summary(self) -> str:
+        parts = [f"{self.instructions} instructions in {self.seconds:.3f} s"]
+        if self.cycles is not None:
+            parts.append(f"{self.cycles} cycles")
+        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.per_opcode.items()) if v)
+        lines = [", ".join(parts), f"  by opcode: {ops or 'none'}"]
+        if self.saturated:
+            sat = ", ".join(f"{k} {v}" for k, v in self.saturations.items() if v)
+            lines.append(f"  saturated scalars: {self.saturated} ({sat})")
+        else:
+            lines.append("  saturated scalars: 0")
+        return "\n".join(lines)
+
+
+class Device(ABC):
+    """A TCU that holds DRAM0/DRAM1 and runs programs for one architecture."""
+
+    name: ClassVar[str]
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+        self.last_stats: RunStats | None = None
+
+    # -- primitives --------------------------------------------------------------------------
+    @abstractmethod
+    def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
+        """Write (k, N) fixed-point integers to DRAM ``bank`` (0 or 1) at vector ``base``."""
+
+    @abstractmethod
+    def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
+        """Read ``size`` vectors from DRAM ``bank`` as (size, N) int64."""
+
+    @abstractmethod
+    def execute(self, program: Program) -> RunStats:
+        """Run a program to completion. Invalid programs raise before anything executes."""
+
+    def reset(self) -> None:
+        """Return the device to its power-on state (override if it keeps more)."""
+
+    # -- shared helpers ----------------------------------------------------------------------
+    def _check_range(self, bank: int, base: int, size: int) -> None:
+        if bank not in (0, 1):
+            raise ValueError(f"DRAM bank must be 0 or 1, got {bank!r}")
+        depth = self.arch.dram0_depth if bank == 0 else self.arch.dram1_depth
+        if base < 0 or size < 0 or base + size > depth:
+            raise ValueError(
+                f"DRAM{bank} access of {size} vectors at {base} is outside the bank "
+                f"(dram{bank}_depth = {depth})"
+            )
+
+    def run_model(
+        self,
+        model: TensilModel,
+        inputs: Mapping[str, np.ndarray],
+        warn_saturation: bool = True,
+    ) -> dict[str, np.ndarray]:
+        """Run a Tensil model on float inputs; returns float outputs by name.
+
+        Inputs are converted to the model's fixed-point type and laid out as the model's
+        DRAM0 map says (spec section 3). If the model records output shapes, outputs come
+        back in those shapes; otherwise as (vectors, N).
+        """
+        if model.arch != self.arch:
+            raise DeviceError(
+                f"model '{model.name}' was compiled for a different architecture than this "
+                f"{self.name} device ({model.arch.name or 'unnamed'} vs {self.arch.name or 'unnamed'})"
+            )
+        dt = self.arch.data_type
+        n = self.arch.array_size
+        names = model.input_names()
+        missing = [k for k in names if k not in inputs]
+        extra = [k for k in inputs if k not in names]
+        if missing or extra:
+            raise ModelError(
+                f"model '{model.name}' takes inputs {names}; "
+                + (f"missing {missing}" if missing else "")
+                + ("; " if missing and extra else "")
+                + (f"unknown {extra}" if extra else "")
+            )
+        # Convert every input before touching DRAM: a bad input writes nothing.
+        staged = []
+        for name in names:
+            entries = model.entries(name)
+            total = sum(e.size for e in entries)
+            x = np.asarray(inputs[name], dtype=np.float64)
+            shape = model.tensor_shape(name)
+            if shape is not None and tuple(x.shape) != shape:
+                raise ModelError(f"input '{name}' has shape {tuple(x.shape)}; the model expects {shape}")
+            if vectors_for_shape(x.shape, n) != total:
+                raise ModelError(
+                    f"input '{name}' of shape {tuple(x.shape)} takes {vectors_for_shape(x.shape, n)} "
+                    f"vectors of {n}; the model's DRAM0 map holds {total}"
+                )
+            vec = tensor_to_vectors(dt.from_float(x), n)
+            staged.append((entries, vec))
+        self.reset()
+        for entry, data in model.consts:
+            self.write_dram(1, entry.base, data)
+        for entries, vec in staged:
+            pos = 0
+            for e in entries:
+                self.write_dram(0, e.base, vec[pos : pos + e.size])
+                pos += e.size
+        start = time.perf_counter()
+        stats = self.execute(model.program)
+        stats.seconds = time.perf_counter() - start
+        self.last_stats = stats
+        if warn_saturation and stats.saturated:
+            warnings.warn(
+                SaturationWarning(
+                    f"model '{model.name}' on {self.name}: {stats.saturated} values saturated at "
+                    f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}] "
+                    f"({', '.join(f'{k} {v}' for k, v in stats.saturations.items() if v)}); "
+                    "outputs may be clipped. A wider data type (e.g. FP32BP16) avoids this."
+                ),
+                stacklevel=2,
+            )
+        outputs = {}
+        for name in model.output_names():
+            vec = np.concatenate([self.read_dram(0, e.base, e.size) for e in model.entries(name, True)])
+            values = dt.to_float(vec)
+            shape = model.tensor_shape(name, outputs=True)
+            outputs[name] = vectors_to_tensor(values, shape, n) if shape is not None else values
+        return outputs
