@@ -1,0 +1,294 @@
+"""The emulator on hand-written programs, each checked against numpy written here.
+
+The references below do not call ``tvm_tensil.numbers``: where rounding cannot occur they use
+float numpy; where it can, a plain-integer loop of the spec's rule.
+"""
+
+import numpy as np
+import pytest
+
+from tvm_tensil.arch import PRESETS, Architecture
+from tvm_tensil.isa import (
+    SIMD, DataMove, Direction, InvalidInstruction, LoadWeights, MatMul, NoOp, Program, ProgramError,
+    SIMDOp, assemble,
+)
+from tvm_tensil.runtime import Emulator
+
+ARCH = PRESETS["pynqz1"]
+N = ARCH.array_size
+ONE = 256
+
+
+def small_arch(**kw):
+    base = dict(data_type="FP16BP8", array_size=8, dram0_depth=4096, dram1_depth=4096,
+                local_depth=1024, accumulator_depth=256)
+    base.update(kw)
+    return Architecture(**base)
+
+
+def run(emu, text):
+    return emu.execute(assemble(text, emu.arch.layout))
+
+
+def fixed(x):
+    return np.floor(np.asarray(x) * ONE + 0.5).astype(np.int64)
+
+
+def mac_ref(x, y, z, w=16, b=8):
+    m = x * y + (z << b)
+    r = m >> b
+    if (m >> (b - 1)) & 1 and ((m & ((1 << (b - 1)) - 1)) or (m >> b) & 1):
+        r += 1
+    return max(-(1 << (w - 1)), min((1 << (w - 1)) - 1, r))
+
+
+def test_matmul_with_bias_exact_values():
+    """Values on a 1/16 grid: every product is exact in FP16BP8, so float numpy is the reference."""
+    rng = np.random.default_rng(0)
+    emu = Emulator(small_arch())
+    k = 20
+    x = rng.integers(-32, 32, (k, N)) / 16
+    w = rng.integers(-32, 32, (N, N)) / 16
+    bias = rng.integers(-64, 64, N) / 16
+    emu.write_dram(1, 0, fixed(np.vstack([bias, w])))
+    emu.write_dram(0, 100, fixed(x))
+    run(emu, f"""
+        datamove dram1_to_local local=0 dram1=0 size={N + 1}
+        loadweights local=0 size={N + 1}
+        datamove dram0_to_local local=0x40 dram0=100 size={k}
+        matmul local=0x40 acc=0 size={k}
+        datamove acc_to_local local=0x80 acc=0 size={k}
+        datamove local_to_dram0 local=0x80 dram0=500 size={k}
+    """)
+    got = emu.read_dram(0, 500, k) / ONE
+    np.testing.assert_array_equal(got, x @ w + bias)
+
+
+def test_matmul_accumulate_and_rounding():
+    """Random fixed-point data: rounding happens; the reference is the spec's rule per step."""
+    rng = np.random.default_rng(1)
+    emu = Emulator(small_arch())
+    k = 16
+    x1, x2 = rng.integers(-600, 600, (2, k, N))
+    w1, w2 = rng.integers(-600, 600, (2, N + 1, N))  # row 0 is the bias
+    emu.write_dram(1, 0, np.vstack([w1, w2]))
+    emu.write_dram(0, 0, np.vstack([x1, x2]))
+    run(emu, f"""
+        datamove dram1_to_local local=0 dram1=0 size={2 * (N + 1)}
+        datamove dram0_to_local local=0x100 dram0=0 size={2 * k}
+        loadweights local=0 size={N + 1}
+        matmul local=0x100 acc=0 size={k}
+        loadweights local={N + 1} size={N + 1}
+        matmul accumulate local={0x100 + k} acc=0 size={k}
+    """)
+
+    def layer(x, w):
+        out = np.zeros((k, N), dtype=np.int64)
+        for i in range(k):
+            for o in range(N):
+                acc = int(w[0, o])
+                for j in range(N):
+                    acc = mac_ref(int(x[i, j]), int(w[j + 1, o]), acc)
+                out[i, o] = acc
+        return out
+
+    want = np.clip(layer(x1, w1) + layer(x2, w2), -32768, 32767)
+    np.testing.assert_array_equal(emu.acc[:k], want)
+    stats = emu.last_stats
+    assert stats.per_opcode["matmul"] == 2 and stats.vectors["matmul"] == 2 * k
+    assert stats.per_opcode["loadweights"] == 2 and stats.per_opcode["datamove"] == 2
+
+
+def test_matmul_zeroes_gives_the_bias():
+    emu = Emulator(small_arch())
+    bias = np.arange(N) * 3 - 7
+    emu.local[0] = bias
+    emu.local[1 : N + 1] = 99
+    run(emu, f"loadweights local=0 size={N + 1}\nmatmul zeroes acc=0x10 size=4")
+    np.testing.assert_array_equal(emu.acc[0x10:0x14], np.tile(bias, (4, 1)))
+
+
+def test_relu_via_simd():
+    """ReLU as compiled for the TCU: Zero into r1, then Max(input, r1) per vector."""
+    rng = np.random.default_rng(2)
+    emu = Emulator(small_arch())
+    x = rng.integers(-2000, 2000, (6, N))
+    emu.acc[:6] = x
+    lines = ["simd zero dest=r1"]
+    for i in range(6):
+        lines.append(f"simd max read write dest=out left=in right=r1 acc_write={0x20 + i} acc_read={i}")
+    run(emu, "\n".join(lines))
+    np.testing.assert_array_equal(emu.acc[0x20:0x26], np.maximum(x, 0))
+    np.testing.assert_array_equal(emu.acc[:6], x)  # the input is untouched
+
+
+def test_datamove_round_trip_all_directions():
+    rng = np.random.default_rng(3)
+    emu = Emulator(small_arch())
+    a = rng.integers(-30000, 30000, (12, N))
+    b = rng.integers(-3000, 3000, (12, N))
+    a[0], b[0] = 32000, 2000  # these saturate on the accumulate
+    emu.write_dram(0, 10, a)
+    emu.write_dram(1, 20, b)
+    run(emu, """
+        datamove dram0_to_local local=0 dram0=10 size=12
+        datamove local_to_acc local=0 acc=0 size=12
+        datamove dram1_to_local local=0x20 dram1=20 size=12
+        datamove local_to_acc_accumulate local=0x20 acc=0 size=12
+        datamove acc_to_local local=0x40 acc=0 size=12
+        datamove local_to_dram1 local=0x40 dram1=100 size=12
+        datamove dram1_to_local local=0x60 dram1=100 size=12
+        datamove local_to_dram0 local=0x60 dram0=200 size=12
+    """)
+    want = np.clip(a + b, -32768, 32767)  # saturating accumulate
+    np.testing.assert_array_equal(emu.read_dram(0, 200, 12), want)
+    np.testing.assert_array_equal(emu.read_dram(1, 100, 12), want)
+    np.testing.assert_array_equal(emu.read_dram(0, 10, 12), a)  # sources unchanged
+    assert emu.last_stats.saturations["datamove"] == int(np.count_nonzero(np.abs(a + b) > 32767)) > 0
+
+
+def test_strided_moves():
+    rng = np.random.default_rng(4)
+    emu = Emulator(small_arch())
+    src = rng.integers(-100, 100, (64, N))
+    emu.write_dram(0, 0, src)
+    run(emu, """
+        datamove dram0_to_local local=0x10:2 dram0=0x3:4 size=8
+        datamove local_to_dram1 local=0x10:2 dram1=0x100:8 size=8
+    """)
+    np.testing.assert_array_equal(emu.local[0x10:0x20:2], src[3:35:4])
+    np.testing.assert_array_equal(emu.local[0x11:0x20:2], 0)  # gaps untouched
+    np.testing.assert_array_equal(emu.read_dram(1, 0x100, 57)[::8], src[3:35:4])
+    np.testing.assert_array_equal(emu.read_dram(1, 0x101, 7), 0)
+
+
+def test_strided_matmul_and_loadweights():
+    rng = np.random.default_rng(5)
+    emu = Emulator(small_arch())
+    w = rng.integers(-16, 16, (N + 1, N)) * 16  # 1/16 grid: exact products with small inputs
+    emu.local[0 : 2 * (N + 1) : 2] = w
+    x = rng.integers(-16, 16, (5, N)) * 16
+    emu.local[0x100 : 0x100 + 5 * 4 : 4] = x
+    run(emu, f"loadweights local=0:2 size={N + 1}\nmatmul local=0x100:4 acc=0x10:2 size=5")
+    want = (x / ONE) @ (w[1:] / ONE) + w[0] / ONE
+    np.testing.assert_array_equal(emu.acc[0x10 : 0x10 + 10 : 2] / ONE, want)
+
+
+def test_partial_loadweights_shifts_rows():
+    """Loading k < N+1 vectors shifts the previous rows down by k (a shift register)."""
+    emu = Emulator(small_arch(array_size=4))
+    rows = np.arange(5 * 4).reshape(5, 4) + 1
+    emu.local[0:5] = rows
+    emu.local[10:12] = [[-1] * 4, [-2] * 4]
+    run(emu, "loadweights local=0 size=5\nloadweights local=10 size=2")
+    np.testing.assert_array_equal(emu.weights, np.vstack([[[-1] * 4, [-2] * 4], rows[:3]]))
+    run(emu, "loadweights zeroes size=1")
+    np.testing.assert_array_equal(emu.weights[0], 0)
+    np.testing.assert_array_equal(emu.weights[1:], np.vstack([[[-1] * 4, [-2] * 4], rows[:2]]))
+
+
+def simd_reference(op, l, r, x):
+    one = ONE
+    sat = lambda v: np.clip(v, -32768, 32767)
+    def times(a, b):
+        return np.array([mac_ref(int(p), int(q), 0) for p, q in zip(a, b)])
+    return {
+        "noop": x, "zero": np.zeros_like(x), "move": l, "not": np.where(l == 0, one, 0),
+        "and": np.where((l != 0) & (r != 0), one, 0), "or": np.where((l != 0) | (r != 0), one, 0),
+        "increment": sat(l + one), "decrement": sat(l - one), "add": sat(l + r), "subtract": sat(l - r),
+        "multiply": times(l, r), "abs": sat(np.abs(l)), "greater_than": np.where(l > r, one, 0),
+        "greater_than_equal": np.where(l >= r, one, 0), "min": np.minimum(l, r), "max": np.maximum(l, r),
+    }[op]
+
+
+@pytest.mark.parametrize("op", [o.mnemonic for o in SIMDOp])
+def test_every_simd_op(op):
+    emu = Emulator(small_arch(simd_registers_depth=2))
+    x = np.array([0, 1, -1, 300, -300, 32767, -32768, 256])
+    reg = np.array([0, 0, 5, 300, 200, 32767, 1, -256])
+    emu.acc[3] = x
+    emu.acc[4] = 1000
+    emu.registers[1] = reg
+    # left = input, right = register 2; result to the output and register 1; accumulate into acc[4].
+    run(emu, f"simd {op} read write dest=r1 left=in right=r2 acc_write=7 acc_read=3\n"
+             f"simd {op} read write accumulate dest=out left=in right=r2 acc_write=4 acc_read=3")
+    want = simd_reference(op, x, reg, x)
+    np.testing.assert_array_equal(emu.acc[7], want)
+    np.testing.assert_array_equal(emu.acc[4], np.clip(1000 + want, -32768, 32767))
+    if op == "noop":  # NoOp never writes a register
+        np.testing.assert_array_equal(emu.registers[0], 0)
+    else:
+        np.testing.assert_array_equal(emu.registers[0], want)
+
+
+def test_simd_without_read_sees_zeros_and_registers_chain():
+    emu = Emulator(small_arch())
+    emu.acc[0] = 500
+    run(emu, """
+        simd increment dest=r1 left=in
+        simd add write dest=r1 left=r1 right=r1 acc_write=1
+        simd add read write dest=out left=in right=r1 acc_write=2 acc_read=0
+    """)
+    np.testing.assert_array_equal(emu.acc[1], 2 * ONE)
+    np.testing.assert_array_equal(emu.acc[2], 500 + 2 * ONE)
+
+
+def test_invalid_program_changes_nothing():
+    emu = Emulator(small_arch())
+    emu.write_dram(0, 0, np.full((4, N), 7))
+    lay = emu.arch.layout
+    good = Program.from_instructions(
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4), DataMove(Direction.LOCAL_TO_DRAM0, 0, 100, 4)], lay)
+    bad_word = (0x2 << lay.opcode_shift) | (7 << lay.flags_shift)  # DataMove direction 7
+    prog = Program(good.data + bad_word.to_bytes(lay.instruction_bytes, "little"), lay, "bad.tprog")
+    with pytest.raises(InvalidInstruction, match=r"^pc 2: DataMove: field 'direction'") as e:
+        emu.execute(prog)
+    assert e.value.pc == 2
+    np.testing.assert_array_equal(emu.read_dram(0, 100, 4), 0)  # the first two never ran
+    np.testing.assert_array_equal(emu.local[:4], 0)
+
+
+def test_out_of_range_run_and_unknown_opcode_name_the_pc():
+    emu = Emulator(small_arch())
+    lay = emu.arch.layout
+
+    def program(*words):
+        return Program(b"".join(w.to_bytes(lay.instruction_bytes, "little") for w in words), lay)
+
+    # MatMul of 8 vectors from accumulator 250: runs past accumulator_depth = 256.
+    matmul = (0x1 << lay.opcode_shift) | (250 << lay.operand1_shift) | (7 << lay.operand2_shift)
+    with pytest.raises(InvalidInstruction, match="pc 0: MatMul: field 'acc': 8 vectors .* end at 257"):
+        emu.execute(program(matmul))
+    with pytest.raises(InvalidInstruction, match="pc 1: opcode 0x9: field 'opcode': unknown opcode"):
+        emu.execute(program(0, 0x9 << lay.opcode_shift))
+
+
+def test_loadlut_is_rejected_before_running():
+    emu = Emulator(small_arch())
+    with pytest.raises(ProgramError, match="pc 1: LoadLUT: the TCU has no lookup tables"):
+        run(emu, "datamove local_to_dram0 local=0 dram0=0 size=1\nloadlut local=0 table=0")
+
+
+def test_configure_sets_registers():
+    emu = Emulator(small_arch())
+    run(emu, "configure dram0_offset value=0x10\nconfigure sample_interval value=1000")
+    from tvm_tensil.isa import ConfigRegister
+    assert emu.config[ConfigRegister.DRAM0_OFFSET] == 0x10
+    assert emu.config[ConfigRegister.SAMPLE_INTERVAL] == 1000
+
+
+def test_fp32_and_large_array_matmul():
+    arch = small_arch(data_type="FP32BP16", array_size=16)
+    emu = Emulator(arch)
+    rng = np.random.default_rng(9)
+    x = rng.integers(-(1 << 20), 1 << 20, (3, 16))
+    w = rng.integers(-(1 << 20), 1 << 20, (17, 16))
+    emu.local[:17] = w
+    emu.local[32:35] = x
+    run(emu, "loadweights local=0 size=17\nmatmul local=32 acc=0 size=3")
+    for i in range(3):
+        for o in range(16):
+            acc = int(w[0, o])
+            for j in range(16):
+                acc = mac_ref(int(x[i, j]), int(w[j + 1, o]), acc, 32, 16)
+            assert emu.acc[i, o] == acc

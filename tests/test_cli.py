@@ -1,0 +1,62 @@
+"""The tvm-tensil command line, run as a user would (subprocess for one, main() for speed)."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+from helpers import dense_relu_model
+from tvm_tensil.arch import PRESETS
+from tvm_tensil.cli import main
+
+
+def test_arch(capsys):
+    assert main(["arch", "pynqz1"]) == 0
+    out = capsys.readouterr().out
+    assert "instruction          8 bytes" in out and "operand2             16 bits" in out
+    assert main(["arch", "--list"]) == 0
+    assert "ultra96v2_300mhz" in capsys.readouterr().out
+    assert main(["arch", "pynqz1", "--json", "--plain"]) == 0
+    assert '"tvm_tensil"' not in capsys.readouterr().out
+
+
+def test_asm_disasm_round_trip(tmp_path, capsys):
+    src = tmp_path / "p.tasm"
+    src.write_text("loadweights local=0x10 size=9\nmatmul accumulate local=0x100 acc=0x20 size=8\n")
+    assert main(["asm", str(src), "--arch", "pynqz1", "-o", str(tmp_path / "p.tprog")]) == 0
+    assert (tmp_path / "p.tprog").read_bytes()[8:] == bytes.fromhex("0001200000070011")
+    capsys.readouterr()
+    assert main(["disasm", str(tmp_path / "p.tprog"), "--arch", "pynqz1"]) == 0
+    assert capsys.readouterr().out == ("loadweights local=0x0010 size=9\n"
+                                       "matmul accumulate local=0x0100 acc=0x0020 size=8\n")
+
+
+def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    src = tmp_path / "p.tasm"
+    src.write_text("noop\nmatmul local=0x2000 acc=0 size=1\n")
+    assert main(["asm", str(src), "--arch", "pynqz1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tvm-tensil: error: line 2: pc 1: MatMul: field 'local'")
+    assert main(["arch", "pynq"]) == 2
+    assert "unknown architecture 'pynq'" in capsys.readouterr().err
+    assert main(["disasm", str(src)]) == 2
+    assert "give --arch" in capsys.readouterr().err
+
+
+def test_emulate_subprocess(tmp_path):
+    rng = np.random.default_rng(0)
+    w, b = rng.integers(-16, 16, (8, 8)) / 16, rng.integers(-16, 16, 8) / 16
+    model = dense_relu_model(PRESETS["pynqz1"], w, b, 3)
+    path = model.save(tmp_path / "m")
+    x = rng.integers(-32, 32, (3, 8)) / 16
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "emulate", str(path), "--input", str(tmp_path / "x.npy"),
+         "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "saturated scalars: 0" in r.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.maximum(x @ w + b, 0))
+    bad = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "emulate", str(path), "--input", "x=/nonexistent.npy"],
+        capture_output=True, text=True)
+    assert bad.returncode == 2 and "cannot load input 'x'" in bad.stderr

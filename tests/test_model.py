@@ -1,0 +1,146 @@
+"""Tensil model files: keys and units compatible with Tensil tools, errors, layout helpers."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from helpers import dense_relu_model
+from tvm_tensil.arch import PRESETS
+from tvm_tensil.model import (
+    ModelError, TensilModel, TensorEntry, tensor_to_vectors, vectors_for_shape, vectors_to_tensor,
+)
+from tvm_tensil.runtime import Emulator, SaturationWarning
+
+ARCH = PRESETS["pynqz1"]
+N = 8
+
+
+def make(batch=4, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-16, 16, (N, N)) / 16
+    b = rng.integers(-16, 16, N) / 16
+    return dense_relu_model(ARCH, w, b, batch), w, b
+
+
+def test_file_format_matches_tensil(tmp_path):
+    model, w, b = make()
+    path = model.save(tmp_path)
+    d = json.loads(path.read_text())
+    assert set(d) == {"name", "prog", "consts", "inputs", "outputs", "arch", "load_consts_to_local", "tvm_tensil"}
+    assert d["prog"] == {"file_name": "dense_relu.tprog", "size": len(model.program.data)}  # bytes
+    assert d["consts"] == [{"file_name": "dense_relu.tdata", "base": 0, "size": N + 1}]  # vectors
+    assert d["inputs"] == [{"name": "x", "base": 0, "size": 4}]
+    assert d["arch"] == ARCH.to_dict(plain=True)
+    assert d["load_consts_to_local"] is False
+    tdata = (tmp_path / "dense_relu.tdata").read_bytes()
+    assert len(tdata) == (N + 1) * N * 2
+    # Little-endian FP16BP8, bias vector first.
+    np.testing.assert_array_equal(np.frombuffer(tdata[: 2 * N], "<i2"), np.floor(b * 256 + 0.5))
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left
+
+
+def test_save_load_run(tmp_path):
+    model, w, b = make(batch=5)
+    back = TensilModel.load(model.save(tmp_path))
+    assert back.program.data == model.program.data
+    assert back.inputs == model.inputs and back.outputs == model.outputs
+    x = np.random.default_rng(1).integers(-32, 32, (5, N)) / 16
+    y = Emulator(ARCH).run_model(back, {"x": x})["y"]
+    np.testing.assert_array_equal(y, np.maximum(x @ w + b, 0))
+
+
+def test_split_tensor_entries_are_concatenated():
+    model, w, b = make(batch=4)
+    model.inputs = [TensorEntry("x", 0, 2), TensorEntry("x", 2, 2)]
+    model.extras = {}
+    x = np.random.default_rng(2).integers(-32, 32, (4, N)) / 16
+    y = Emulator(ARCH).run_model(model, {"x": x})["y"]
+    assert y.shape == (4, N)  # no shape recorded: vectors
+    np.testing.assert_array_equal(y, np.maximum(x @ w + b, 0))
+
+
+def test_saturation_is_reported():
+    w = np.eye(N) * 100
+    model = dense_relu_model(ARCH, w, np.zeros(N), 1)
+    dev = Emulator(ARCH)
+    with pytest.warns(SaturationWarning, match="values saturated at the FP16BP8 range"):
+        y = dev.run_model(model, {"x": np.ones((1, N)) * 2})["y"]
+    assert dev.last_stats.saturations["matmul"] == N
+    np.testing.assert_array_equal(y, np.full((1, N), 32767 / 256))
+
+
+def test_bad_inputs_write_nothing():
+    model, _, _ = make()
+    dev = Emulator(ARCH)
+    with pytest.raises(ModelError, match=r"input 'x' has shape \(3, 8\); the model expects \(4, 8\)"):
+        dev.run_model(model, {"x": np.zeros((3, N))})
+    with pytest.raises(ModelError, match="missing \\['x'\\]; unknown \\['y'\\]"):
+        dev.run_model(model, {"y": np.zeros((4, N))})
+    with pytest.raises(ValueError, match="NaN"):
+        dev.run_model(model, {"x": np.full((4, N), np.nan)})
+    assert not dev.dram1.any() and not dev.dram0.any()
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d, p: d.pop("prog"), "missing key 'prog'"),
+        (lambda d, p: d["prog"].update(size=7), "prog size is 7 bytes but dense_relu.tprog has"),
+        (lambda d, p: d["consts"][0].update(size=10), "consts[0]: dense_relu.tdata has 144 bytes; 10 vectors"),
+        (lambda d, p: d["inputs"][0].update(base=1 << 20), "input 'x' at vector 1048576"),
+        (lambda d, p: d["arch"].update(array_size=1), "key 'array_size': 1 is out of range"),
+        (lambda d, p: d["inputs"][0].update(size="4"), "inputs[0]: key 'size' must be an integer"),
+        (lambda d, p: d.update(load_consts_to_local=True), "load_consts_to_local is true"),
+        (lambda d, p: (p / "dense_relu.tdata").unlink(), "cannot read"),
+    ],
+)
+def test_malformed_model_files(tmp_path, mutate, message):
+    model, _, _ = make()
+    path = model.save(tmp_path)
+    d = json.loads(path.read_text())
+    mutate(d, tmp_path)
+    path.write_text(json.dumps(d))
+    with pytest.raises(ModelError) as e:
+        TensilModel.load(path)
+    assert message in str(e.value)
+
+
+def test_truncated_program_file(tmp_path):
+    model, _, _ = make()
+    path = model.save(tmp_path)
+    prog = tmp_path / "dense_relu.tprog"
+    prog.write_bytes(prog.read_bytes()[:-3])
+    d = json.loads(path.read_text())
+    d["prog"].pop("size")  # older files may omit it: the length check still catches it
+    path.write_text(json.dumps(d))
+    with pytest.raises(ModelError, match="truncated"):
+        TensilModel.load(path)
+
+
+def test_not_json(tmp_path):
+    p = tmp_path / "m.tmodel"
+    p.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(ModelError, match="not a .tmodel JSON file"):
+        TensilModel.load(p)
+
+
+def test_invalid_model_is_not_saved(tmp_path):
+    model, _, _ = make()
+    model.outputs = [TensorEntry("y", (1 << 20) - 1, 4)]
+    with pytest.raises(ModelError, match="does not fit DRAM0"):
+        model.save(tmp_path / "out")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_tensor_layout_channel_blocks():
+    x = np.arange(2 * 3 * 10).reshape(2, 3, 10)
+    v = tensor_to_vectors(x, 8)
+    assert v.shape == (2 * 3 * 2, 8) == (vectors_for_shape(x.shape, 8), 8)
+    np.testing.assert_array_equal(v[0], x[0, 0, :8])  # channel block fastest
+    np.testing.assert_array_equal(v[1], [8, 9, 0, 0, 0, 0, 0, 0])  # zero padded
+    np.testing.assert_array_equal(v[2], x[0, 1, :8])
+    np.testing.assert_array_equal(vectors_to_tensor(v, x.shape, 8), x)
+    with pytest.raises(ModelError, match="do not hold a tensor of shape"):
+        vectors_to_tensor(v[:-1], x.shape, 8)
