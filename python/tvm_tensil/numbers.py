@@ -187,10 +187,14 @@ class DataType:
         ``bias``: (N,). For each output o: ``acc = bias[o]``, then for j in 0..N-1
         ``acc = mac(x[j], weights[j][o], acc)``, rounding and saturating at every step.
 
-        Fast path: when no product's dropped bits are an exact tie and no partial sum leaves
-        the w-bit range, each step adds ``floor(p / 2**b) + (dropped bits > half)``
-        independently of the accumulator, so a cumulative sum is exact. Rows that fail
-        either condition are recomputed step by step.
+        Fast path (exact while no partial sum leaves the w-bit range): step j adds
+        ``t_j = floor(p_j / 2**b)`` plus 1 when the dropped bits exceed half an lsb. On an
+        exact tie the hardware rounds the accumulator itself to even, so the step's
+        adjustment depends on the accumulator's parity. After a tie the accumulator is
+        always even, which gives a closed form: with ``P_j`` the prefix sum of the
+        unadjusted steps (bias included), the adjustment at tie j is
+        ``(P_j + P_k) & 1`` where k is the previous tie (``P_k = 0`` before the first).
+        Rows whose partial sums saturate are recomputed step by step.
         """
         x = np.asarray(x, dtype=np.int64)
         w = np.asarray(weights, dtype=np.int64)
@@ -206,24 +210,38 @@ class DataType:
         b = self.binary_point
         low_mask = (1 << b) - 1
         half = 1 << (b - 1)
+        # Products of <= 16-bit operands and their sums over <= 256 steps fit int32.
+        work = np.int32 if self.width <= 16 else np.int64
+        w = w.astype(work)
+        bias = bias.astype(work)
+        # Encodes a tie at step j as 2j + 2 + parity, so a running maximum forward-fills
+        # the parity of the latest tie (0: no tie yet, which acts as an even prefix).
+        tie_code = (2 * np.arange(n_in, dtype=work) + 2)[None, :, None]
         for start in range(0, k, chunk):
-            xs = x[start : start + chunk]
+            xs = x[start : start + chunk].astype(work)
             prod = xs[:, :, None] * w[None, :, :]  # (k, n_in, n_out)
             low = prod & low_mask
-            step = (prod >> b) + (low > half)
-            partial = np.cumsum(step, axis=1)
-            partial += bias[None, None, :]
-            slow = ((low == half).any(axis=(1, 2))) | (
-                ((partial < self.min_int) | (partial > self.max_int)).any(axis=(1, 2))
-            )
+            partial = (prod >> b) + (low > half)
+            np.cumsum(partial, axis=1, out=partial)
+            partial += bias
+            tie = low == half
+            if tie.any():
+                latest = np.maximum.accumulate(np.where(tie, tie_code + (partial & 1), 0), axis=1)
+                prev_parity = np.zeros_like(latest)
+                prev_parity[:, 1:] = latest[:, :-1] & 1
+                adjust = tie & (((partial ^ prev_parity) & 1) != 0)
+                partial += np.cumsum(adjust, axis=1, dtype=work)
             out[start : start + chunk] = partial[:, -1, :]
-            if slow.any():
+            if partial.min() < self.min_int or partial.max() > self.max_int:
+                slow = ((partial < self.min_int) | (partial > self.max_int)).any(axis=(1, 2))
                 rows = np.nonzero(slow)[0]
-                out[start + rows] = self._matmul_sequential(xs[rows], w, bias, sat)
+                out[start + rows] = self._matmul_sequential(x[start + rows], weights, bias, sat)
         return out
 
     def _matmul_sequential(self, x, w, bias, sat) -> np.ndarray:
-        acc = np.broadcast_to(bias, (x.shape[0], w.shape[1])).astype(np.int64)
+        x = np.asarray(x, dtype=np.int64)
+        w = np.asarray(w, dtype=np.int64)
+        acc = np.broadcast_to(np.asarray(bias, dtype=np.int64), (x.shape[0], w.shape[1])).copy()
         for j in range(w.shape[0]):
             acc = self.mac(x[:, j : j + 1], w[j][None, :], acc, sat)
         return acc
