@@ -61,21 +61,22 @@ class ConstsEntry:
 
 # -- tensor layout --------------------------------------------------------------------------
 
-def vectors_for_shape(shape: Sequence[int], array_size: int) -> int:
-    """Vectors a tensor of ``shape`` (..., C) takes in DRAM."""
+def vectors_for_shape(shape: Sequence[int], array_size: int, channels_padded: int | None = None) -> int:
+    """Vectors a tensor of ``shape`` (..., C) takes in DRAM (``channels_padded`` per pixel if given)."""
     shape = tuple(int(s) for s in shape)
     if not shape:
         return 1
-    return math.prod(shape[:-1]) * math.ceil(shape[-1] / array_size)
+    return math.prod(shape[:-1]) * math.ceil((channels_padded or shape[-1]) / array_size)
 
 
-def tensor_to_vectors(x: np.ndarray, array_size: int) -> np.ndarray:
-    """(..., C) -> (vectors, N): channel axis cut into blocks of N, zero padded."""
+def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | None = None) -> np.ndarray:
+    """(..., C) -> (vectors, N): channel axis cut into blocks of N, zero padded
+    (to ``channels_padded`` channels per pixel when given)."""
     x = np.asarray(x)
     if x.ndim == 0:
         x = x.reshape(1)
     c = x.shape[-1]
-    blocks = math.ceil(c / array_size)
+    blocks = math.ceil((channels_padded or c) / array_size)
     flat = x.reshape(-1, c)
     if blocks * array_size != c:
         flat = np.concatenate(
@@ -84,13 +85,14 @@ def tensor_to_vectors(x: np.ndarray, array_size: int) -> np.ndarray:
     return flat.reshape(-1, array_size)
 
 
-def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int) -> np.ndarray:
+def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
+                      channels_padded: int | None = None) -> np.ndarray:
     """(vectors, N) -> tensor of ``shape``, dropping channel padding."""
     shape = tuple(int(s) for s in shape) or (1,)
     c = shape[-1]
-    blocks = math.ceil(c / array_size)
+    blocks = math.ceil((channels_padded or c) / array_size)
     v = np.asarray(v)
-    want = vectors_for_shape(shape, array_size)
+    want = vectors_for_shape(shape[:-1] + (blocks * array_size,), array_size)
     if v.shape != (want, array_size):
         raise ModelError(
             f"{v.shape[0]} vectors do not hold a tensor of shape {shape} "
@@ -140,11 +142,20 @@ class TensilModel:
 
     def tensor_shape(self, name: str, outputs: bool = False) -> tuple[int, ...] | None:
         """The tensor's logical shape if the model records it (our extension), else None."""
-        table = self.extras.get("outputs" if outputs else "inputs", {})
-        info = table.get(name) if isinstance(table, dict) else None
-        if isinstance(info, dict) and isinstance(info.get("shape"), list):
+        info = self._tensor_info(name, outputs)
+        if isinstance(info.get("shape"), list):
             return tuple(int(s) for s in info["shape"])
         return None
+
+    def channels_padded(self, name: str, outputs: bool = False) -> int | None:
+        """Channels per pixel in DRAM when the model pads channel blocks (our extension)."""
+        v = self._tensor_info(name, outputs).get("channels_padded")
+        return int(v) if isinstance(v, int) else None
+
+    def _tensor_info(self, name: str, outputs: bool) -> dict:
+        table = self.extras.get("outputs" if outputs else "inputs", {})
+        info = table.get(name) if isinstance(table, dict) else None
+        return info if isinstance(info, dict) else {}
 
     def validate(self) -> None:
         """Check the maps against the architecture: everything inside its DRAM bank."""

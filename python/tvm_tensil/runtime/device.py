@@ -133,12 +133,14 @@ class Device(ABC):
             shape = model.tensor_shape(name)
             if shape is not None and tuple(x.shape) != shape:
                 raise ModelError(f"input '{name}' has shape {tuple(x.shape)}; the model expects {shape}")
-            if vectors_for_shape(x.shape, n) != total:
+            cpad = model.channels_padded(name)
+            need = vectors_for_shape(x.shape, n, cpad)
+            if need != total:
                 raise ModelError(
-                    f"input '{name}' of shape {tuple(x.shape)} takes {vectors_for_shape(x.shape, n)} "
+                    f"input '{name}' of shape {tuple(x.shape)} takes {need} "
                     f"vectors of {n}; the model's DRAM0 map holds {total}"
                 )
-            vec = tensor_to_vectors(dt.from_float(x), n)
+            vec = tensor_to_vectors(dt.from_float(x), n, cpad)
             staged.append((entries, vec))
         self.reset()
         for entry, data in model.consts:
@@ -167,5 +169,6 @@ class Device(ABC):
             vec = np.concatenate([self.read_dram(0, e.base, e.size) for e in model.entries(name, True)])
             values = dt.to_float(vec)
             shape = model.tensor_shape(name, outputs=True)
-            outputs[name] = vectors_to_tensor(values, shape, n) if shape is not None else values
+            cpad = model.channels_padded(name, outputs=True)
+            outputs[name] = vectors_to_tensor(values, shape, n, cpad) if shape is not None else values
         return outputs

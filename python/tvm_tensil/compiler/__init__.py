@@ -1,0 +1,10 @@
+"""The Tensil compiler: graph (HIR input) -> memory manager -> scheduler -> LIR -> backend.
+
+Independent of TVM; ``tvm_tensil.byoc`` turns Relax partitions into ``Graph``s.
+"""
+
+from .compile import CompiledPartition, compile_graph, fuse
+from .graph import Graph, Node, Tensor
+from .schedule import ScheduleError
+
+__all__ = ["CompiledPartition", "compile_graph", "fuse", "Graph", "Node", "Tensor", "ScheduleError"]

@@ -1,0 +1,163 @@
+"""Compile a partition graph into a Tensil model: memory manager -> scheduler -> LIR -> backend."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..arch import Architecture
+from ..isa.program import Program
+from ..model import ConstsEntry, TensilModel, TensorEntry
+from ..numbers import SaturationCounter
+from .graph import EPILOGUE_OPS, Graph, Node
+from .latency import estimate_cycles
+from .lir import LIR
+from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, pack_consts
+from .schedule import Scheduler
+
+
+@dataclass
+class CompiledPartition:
+    """A compiled partition: the Tensil model plus what the runtime needs to rebuild it."""
+
+    name: str
+    arch: Architecture
+    program: Program
+    recipes: list[ConstRecipe]
+    inputs: dict[str, TensorPlacement]
+    outputs: dict[str, TensorPlacement]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def model(self, constants) -> TensilModel:
+        """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays)."""
+        data = pack_consts(self.recipes, constants, self.arch)
+        consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
+        extras = {
+            kind: {name: {"shape": list(p.shape), "channels_padded": p.channels_padded}
+                   for name, p in table.items()}
+            for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
+        }
+        extras["report"] = self.report
+        return TensilModel(
+            name=self.name,
+            arch=self.arch,
+            program=self.program,
+            consts=consts,
+            inputs=[TensorEntry(n, p.base, p.size) for n, p in self.inputs.items()],
+            outputs=[TensorEntry(n, p.base, p.size) for n, p in self.outputs.items()],
+            extras=extras,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "arch": self.arch.to_dict(),
+            "program": base64.b64encode(self.program.data).decode(),
+            "recipes": [r.to_json() for r in self.recipes],
+            "inputs": {k: p.to_json() for k, p in self.inputs.items()},
+            "outputs": {k: p.to_json() for k, p in self.outputs.items()},
+            "report": self.report,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CompiledPartition":
+        arch = Architecture.from_dict(d["arch"])
+        n = arch.array_size
+        return cls(
+            name=d["name"],
+            arch=arch,
+            program=Program(base64.b64decode(d["program"]), arch.layout, d["name"]),
+            recipes=[ConstRecipe.from_json(r) for r in d["recipes"]],
+            inputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["inputs"].items()},
+            outputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["outputs"].items()},
+            report=d.get("report", {}),
+        )
+
+
+def fuse(graph: Graph) -> Graph:
+    """Fold bias adds into the preceding conv and activations into their producer's epilogue."""
+    nodes = list(graph.nodes)
+    outputs = set(graph.outputs)
+
+    def sole_consumer(name: str) -> Node | None:
+        users = [n for n in nodes if name in n.inputs]
+        return users[0] if len(users) == 1 and name not in outputs else None
+
+    changed = True
+    while changed:
+        changed = False
+        for node in nodes:
+            nxt = sole_consumer(node.output)
+            if nxt is None:
+                continue
+            if (node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.get("bias") is None
+                    and not node.epilogue):
+                node.attrs["bias"] = nxt.attrs["bias"]
+            elif nxt.op in EPILOGUE_OPS and node.op in ("conv2d", "bias_add", "add", "max_pool2d",
+                                                           "avg_pool2d", "global_avg_pool"):
+                node.epilogue.append((nxt.op, dict(nxt.attrs)))
+            else:
+                continue
+            node.source_ops += nxt.source_ops
+            node.output = nxt.output
+            nodes.remove(nxt)
+            changed = True
+            break
+    used = {t for n in nodes for t in n.inputs} | {n.output for n in nodes} | set(graph.inputs)
+    tensors = {k: v for k, v in graph.tensors.items() if k in used}
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants)
+
+
+def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> CompiledPartition:
+    graph = fuse(graph)
+    dram0 = Dram0Allocator(arch)
+    place: dict[str, TensorPlacement] = {}
+    for t in list(graph.inputs) + list(graph.outputs) + [n.output for n in graph.nodes]:
+        if t not in place:
+            place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'")
+    consts = ConstTable(arch)
+    lir = LIR(arch)
+    sched = Scheduler(arch, graph, place, consts, lir)
+    per_node = []
+    for node in graph.nodes:
+        start = len(lir)
+        sched.lower(node)
+        per_node.append({"op": node.op, "output": node.output,
+                         "epilogue": [e[0] for e in node.epilogue],
+                         "relax_ops": node.source_ops, "instructions": len(lir) - start})
+    program = lir.program(name)
+    sat = SaturationCounter()
+    packed = pack_consts(consts.recipes, graph.constants, arch, sat)
+    report = {
+        "nodes": per_node,
+        "instructions": len(program),
+        "cycles": estimate_cycles(program, arch),
+        "memory": memory_use(program, arch, dram0.top, packed.shape[0]),
+        "weights_saturated": sat.count,
+    }
+    return CompiledPartition(name, arch, program, consts.recipes,
+                             {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
+                             report)
+
+
+def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
+    """Vectors used in each memory (the highest address any instruction touches, plus one)."""
+    f = program.fields()
+    size = f.operand2 + 1
+    op = f.opcode
+    end0 = f.addr0 + (size - 1) * np.left_shift(1, f.stride0)
+    end1 = f.addr1 + (size - 1) * np.left_shift(1, f.stride1)
+    local_ops = (op == 1) & ((f.flags & 2) == 0) | (op == 2)
+    acc = np.concatenate([end1[(op == 1)], end1[(op == 2) & (f.flags >= 12)],
+                          f.addr0[(op == 4) & ((f.flags & 2) != 0)], f.addr1[(op == 4) & ((f.flags & 1) != 0)]])
+    return {
+        "dram0_vectors": int(dram0_vectors),
+        "dram1_vectors": int(dram1_vectors),
+        "local_vectors": int(end0[local_ops].max() + 1) if local_ops.any() else 0,
+        "accumulator_vectors": int(acc.max() + 1) if acc.size else 0,
+        "local_depth": arch.local_depth,
+        "accumulator_depth": arch.accumulator_depth,
+    }

@@ -1,0 +1,215 @@
+"""Memory manager: where tensors live in DRAM0 and how constants are packed into DRAM1.
+
+DRAM0 tensors are NHWC with the channel axis cut into blocks of N (spec section 3). The
+number of blocks per pixel is padded to a power of two (``blocks_padded``) so that walking
+one channel block across pixels is an encodable stride; for the usual channel counts on
+8x8 and 16x16 arrays this is no padding at all. Padding blocks are never read.
+
+DRAM1 constants are described by recipes: a packing function (by name) and its arguments,
+which refer to the partition's constants by index. The same recipe produces the ``.tdata``
+at build time and again in the runtime, when TVM delivers the weights to the module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..arch import Architecture
+
+
+def next_pow2(x: int) -> int:
+    return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class TensorPlacement:
+    """A feature map (n, h, w, c) in DRAM0 starting at vector ``base``."""
+
+    base: int
+    shape: tuple[int, int, int, int]
+    array_size: int
+
+    @property
+    def blocks(self) -> int:
+        return math.ceil(self.shape[3] / self.array_size)
+
+    @property
+    def blocks_padded(self) -> int:
+        return next_pow2(self.blocks)
+
+    @property
+    def pixels(self) -> int:
+        n, h, w, _ = self.shape
+        return n * h * w
+
+    @property
+    def size(self) -> int:
+        return self.pixels * self.blocks_padded
+
+    def address(self, n: int, y: int, x: int, block: int) -> int:
+        _, h, w, _ = self.shape
+        return self.base + ((n * h + y) * w + x) * self.blocks_padded + block
+
+    @property
+    def channels_padded(self) -> int:
+        return self.blocks_padded * self.array_size
+
+    def to_json(self) -> dict:
+        return {"base": self.base, "shape": list(self.shape)}
+
+
+class Dram0Allocator:
+    """Bump allocation of feature maps in DRAM0 (inputs and outputs first)."""
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+        self.top = 0
+
+    def alloc(self, shape: tuple[int, int, int, int], what: str) -> TensorPlacement:
+        p = TensorPlacement(self.top, tuple(int(s) for s in shape), self.arch.array_size)
+        if p.base + p.size > self.arch.dram0_depth:
+            raise MemoryError(
+                f"{what} of shape {shape} needs DRAM0 vectors {p.base}..{p.base + p.size - 1}, "
+                f"beyond dram0_depth = {self.arch.dram0_depth}; use an architecture with a larger "
+                "dram0_depth or a smaller input"
+            )
+        self.top += p.size
+        return p
+
+
+# -- constant packing ---------------------------------------------------------------------------
+
+PACKERS: dict[str, Callable[..., np.ndarray]] = {}
+
+
+def packer(name: str):
+    def register(fn):
+        PACKERS[name] = fn
+        return fn
+
+    return register
+
+
+@packer("conv_weights")
+def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "OIHW") -> np.ndarray:
+    """Weight blocks of N+1 vectors (zero bias row, then row j = input channel j).
+
+    Dense conv: blocks ordered (output block, input block, kh, kw).
+    Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
+    ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
+    """
+    w = np.asarray(consts[weight], dtype=np.float64)
+    if layout == "KM":
+        w = w.T[:, :, None, None]
+    co, ci_g, kh, kw = w.shape
+    cbo = math.ceil(co / n)
+    if groups == 1:
+        cbi = math.ceil(ci_g / n)
+        wp = np.zeros((cbo * n, cbi * n, kh, kw))
+        wp[:co, :ci_g] = w
+        # (ob, o, ib, j, kh, kw) -> (ob, ib, kh, kw, j, o)
+        blocks = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        out = np.zeros((cbo, cbi, kh, kw, n + 1, n))
+        out[..., 1:, :] = blocks
+        return out.reshape(-1, n)
+    if ci_g != 1 or groups != co:
+        raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
+    wp = np.zeros((cbo * n, kh, kw))
+    wp[:co] = w[:, 0]
+    blocks = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, j)
+    out = np.zeros((cbo, kh, kw, n + 1, n))
+    idx = np.arange(n)
+    out[..., 1 + idx, idx] = blocks
+    return out.reshape(-1, n)
+
+
+@packer("identity_weights")
+def pack_identity_weights(consts, n: int, channels: int) -> np.ndarray:
+    """Depthwise 1x1 blocks with ones on the diagonal: x -> x (+ bias) exactly."""
+    blocks = math.ceil(channels / n)
+    out = np.zeros((blocks, n + 1, n))
+    idx = np.arange(n)
+    out[:, 1 + idx, idx] = 1.0
+    return out.reshape(-1, n)
+
+
+@packer("channel_vectors")
+def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None,
+                         fill: float = 0.0) -> np.ndarray:
+    """One vector per channel block: a constant (e.g. a bias) or ``fill`` everywhere."""
+    blocks = math.ceil(channels / n)
+    out = np.zeros(blocks * n)
+    if values is None:
+        out[:channels] = fill
+    else:
+        out[:channels] = np.asarray(consts[values], dtype=np.float64).reshape(-1)
+    return out.reshape(blocks, n)
+
+
+@packer("fill")
+def pack_fill(consts, n: int, values: Sequence[float]) -> np.ndarray:
+    """One vector per value, every lane holding it (constants for SIMD operands)."""
+    return np.repeat(np.asarray(values, dtype=np.float64)[:, None], n, axis=1)
+
+
+@dataclass(frozen=True)
+class ConstRecipe:
+    packer: str
+    args: dict[str, Any]
+    base: int
+    size: int
+
+    def to_json(self) -> dict:
+        return {"packer": self.packer, "args": self.args, "base": self.base, "size": self.size}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ConstRecipe":
+        return cls(d["packer"], d["args"], d["base"], d["size"])
+
+
+class ConstTable:
+    """DRAM1 contents as recipes; ``pack`` turns them into vectors."""
+
+    def __init__(self, arch: Architecture):
+        self.arch = arch
+        self.recipes: list[ConstRecipe] = []
+        self.top = 0
+        self._cache: dict[str, ConstRecipe] = {}
+
+    def add(self, packer_name: str, consts: Sequence[np.ndarray], **args) -> ConstRecipe:
+        """Place the packer's output in DRAM1 (identical requests share one placement)."""
+        key = repr((packer_name, sorted(args.items())))
+        if key in self._cache:
+            return self._cache[key]
+        size = PACKERS[packer_name](consts, self.arch.array_size, **args).shape[0]
+        if self.top + size > self.arch.dram1_depth:
+            raise MemoryError(
+                f"constants need {self.top + size} DRAM1 vectors, beyond dram1_depth = "
+                f"{self.arch.dram1_depth}; use an architecture with a larger dram1_depth"
+            )
+        recipe = ConstRecipe(packer_name, dict(args), self.top, size)
+        self.top += size
+        self.recipes.append(recipe)
+        self._cache[key] = recipe
+        return recipe
+
+
+def pack_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture,
+                sat=None) -> np.ndarray:
+    """All of DRAM1's constants as (vectors, N) fixed-point integers."""
+    n = arch.array_size
+    total = max((r.base + r.size for r in recipes), default=0)
+    out = np.zeros((total, n), dtype=np.int64)
+    for r in recipes:
+        block = PACKERS[r.packer](consts, n, **r.args)
+        if block.shape != (r.size, n):
+            raise ValueError(
+                f"constant recipe {r.packer} produced {block.shape[0]} vectors, expected {r.size} "
+                "(were the weights delivered for another model?)"
+            )
+        out[r.base : r.base + r.size] = arch.data_type.from_float(block, sat)
+    return out

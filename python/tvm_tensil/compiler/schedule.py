@@ -1,0 +1,425 @@
+"""The scheduler: each graph node becomes tiles of instructions that fit the on-chip memories.
+
+Every node reads its inputs from DRAM0 and writes its output to DRAM0 (a "layer" in Tensil's
+terms); accumulators and array weights never carry data between nodes. Within a node:
+
+- A *tile* is a block of output pixels (rows x columns of one image) whose vectors, for one
+  output channel block, fit the accumulators.
+- Inputs for a tile (the *slab*: the input rows and columns the tile's window touches, all
+  channel blocks) are loaded into local memory once and reused by every kernel tap and
+  every output channel block.
+- Weights are loaded into the array once per (tile, tap, channel block) and reused by all the
+  tile's vectors; when all of a layer's weights fit in local memory they are staged there
+  once for the whole layer.
+- Runs of vectors are single instructions with strides (see ``lir.py``).
+
+Memory map while a node runs: local = [weights | store buffer | slab]; accumulators =
+[tile | scratch | constants].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..arch import Architecture
+from ..isa.instructions import Direction, SIMDOp
+from .graph import Graph, Node
+from .lir import LIR
+from .memory import ConstTable, TensorPlacement
+
+
+class ScheduleError(ValueError):
+    """A node that cannot be scheduled on this architecture (the message says why)."""
+
+
+@dataclass
+class Tile:
+    image: int
+    y0: int
+    rows: int
+    x0: int
+    cols: int
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Scheduler:
+    def __init__(self, arch: Architecture, graph: Graph, placements: dict[str, TensorPlacement],
+                 consts: ConstTable, lir: LIR):
+        self.arch = arch
+        self.n = arch.array_size
+        self.graph = graph
+        self.place = placements
+        self.consts = consts
+        self.lir = lir
+
+    # -- shared pieces ---------------------------------------------------------------------------
+    def _const_vectors(self, values: list[float], acc_base: int) -> dict[float, int]:
+        """Load one full vector per value into the accumulators at ``acc_base``."""
+        if not values:
+            return {}
+        rec = self.consts.add("fill", self.graph.constants, values=[float(v) for v in values])
+        scratch = self.arch.local_depth - len(values)
+        self.lir.datamove(Direction.DRAM1_TO_LOCAL, scratch, rec.base, rec.size)
+        self.lir.datamove(Direction.LOCAL_TO_ACC, scratch, acc_base, rec.size)
+        return {float(v): acc_base + i for i, v in enumerate(values)}
+
+    def _epilogue_constants(self, epilogue) -> list[float]:
+        vals = []
+        for op, attrs in epilogue:
+            if op == "leaky_relu":
+                vals.append(attrs["alpha"])
+            elif op == "clip":
+                vals += [attrs["lo"], attrs["hi"]]
+        return list(dict.fromkeys(vals))
+
+    def _epilogue(self, acc: int, count: int, epilogue, cvec: dict[float, int]) -> None:
+        """Element-wise ops on ``count`` accumulator vectors, in place, through the SIMD unit."""
+        lir = self.lir
+        for op, attrs in epilogue:
+            if op == "relu":
+                lir.simd(SIMDOp.ZERO, dest=1)
+                for i in range(count):
+                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+            elif op == "leaky_relu":  # max(x, alpha * x), for 0 <= alpha <= 1
+                a = cvec[float(attrs["alpha"])]
+                for i in range(count):
+                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=a)
+                    lir.simd(SIMDOp.MULTIPLY, dest=1, left=0, right=1, read=acc + i)
+                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+            elif op == "clip":
+                lo, hi = cvec[float(attrs["lo"])], cvec[float(attrs["hi"])]
+                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=hi)
+                for i in range(count):
+                    lir.simd(SIMDOp.MIN, left=0, right=1, read=acc + i, write=acc + i)
+                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=lo)
+                for i in range(count):
+                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+            else:  # pragma: no cover - the frontend only fuses the ops above
+                raise ScheduleError(f"unknown epilogue {op}")
+
+    def _store(self, out: TensorPlacement, tile: Tile, block: int, acc: int, buf: int) -> None:
+        """Accumulator tile (rows x cols, row-major) -> DRAM0 via local memory."""
+        count = tile.rows * tile.cols
+        lir = self.lir
+        lir.datamove(Direction.ACC_TO_LOCAL, buf, acc, count)
+        pitch = out.blocks_padded
+        if tile.cols == out.shape[2]:  # whole rows: the tile is one run of pixels in DRAM
+            lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, block),
+                         count, 1, pitch)
+            return
+        for r in range(tile.rows):
+            lir.datamove(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols,
+                         out.address(tile.image, tile.y0 + r, tile.x0, block), tile.cols, 1, pitch)
+
+    def _plan_tiles(self, out_shape, window, in_blocks_padded: int, local_free: int,
+                    acc_free: int, extra_acc_per_col: int = 0):
+        """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
+
+        ``window`` = (kh, kw, sh, sw, dh, dw). The slab holds every input row and column the
+        tile's window covers, all channel blocks.
+        """
+        _, oh, ow, _ = out_shape
+        kh, kw, sh, sw, dh, dw = window
+
+        def slab(rows, cols):
+            in_rows = (rows - 1) * sh + (kh - 1) * dh + 1
+            in_cols = (cols - 1) * sw + (kw - 1) * dw + 1
+            return in_rows * in_cols * in_blocks_padded
+
+        cols = ow
+        while cols >= 1:
+            best = None
+            for rows in range(oh, 0, -1):
+                vectors = rows * cols
+                if vectors + extra_acc_per_col * cols <= acc_free and vectors + slab(rows, cols) <= local_free:
+                    best = rows
+                    break
+            if best:
+                return best, cols
+            cols = cols // 2 if cols > 1 else 0
+        raise ScheduleError(
+            "one output pixel's input window does not fit local memory "
+            f"(window {kh}x{kw}, {in_blocks_padded} channel blocks, {local_free} vectors free); "
+            "use an architecture with a larger local_depth"
+        )
+
+    def _tiles(self, out_shape, rows: int, cols: int):
+        n, oh, ow, _ = out_shape
+        for img in range(n):
+            for y0 in range(0, oh, rows):
+                for x0 in range(0, ow, cols):
+                    yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
+
+    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int):
+        """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry."""
+        kh, kw, sh, sw, dh, dw = window
+        pt, pl = padding[0], padding[1]
+        _, h, w, _ = inp.shape
+        y_lo = max(0, tile.y0 * sh - pt)
+        y_hi = min(h - 1, (tile.y0 + tile.rows - 1) * sh - pt + (kh - 1) * dh)
+        x_lo = max(0, tile.x0 * sw - pl)
+        x_hi = min(w - 1, (tile.x0 + tile.cols - 1) * sw - pl + (kw - 1) * dw)
+        cols = max(0, x_hi - x_lo + 1)
+        pb = inp.blocks_padded
+        if cols:
+            if cols == w and y_hi >= y_lo:  # whole rows are one contiguous run
+                self.lir.datamove(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, y_lo, 0, 0),
+                                  (y_hi - y_lo + 1) * w * pb)
+            else:
+                for y in range(y_lo, y_hi + 1):
+                    self.lir.datamove(Direction.DRAM0_TO_LOCAL, slab + (y - y_lo) * cols * pb,
+                                      inp.address(tile.image, y, x_lo, 0), cols * pb)
+        return y_lo, x_lo, cols
+
+    def _tap_runs(self, tile: Tile, inp_shape, window, padding, tap):
+        """For one kernel tap: (row in tile, input y, first col, input x of it, count) runs."""
+        kh, kw, sh, sw, dh, dw = window
+        pt, pl = padding[0], padding[1]
+        _, h, w, _ = inp_shape
+        ky, kx = tap
+        for r in range(tile.rows):
+            y = (tile.y0 + r) * sh - pt + ky * dh
+            if not 0 <= y < h:
+                continue
+            off = kx * dw - pl
+            first = max(tile.x0, _ceil_div(-off, sw))
+            last = min(tile.x0 + tile.cols - 1, (w - 1 - off) // sw)
+            if first > last:
+                continue
+            yield r, y, first - tile.x0, first * sw + off, last - first + 1
+
+    # -- convolution (also dense, depthwise, bias add) -----------------------------------------
+    def conv2d(self, node: Node) -> None:
+        a = node.attrs
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        n = self.n
+        lir = self.lir
+        if a.get("weight") is None:  # identity (a standalone bias add)
+            kh = kw = 1
+            wrec = self.consts.add("identity_weights", self.graph.constants, channels=out.shape[3])
+            depthwise = True
+        else:
+            _, _, kh, kw = np.shape(self.graph.constants[a["weight"]])
+            depthwise = a["groups"] != 1
+            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"], groups=a["groups"])
+        brec = self.consts.add("channel_vectors", self.graph.constants, channels=out.shape[3], values=a.get("bias"))
+        sh, sw = a.get("strides", (1, 1))
+        dh, dw = a.get("dilation", (1, 1))
+        padding = a.get("padding", (0, 0, 0, 0))
+        window = (kh, kw, sh, sw, dh, dw)
+        cbi, cbo = inp.blocks, out.blocks
+        pbi = inp.blocks_padded
+        block = n + 1
+        taps = [(y, x) for y in range(kh) for x in range(kw)]
+
+        cvals = self._epilogue_constants(node.epilogue)
+        acc_free = self.arch.accumulator_depth - len(cvals)
+        local_free = self.arch.local_depth - max(len(cvals), 0)
+        # Stage all weights in local memory once if that leaves room for decent tiles.
+        weights_local = wrec.size + brec.size
+        preload = weights_local <= local_free // 2
+        wbase = 0
+        staging = weights_local if preload else block
+        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free)
+        store = staging
+        slab = store + rows * cols
+        cvec = self._const_vectors(cvals, acc_free)
+        if preload:
+            lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, wrec.base, wrec.size)
+            lir.datamove(Direction.DRAM1_TO_LOCAL, wbase + wrec.size, brec.base, brec.size)
+
+        def load_block(dram1: int, local_off: int, size: int) -> None:
+            if preload:
+                lir.load_weights(wbase + local_off, size)
+            else:
+                lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, dram1, size)
+                lir.load_weights(wbase, size)
+
+        pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
+        for tile in self._tiles(out.shape, rows, cols):
+            y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
+            count = tile.rows * tile.cols
+            for ob in range(cbo):
+                lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
+                            f"cols {tile.x0}+{tile.cols} block {ob}")
+                load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
+                lir.matmul(0, 0, count, zeroes=True)
+                for ib in ([ob] if depthwise else range(cbi)):
+                    for t, tap in enumerate(taps):
+                        idx = (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
+                        load_block(wrec.base + idx * block, idx * block, block)
+                        if pointwise and tile.cols == inp.shape[2] == scols:
+                            lir.matmul(slab + ib, 0, count, pbi, 1, accumulate=True)
+                            continue
+                        for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
+                            src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
+                            lir.matmul(src, r * tile.cols + c0, cnt, sw * pbi, 1, accumulate=True)
+                self._epilogue(0, count, node.epilogue, cvec)
+                self._store(out, tile, ob, 0, store)
+
+    # -- element-wise -------------------------------------------------------------------------------
+    def eltwise(self, node: Node) -> None:
+        """add (two inputs), or a standalone activation (one input), over flat pixel runs."""
+        out = self.place[node.output]
+        ins = [self.place[i] for i in node.inputs]
+        lir = self.lir
+        epilogue = ([] if node.op == "add" else [(node.op, node.attrs)]) + node.epilogue
+        cvals = self._epilogue_constants(epilogue)
+        acc_free = self.arch.accumulator_depth - len(cvals)
+        cvec = self._const_vectors(cvals, acc_free)
+        chunk = min(acc_free, self.arch.local_depth - len(cvals))
+        pb = out.blocks_padded
+        # With no padding blocks every vector is real: one flat run. Otherwise, per block.
+        runs = [(0, out.pixels * pb, 1)] if out.blocks == pb else [(b, out.pixels, pb) for b in range(out.blocks)]
+        for first, total, step in runs:
+            for start in range(0, total, chunk):
+                cnt = min(chunk, total - start)
+                off = first + start * step
+                lir.comment(f"{node.op} {node.output}: vectors {off}+{cnt} step {step}")
+                for k, src in enumerate(ins):
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt, 1, step)
+                    lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if k else Direction.LOCAL_TO_ACC, 0, 0, cnt)
+                self._epilogue(0, cnt, epilogue, cvec)
+                lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, cnt)
+                lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.base + off, cnt, 1, step)
+
+    # -- pooling ------------------------------------------------------------------------------------
+    def pool2d(self, node: Node) -> None:
+        a = node.attrs
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        lir = self.lir
+        kh, kw = a["kernel"]
+        sh, sw = a["strides"]
+        dh, dw = a.get("dilation", (1, 1))
+        padding = a["padding"]
+        window = (kh, kw, sh, sw, dh, dw)
+        is_max = node.op == "max_pool2d"
+        pbi = inp.blocks_padded
+        taps = [(y, x) for y in range(kh) for x in range(kw)]
+        dt = self.arch.data_type
+
+        recips: dict[int, float] = {}
+        counts = None
+        if not is_max:
+            counts = self._pool_counts(inp.shape, out.shape, window, padding, a.get("count_include_pad", False))
+            recips = {c: 1.0 / c for c in sorted(set(counts.reshape(-1).tolist()))}
+        cvals = self._epilogue_constants(node.epilogue) + list(recips.values())
+        cvals = list(dict.fromkeys(cvals))
+        acc_free = self.arch.accumulator_depth - len(cvals)
+        local_free = self.arch.local_depth - len(cvals) - 1
+        # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
+        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free, acc_free,
+                                      extra_acc_per_col=1 if is_max else 0)
+        cvec = self._const_vectors(cvals, acc_free)
+        init = self.consts.add("fill", self.graph.constants, values=[dt.min_float if is_max else 0.0])
+        lir.datamove(Direction.DRAM1_TO_LOCAL, 0, init.base, 1)
+        store = 1
+        slab = store + rows * cols
+        for tile in self._tiles(out.shape, rows, cols):
+            y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
+            count = tile.rows * tile.cols
+            scratch = count
+            for b in range(out.blocks):
+                lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} block {b}")
+                lir.load_weights(0, 1)  # row 0 = the initial value (min or 0)
+                lir.matmul(0, 0, count, zeroes=True)
+                for tap in taps:
+                    for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
+                        src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + b
+                        dst = r * tile.cols + c0
+                        if is_max:
+                            lir.datamove(Direction.LOCAL_TO_ACC, src, scratch, cnt, sw * pbi, 1)
+                            for i in range(cnt):
+                                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=scratch + i)
+                                lir.simd(SIMDOp.MAX, left=0, right=1, read=dst + i, write=dst + i)
+                        else:
+                            lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE, src, dst, cnt, sw * pbi, 1)
+                if not is_max:
+                    tc = counts[tile.y0 : tile.y0 + tile.rows, tile.x0 : tile.x0 + tile.cols].reshape(-1)
+                    for c, rv in recips.items():
+                        idx = np.nonzero(tc == c)[0]
+                        if idx.size:
+                            lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[rv])
+                            for i in idx.tolist():
+                                lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
+                self._epilogue(0, count, node.epilogue, cvec)
+                self._store(out, tile, b, 0, store)
+
+    @staticmethod
+    def _pool_counts(in_shape, out_shape, window, padding, include_pad: bool) -> np.ndarray:
+        """Elements each output pixel averages over (ONNX count_include_pad semantics)."""
+        kh, kw, sh, sw, dh, dw = window
+        pt, pl, pb, pr = padding
+        _, h, w, _ = in_shape
+        _, oh, ow, _ = out_shape
+
+        def valid(o, s, k, d, pad, size, pad_end):
+            idx = o * s - pad + np.arange(k) * d
+            lo, hi = (-pad, size - 1 + pad_end) if include_pad else (0, size - 1)
+            return int(np.count_nonzero((idx >= lo) & (idx <= hi)))
+
+        ys = np.array([valid(o, sh, kh, dh, pt, h, pb) for o in range(oh)])
+        xs = np.array([valid(o, sw, kw, dw, pl, w, pr) for o in range(ow)])
+        return ys[:, None] * xs[None, :]
+
+    def global_avg_pool(self, node: Node) -> None:
+        """Mean over h and w. Inputs are pre-scaled by 2^-k so the sums cannot overflow
+        (k <= binary_point / 2 keeps the scaling precise), summed by folding halves in the
+        accumulators, then scaled by 2^k / pixels."""
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        lir = self.lir
+        n_img, h, w, _ = inp.shape
+        pixels = h * w
+        k = min(math.ceil(math.log2(pixels)) if pixels > 1 else 0, self.arch.data_type.binary_point // 2)
+        pre, post = 2.0 ** -k, (2.0 ** k) / pixels
+        cvals = list(dict.fromkeys([v for v in (pre, post) if v != 1.0] + self._epilogue_constants(node.epilogue)))
+        acc_free = self.arch.accumulator_depth - len(cvals) - 1
+        result = acc_free  # one accumulator vector holds the running sum
+        cvec = self._const_vectors(cvals, acc_free + 1)
+        chunk = min(acc_free, (self.arch.local_depth - len(cvals)) // 2)
+        pb = inp.blocks_padded
+        for img in range(n_img):
+            for b in range(inp.blocks):
+                lir.comment(f"global_avg_pool {node.output}: image {img} block {b}")
+                for start in range(0, pixels, chunk):
+                    cnt = min(chunk, pixels - start)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, inp.address(img, 0, 0, b) + start * pb, cnt, 1, pb)
+                    lir.datamove(Direction.LOCAL_TO_ACC, 0, 0, cnt)
+                    if pre != 1.0:
+                        lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[pre])
+                        for i in range(cnt):
+                            lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
+                    size = cnt
+                    while size > 1:  # acc[0:half] += acc[size-half:size]
+                        half = size // 2
+                        lir.datamove(Direction.ACC_TO_LOCAL, 0, size - half, half)
+                        lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE, 0, 0, half)
+                        size -= half
+                    lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, 1)
+                    lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if start else Direction.LOCAL_TO_ACC,
+                                 0, result, 1)
+                if post != 1.0:
+                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
+                    lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=result, write=result)
+                self._epilogue(result, 1, node.epilogue, cvec)
+                lir.datamove(Direction.ACC_TO_LOCAL, 0, result, 1)
+                lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.address(img, 0, 0, b), 1)
+
+    # -- dispatch -----------------------------------------------------------------------------------
+    def lower(self, node: Node) -> None:
+        if node.op in ("conv2d", "bias_add"):
+            self.conv2d(node)
+        elif node.op in ("add", "relu", "leaky_relu", "clip"):
+            self.eltwise(node)
+        elif node.op in ("max_pool2d", "avg_pool2d"):
+            self.pool2d(node)
+        elif node.op == "global_avg_pool":
+            self.global_avg_pool(node)
+        else:
+            raise ScheduleError(f"no schedule for op '{node.op}'")
