@@ -9,10 +9,35 @@ from . import numbers
 from .arch import Architecture, ArchitectureError, PRESETS, load_arch
 from .model import TensilModel, ModelError
 from .runtime import device, get_device, Emulator
+from .runtime import bridge as _bridge  # registers the functions compiled models call
 
 __version__ = "0.1.0"
 
 __all__ = [
     "numbers", "Architecture", "ArchitectureError", "PRESETS", "load_arch",
     "TensilModel", "ModelError", "device", "get_device", "Emulator",
+    "build", "partition_for_tensil", "last_report", "last_run_stats",
 ]
+
+# The TVM-facing parts load TVM (about 2 s): import them on first use.
+_LAZY = {"build": "build", "partition_for_tensil": "partition_for_tensil", "offload": "offload"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from . import byoc
+
+        return getattr(byoc, _LAZY[name])
+    raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
+
+
+def last_report():
+    """The report of the most recent ``build`` in this process."""
+    import importlib
+
+    return importlib.import_module("tvm_tensil.byoc.build").LAST_REPORT
+
+
+def last_run_stats():
+    """Per partition, the statistics of its most recent run on a device."""
+    return _bridge.last_run_stats()

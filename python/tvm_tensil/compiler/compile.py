@@ -30,6 +30,7 @@ class CompiledPartition:
     inputs: dict[str, TensorPlacement]
     outputs: dict[str, TensorPlacement]
     report: dict[str, Any] = field(default_factory=dict)
+    constants: list | None = None  # the float weights, when compiled in this process
 
     def model(self, constants) -> TensilModel:
         """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays)."""

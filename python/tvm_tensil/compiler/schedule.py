@@ -205,9 +205,11 @@ class Scheduler:
             wrec = self.consts.add("identity_weights", self.graph.constants, channels=out.shape[3])
             depthwise = True
         else:
-            _, _, kh, kw = np.shape(self.graph.constants[a["weight"]])
+            layout = a.get("layout", "OIHW")
+            kh, kw = (1, 1) if layout == "KM" else np.shape(self.graph.constants[a["weight"]])[2:]
             depthwise = a["groups"] != 1
-            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"], groups=a["groups"])
+            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"],
+                                   groups=a["groups"], layout=layout)
         brec = self.consts.add("channel_vectors", self.graph.constants, channels=out.shape[3], values=a.get("bias"))
         sh, sw = a.get("strides", (1, 1))
         dh, dw = a.get("dilation", (1, 1))

@@ -1,0 +1,192 @@
+"""``tvm_tensil.build``: the relay.build of this stack, plus the ``tensil`` target and pipeline.
+
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    ex = tvm.compile(mod, target="tensil", relax_pipeline="tensil")   # same, default arch
+
+Every op the TCU can run is compiled to Tensil instructions (one runtime module per
+partition), everything else is compiled for the host CPU by TVM's default LLVM pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..arch import Architecture, load_arch
+from . import codegen
+from .frontend import shape_of
+from .patterns import Rejections, partition_for_tensil
+
+TARGET = "tensil"
+ARCH_ENV = "TVM_TENSIL_ARCH"
+
+if TARGET not in tvm.target.tag.list_tags():
+    tvm.target.tag.register_tag(TARGET, {"kind": "llvm", "keys": [TARGET, "cpu"]})
+
+
+@dataclass
+class BuildReport:
+    """What went where: per partition the ops, instructions, memory and estimated cycles;
+    every op left on the CPU with the reason."""
+
+    arch: Architecture
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cpu_ops: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(p["cycles"]["total"] for p in self.partitions.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arch": self.arch.to_dict(), "partitions": self.partitions, "cpu_ops": self.cpu_ops,
+                "estimated_cycles": self.total_cycles}
+
+    def __str__(self) -> str:
+        a = self.arch
+        lines = [f"Tensil build for {a.name or 'custom architecture'} ({a.array_size}x{a.array_size} "
+                 f"{a.data_type.name})"]
+        for sym, p in self.partitions.items():
+            mem = p["memory"]
+            lines.append(f"partition {sym}: {p['instructions']} instructions, ~{p['cycles']['total']} cycles "
+                         f"(latency model)")
+            lines.append(f"  memory: DRAM0 {mem['dram0_vectors']} vectors, DRAM1 {mem['dram1_vectors']}, "
+                         f"local {mem['local_vectors']}/{mem['local_depth']}, accumulators "
+                         f"{mem['accumulator_vectors']}/{mem['accumulator_depth']}")
+            for node in p["nodes"]:
+                ep = f" + {'+'.join(node['epilogue'])}" if node["epilogue"] else ""
+                lines.append(f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
+                             f"(from {', '.join(node['relax_ops'])})")
+            if p.get("weights_saturated"):
+                lines.append(f"  warning: {p['weights_saturated']} weights saturated at the "
+                             f"{a.data_type.name} range")
+        if self.cpu_ops:
+            lines.append("on the CPU:")
+            for op in self.cpu_ops:
+                lines.append(f"  {op['op']} {tuple(op['shape'])}: {op['reason']}")
+        else:
+            lines.append("on the CPU: nothing")
+        if a.clock_mhz:
+            ms = self.total_cycles / (a.clock_mhz * 1e3)
+            lines.append(f"estimated TCU time: {ms:.3f} ms at {a.clock_mhz:g} MHz (latency model, no overlap)")
+        return "\n".join(lines)
+
+
+def _namespace_symbols(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
+    """Give each Tensil partition a symbol unique to this model and architecture."""
+    digest = hashlib.sha1(
+        f"{tvm_ffi.structural_hash(mod)}:{json.dumps(arch.to_dict(), sort_keys=True)}".encode()
+    ).hexdigest()[:12]
+    i = 0
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and func.attrs and func.attrs.get("Codegen") == TARGET:
+            mod[gv] = func.with_attr("global_symbol", f"tensil_{digest}_{i}")
+            i += 1
+    return mod
+
+
+def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
+    ops = []
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
+            continue
+
+        def visit(e):
+            if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
+                try:
+                    shape = shape_of(e)
+                except ValueError:
+                    shape = ()
+                name = e.op.name
+                reason = rejections.reason(name, shape) or f"no Tensil pattern for {name}"
+                ops.append({"op": name, "shape": list(shape), "reason": reason})
+
+        relax.analysis.post_order_visit(func.body, visit)
+    return ops
+
+
+def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[tvm.IRModule, BuildReport]:
+    """Partition and compile the Tensil parts; returns the module for the host and the report."""
+    arch = load_arch(arch)
+    rejections = Rejections()
+    mod = partition_for_tensil(mod, arch, rejections)
+    mod = _namespace_symbols(mod, arch)
+    report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections))
+    symbols = [str(f.attrs["global_symbol"]) for f in mod.functions.values()
+               if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == TARGET]
+    mod = relax.transform.RunCodegen({TARGET: {"arch": json.dumps(arch.to_dict())}})(mod)
+    for sym in symbols:
+        report.partitions[sym] = codegen.COMPILED[sym].report
+    return mod, report
+
+
+LAST_REPORT: BuildReport | None = None
+
+
+def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Architecture" = "pynqz1",
+          params: dict | None = None, model_dir: "str | os.PathLike | None" = None):
+    """Compile a Relax module for the Tensil compute unit and the host CPU.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The model, e.g. ``from_onnx(onnx_model, keep_params_in_input=False)``.
+    target : str
+        ``"tensil"`` (TCU + the host's LLVM) or any host target string with ``-keys=tensil``.
+    arch : str, path or Architecture
+        A preset name (``tvm-tensil arch --list``), a ``.tarch`` path, or an Architecture.
+    params : dict, optional
+        Weights to bind as constants when the module takes them as inputs.
+    model_dir : path, optional
+        Also write each partition as Tensil model files (.tmodel/.tprog/.tdata) here.
+
+    Returns
+    -------
+    tvm.relax.VMExecutable
+        Run it with ``relax.VirtualMachine(ex, tvm.cpu())``; ``ex.export_library(path)`` saves it.
+        ``tvm_tensil.byoc.build.LAST_REPORT`` (and ``tvm_tensil.last_report()``) holds the report.
+    """
+    global LAST_REPORT
+    arch = load_arch(arch)
+    if params:
+        mod = relax.transform.BindParams("main", params)(mod)
+    host = "llvm" if str(target) == TARGET else target
+    mod, report = offload(mod, arch)
+    if model_dir is not None:
+        write_models(report, model_dir)
+    ex = tvm.compile(mod, target=host)
+    LAST_REPORT = report
+    return ex
+
+
+def write_models(report: BuildReport, directory: "str | os.PathLike") -> list[Path]:
+    """Write every partition of the last build as Tensil model files."""
+    paths = []
+    for sym in report.partitions:
+        part = codegen.COMPILED[sym]
+        paths.append(part.model(part.constants).save(directory))
+    Path(directory, "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    Path(directory, "report.txt").write_text(str(report) + "\n")
+    return paths
+
+
+@relax.pipeline.register_pipeline(TARGET)
+def tensil_pipeline(arch: "str | Architecture | None" = None):
+    """``tvm.compile(mod, target="tensil", relax_pipeline="tensil")``: arch from the argument,
+    else ``$TVM_TENSIL_ARCH``, else pynqz1."""
+    chosen = arch or os.environ.get(ARCH_ENV) or "pynqz1"
+
+    @tvm.transform.module_pass(opt_level=0, name="TensilPipeline")
+    def _pipeline(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        global LAST_REPORT
+        mod, LAST_REPORT = offload(mod, chosen)
+        return relax.pipeline.get_default_pipeline(tvm.target.Target("llvm"))(mod)
+
+    return _pipeline

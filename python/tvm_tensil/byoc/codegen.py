@@ -1,0 +1,63 @@
+"""``relax.ext.tensil``: compile each Tensil partition and wrap it in a runtime module.
+
+Called by ``relax.transform.RunCodegen`` with the partition functions. Each function goes
+through the frontend and the compiler; the result (program, constant recipes, DRAM0 map) is
+embedded in the C++ stub ``tensil_stub.cc`` as JSON and becomes a ``CSourceModule`` whose
+constants (the partition's weights, delivered once via ``__init_<symbol>``) are the ones
+RunCodegen named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+
+from ..arch import Architecture, load_arch
+from ..compiler import CompiledPartition, compile_graph
+from .frontend import collect_constants, relax_to_graph
+
+STUB = Path(__file__).with_name("tensil_stub.cc")
+
+# Partitions compiled in this process, by symbol (the build report reads them).
+COMPILED: dict[str, CompiledPartition] = {}
+
+
+def _arch_from_options(options) -> Architecture:
+    if options is not None and "arch" in options:
+        return load_arch(json.loads(str(options["arch"])))
+    return load_arch("pynqz1")
+
+
+def description(part: CompiledPartition, io_shapes: dict, graph_inputs, graph_outputs) -> dict:
+    d = part.to_json()
+    d["relax_shapes"] = {k: list(v) for k, v in io_shapes.items()}
+    d["input_order"] = list(graph_inputs)
+    d["output_order"] = list(graph_outputs)
+    return d
+
+
+def stub_source(symbol: str, desc: dict) -> str:
+    text = json.dumps(desc, separators=(",", ":"))
+    if ")TVM_TENSIL" in text:  # cannot happen with JSON of base64 and names; guard the raw literal
+        raise ValueError("description would end the raw string literal")
+    return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
+
+
+@tvm_ffi.register_global_func("relax.ext.tensil", override=True)
+def tensil_codegen(functions, options, constant_names):
+    arch = _arch_from_options(options)
+    create = tvm.get_global_func("runtime.CSourceModuleCreate")
+    modules = []
+    for func in functions:
+        symbol = str(func.attrs["global_symbol"])
+        graph, io_shapes = relax_to_graph(func)
+        part = compile_graph(graph, arch, name=symbol)
+        COMPILED[symbol] = part
+        part.constants = graph.constants  # for writing model files at build time
+        names = [str(constant_names[c]) for c in collect_constants(func)]
+        desc = description(part, io_shapes, graph.inputs, graph.outputs)
+        modules.append(create(stub_source(symbol, desc), "cc", [symbol], names))
+    return modules

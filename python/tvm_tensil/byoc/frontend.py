@@ -1,0 +1,191 @@
+"""Frontend: a Relax partition function (merged Tensil composites) -> ``compiler.Graph``.
+
+Relax tensors are NCHW (4-D) or (batch, features) (2-D); the graph's feature maps are
+(n, h, w, c), a 2-D tensor (B, K) becoming one row of B pixels: (1, 1, B, K), which lets a
+dense layer run as a single pointwise convolution over the row.
+
+Constants are listed in the order TVM's ``RunCodegen`` delivers them to the runtime module
+(post-order over the function body), so constant indices in the graph match the arrays the
+module receives in ``__init_``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..compiler.graph import Graph, Node, Tensor
+
+
+class FrontendError(ValueError):
+    """A partition contains something the compiler cannot take (a pattern check missed it)."""
+
+
+def shape_of(expr) -> tuple[int, ...]:
+    ty = expr.ty if hasattr(expr, "ty") else None
+    if ty is None or not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        raise FrontendError(f"expression has no static tensor shape: {type(expr).__name__}")
+    return tuple(int(v) for v in ty.shape.values)
+
+
+def dtype_of(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def to_internal(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """Relax NCHW or (B, K) -> the graph's (n, h, w, c)."""
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return (n, h, w, c)
+    if len(shape) == 2:
+        return (1, 1, shape[0], shape[1])
+    raise FrontendError(f"tensors of rank {len(shape)} are not supported (shape {shape})")
+
+
+def collect_constants(func: relax.Function) -> list:
+    """Constants in post-order over the body, each once (the order RunCodegen names them)."""
+    found: list = []
+
+    def visit(e):
+        if isinstance(e, tvm.ir.GenericConst) and not any(e.same_as(c) for c in found):
+            found.append(e)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+class _Builder:
+    def __init__(self, func: relax.Function):
+        self.func = func
+        self.const_exprs = collect_constants(func)
+        self.constants = [c.value.numpy().astype(np.float32) for c in self.const_exprs]
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self._vars: list = []  # (Relax var, tensor name); vars compare by identity
+        self.relax_shapes: dict[str, tuple[int, ...]] = {}
+        self.count = 0
+
+    def const_index(self, expr) -> int:
+        for i, c in enumerate(self.const_exprs):
+            if c.same_as(expr):
+                return i
+        raise FrontendError("constant not found in the partition")
+
+    def new_tensor(self, relax_shape: tuple[int, ...]) -> str:
+        name = f"t{self.count}"
+        self.count += 1
+        self.tensors[name] = Tensor(name, to_internal(relax_shape))
+        self.relax_shapes[name] = relax_shape
+        return name
+
+    def bind(self, var, name: str) -> None:
+        self._vars.append((var, name))
+
+    def lookup(self, var) -> str:
+        for v, name in self._vars:
+            if v.same_as(var):
+                return name
+        raise FrontendError(f"unbound variable {getattr(var, 'name', var)}")
+
+
+def relax_to_graph(func: relax.Function) -> tuple[Graph, dict[str, tuple[int, ...]]]:
+    """Convert a merged Tensil partition. Returns the graph and each graph I/O tensor's Relax shape."""
+    b = _Builder(func)
+    inputs = []
+    for p in func.params:
+        name = b.new_tensor(shape_of(p))
+        b.bind(p, name)
+        inputs.append(name)
+    out_name = _walk(b, func.body, {})
+    graph = Graph(b.tensors, b.nodes, inputs, [out_name], b.constants)
+    io_shapes = {t: b.relax_shapes[t] for t in inputs + [out_name]}
+    return graph, io_shapes
+
+
+def _walk(b: _Builder, body, functions: dict) -> str:
+    """Walk a SeqExpr; composite calls are inlined. Returns the tensor name of the result."""
+    local_funcs = dict(functions)
+    for block in body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                local_funcs[len(local_funcs)] = (binding.var, value)
+                continue
+            if not isinstance(value, relax.Call):
+                if isinstance(value, relax.Var):  # an alias
+                    b.bind(binding.var, b.lookup(value))
+                    continue
+                raise FrontendError(f"unsupported binding {type(value).__name__}")
+            callee = None
+            for var, fn in local_funcs.values():
+                if isinstance(value.op, relax.Var) and var.same_as(value.op):
+                    callee = fn
+            if callee is not None:
+                # Inline the composite: bind its params to the call's arguments.
+                for param, arg in zip(callee.params, value.args):
+                    b.bind(param, _operand(b, arg))
+                b.bind(binding.var, _walk(b, callee.body, local_funcs))
+                continue
+            b.bind(binding.var, _convert_call(b, value, shape_of(binding.var)))
+    result = body.body
+    return b.lookup(result)
+
+
+def _operand(b: _Builder, arg) -> str:
+    if isinstance(arg, relax.Var):
+        return b.lookup(arg)
+    raise FrontendError(f"unsupported operand {type(arg).__name__}")
+
+
+def _is_const(e) -> bool:
+    return isinstance(e, tvm.ir.GenericConst)
+
+
+def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> str:
+    op = call.op.name
+    a = call.attrs
+    out = b.new_tensor(out_shape)
+
+    def node(kind, inputs, **attrs):
+        b.nodes.append(Node(kind, inputs, out, attrs, source_ops=[op]))
+        return out
+
+    if op == "relax.nn.conv2d":
+        return node("conv2d", [_operand(b, call.args[0])], weight=b.const_index(call.args[1]), bias=None,
+                    strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
+                    padding=tuple(int(p) for p in a.padding), groups=int(a.groups))
+    if op == "relax.matmul":
+        w = b.const_index(call.args[1])
+        # A (K, M) matmul weight is a 1x1 conv weight (M, K, 1, 1); the packer transposes.
+        b.nodes.append(Node("conv2d", [_operand(b, call.args[0])], out,
+                            dict(weight=w, bias=None, groups=1, layout="KM"), source_ops=[op]))
+        return out
+    if op == "relax.add":
+        lhs, rhs = call.args
+        if _is_const(rhs) or _is_const(lhs):
+            x, c = (lhs, rhs) if _is_const(rhs) else (rhs, lhs)
+            return node("bias_add", [_operand(b, x)], weight=None, bias=b.const_index(c), groups=1)
+        return node("add", [_operand(b, lhs), _operand(b, rhs)])
+    if op == "relax.nn.relu":
+        return node("relu", [_operand(b, call.args[0])])
+    if op == "relax.nn.leakyrelu":
+        return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
+    if op == "relax.clip":
+        return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+    if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        kind = "max_pool2d" if "max" in op else "avg_pool2d"
+        return node(kind, [_operand(b, call.args[0])], kernel=tuple(int(k) for k in a.pool_size),
+                    strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
+                    padding=tuple(int(p) for p in a.padding), count_include_pad=bool(a.count_include_pad))
+    if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
+        return node("global_avg_pool", [_operand(b, call.args[0])])
+    if op in ("relax.reshape", "relax.flatten"):
+        # Only layout-preserving reshapes are matched ((n, c, 1, 1) <-> (n, c)): an alias.
+        src = _operand(b, call.args[0])
+        del b.tensors[out]
+        b.count -= 1
+        b.relax_shapes.pop(out)
+        b.relax_shapes[src] = out_shape
+        return src
+    raise FrontendError(f"no conversion for {op}")

@@ -1,0 +1,194 @@
+"""Preparation passes before partitioning.
+
+- Constant folding, and batch-norm decomposed into per-channel scale and shift.
+- Per-channel affine chains (add / subtract / multiply / divide by constants) are folded into
+  the preceding conv2d or matmul: ``conv(x, W) * s + t`` becomes ``conv(x, W*s) + t``. This is
+  batch-norm folding whether or not the conv has a bias.
+- A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
+  matmul), which the TCU runs exactly like any other conv.
+
+All arithmetic on constants happens here, in float, before partitioning: the runtime module
+then receives the folded weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+
+from .frontend import shape_of
+
+
+def _value(c) -> np.ndarray:
+    return c.value.numpy()
+
+
+def _const(a: np.ndarray):
+    return relax.const(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def _channel_vector(c, x_shape) -> np.ndarray | None:
+    """The per-channel values of constant ``c`` broadcast against ``x``, or None."""
+    v = _value(c)
+    if v.dtype != np.float32:
+        return None
+    ch = x_shape[1]
+    if v.size == 1:
+        return np.full(ch, float(v.reshape(-1)[0]), dtype=np.float32)
+    if len(x_shape) == 4 and v.shape in ((1, ch, 1, 1), (ch, 1, 1)):
+        return v.reshape(ch)
+    if len(x_shape) == 2 and v.shape in ((ch,), (1, ch)):
+        return v.reshape(ch)
+    return None
+
+
+def _broadcast_like(vec: np.ndarray, x_shape) -> np.ndarray:
+    return vec.reshape((1, -1, 1, 1) if len(x_shape) == 4 else (1, -1))
+
+
+def _rules():
+    x, c = wildcard(), is_const()
+    rules = []
+
+    # subtract(y, c) -> add(y, -c); divide(y, c) -> multiply(y, 1/c)
+    sub = is_op("relax.subtract")(x, c)
+
+    def r_sub(expr, m):
+        v = _channel_vector(m[c], shape_of(m[x]))
+        return expr if v is None else relax.op.add(m[x], _const(_broadcast_like(-v, shape_of(m[x]))))
+
+    rules.append((sub, r_sub))
+    div = is_op("relax.divide")(x, c)
+
+    def r_div(expr, m):
+        v = _channel_vector(m[c], shape_of(m[x]))
+        if v is None or np.any(v == 0):
+            return expr
+        return relax.op.multiply(m[x], _const(_broadcast_like(1.0 / v, shape_of(m[x]))))
+
+    rules.append((div, r_div))
+
+    # multiply(add(y, b), s) -> add(multiply(y, s), b*s): scales move towards the conv.
+    b = is_const()
+    mul_add = is_op("relax.multiply")(is_op("relax.add")(x, b), c)
+
+    def r_mul_add(expr, m):
+        s = _channel_vector(m[c], shape_of(m[x]))
+        bv = _channel_vector(m[b], shape_of(m[x]))
+        if s is None or bv is None:
+            return expr
+        shp = shape_of(m[x])
+        return relax.op.add(relax.op.multiply(m[x], _const(_broadcast_like(s, shp))),
+                            _const(_broadcast_like(bv * s, shp)))
+
+    rules.append((mul_add, r_mul_add))
+
+    # add(add(y, b1), b2) and multiply(multiply(y, s1), s2) combine.
+    for opname, comb in (("relax.add", np.add), ("relax.multiply", np.multiply)):
+        inner_c = is_const()
+        pat = is_op(opname)(is_op(opname)(x, inner_c), c)
+
+        def r_comb(expr, m, opname=opname, comb=comb, inner_c=inner_c):
+            shp = shape_of(m[x])
+            v1, v2 = _channel_vector(m[inner_c], shp), _channel_vector(m[c], shp)
+            if v1 is None or v2 is None:
+                return expr
+            fn = relax.op.add if opname == "relax.add" else relax.op.multiply
+            return fn(m[x], _const(_broadcast_like(comb(v1, v2), shp)))
+
+        rules.append((pat, r_comb))
+
+    # multiply(conv2d(x, W), s) -> conv2d(x, W * s)
+    w = is_const()
+    conv = is_op("relax.nn.conv2d")(x, w)
+    mul_conv = is_op("relax.multiply")(conv, c)
+
+    def r_mul_conv(expr, m):
+        call = m[conv]
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return expr
+        s = _channel_vector(m[c], shape_of(call))
+        if s is None:
+            return expr
+        wv = _value(m[w]) * s.reshape(-1, 1, 1, 1)
+        return relax.op.nn.conv2d(m[x], _const(wv), strides=a.strides, padding=a.padding,
+                                  dilation=a.dilation, groups=a.groups, data_layout="NCHW",
+                                  kernel_layout="OIHW")
+
+    rules.append((mul_conv, r_mul_conv))
+
+    # multiply(matmul(x, W), s) -> matmul(x, W * s)
+    mm = is_op("relax.matmul")(x, w)
+    mul_mm = is_op("relax.multiply")(mm, c)
+
+    def r_mul_mm(expr, m):
+        if len(shape_of(m[mm])) != 2 or len(shape_of(m[w])) != 2:
+            return expr
+        s = _channel_vector(m[c], shape_of(m[mm]))
+        if s is None:
+            return expr
+        return relax.op.matmul(m[x], _const(_value(m[w]) * s[None, :]))
+
+    rules.append((mul_mm, r_mul_mm))
+    return rules
+
+
+def _scale_to_conv():
+    """A per-channel multiply left over becomes a depthwise 1x1 conv (or a diagonal matmul)."""
+    x, c = wildcard(), is_const()
+    pat = is_op("relax.multiply")(x, c)
+
+    def r(expr, m):
+        try:
+            shp = shape_of(m[x])
+        except ValueError:
+            return expr
+        s = _channel_vector(m[c], shp)
+        if s is None or str(m[x].ty.dtype) != "float32":
+            return expr
+        if len(shp) == 4:
+            return relax.op.nn.conv2d(m[x], _const(s.reshape(-1, 1, 1, 1)), groups=shp[1])
+        return relax.op.matmul(m[x], _const(np.diag(s)))
+
+    return pat, r
+
+
+def _rewrite_to_fixpoint(func, rules, limit: int = 64):
+    for _ in range(limit):
+        before = func
+        for pat, rewriter in rules:
+            func = rewrite_call(pat, rewriter, func)
+        if tvm_ffi.structural_equal(before, func):
+            break
+    return func
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
+def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
+            continue
+        func = _rewrite_to_fixpoint(func, _rules())
+        func = _rewrite_to_fixpoint(func, [_scale_to_conv()])
+        mod[gv] = func
+    return mod
+
+
+def prepare_for_tensil(mod: tvm.IRModule) -> tvm.IRModule:
+    """Constant folding, batch-norm folding, affine folding (see the module docstring)."""
+    seq = tvm.transform.Sequential([
+        relax.transform.FoldConstant(),
+        relax.transform.FoldBatchnormToConv2D(),
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.FoldConstant(),
+        relax.transform.CanonicalizeBindings(),
+        fold_affine,
+        relax.transform.FoldConstant(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.DeadCodeElimination(),
+    ])
+    return seq(mod)

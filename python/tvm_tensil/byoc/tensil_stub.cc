@@ -1,0 +1,1 @@
+../../../src/codegen/tensil_stub.cc
