@@ -173,6 +173,10 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
     if op == "relax.clip":
         return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+    if op in ("relax.maximum", "relax.minimum"):
+        bound = float(call.args[1].value.numpy().reshape(()))
+        lo, hi = (bound, float("inf")) if op == "relax.maximum" else (float("-inf"), bound)
+        return node("clip", [_operand(b, call.args[0])], lo=lo, hi=hi)
     if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         kind = "max_pool2d" if "max" in op else "avg_pool2d"
         return node(kind, [_operand(b, call.args[0])], kernel=tuple(int(k) for k in a.pool_size),

@@ -159,6 +159,15 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     def check_act(ctx: PatternCheckContext) -> bool:
         return check_activation(ctx, ctx.annotated_expr["root"])
 
+    def check_minmax(ctx: PatternCheckContext) -> bool:
+        call = ctx.annotated_expr["root"]
+        x, c = call.args
+        if (err := _float32(x, c) or _rank(x)):
+            return reject(ctx, err)
+        if c.value.numpy().size != 1:
+            return reject(ctx, f"{call.op.name} with a non-scalar bound")
+        return needs_registers(ctx, call.op.name)
+
     def check_pool(ctx: PatternCheckContext) -> bool:
         call = ctx.annotated_expr["root"]
         a = call.attrs
@@ -220,6 +229,8 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         single("tensil.global_avg_pool", is_op("relax.nn.adaptive_avg_pool2d")(x()), check_global_pool),
         single("tensil.mean", is_op("relax.mean")(x()), check_global_pool),
         single("tensil.reshape", is_op("relax.reshape")(x(), x()), check_reshape),
+        single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
+        single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
     ]
     # Fused patterns: conv/matmul with bias and activation epilogues.
     for base_name, base, key, check in (("conv2d", conv, "conv", check_conv), ("matmul", matmul, "matmul", check_matmul)):

@@ -167,11 +167,40 @@ def _rewrite_to_fixpoint(func, rules, limit: int = 64):
     return func
 
 
+def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
+    """``call_tir(maximum|minimum, (x, scalar const))``, as the ONNX importer emits Clip, back to
+    ``relax.maximum``/``relax.minimum`` so that patterns can match them."""
+    c = is_const()
+    x = wildcard()
+    pat = is_op("relax.call_tir")(wildcard(), wildcard())
+
+    def r(expr, m):
+        gv, args = expr.args[0], expr.args[1]
+        name = getattr(gv, "name_hint", "")
+        kind = "maximum" if name.startswith("maximum") else "minimum" if name.startswith("minimum") else None
+        if kind is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+            return expr
+        data, bound = args.fields
+        if not isinstance(bound, tvm.ir.GenericConst) or bound.value.numpy().size != 1:
+            return expr
+        try:
+            if shape_of(data) != shape_of(expr):
+                return expr
+        except ValueError:
+            return expr
+        fn = relax.op.maximum if kind == "maximum" else relax.op.minimum
+        return fn(data, relax.const(np.float32(bound.value.numpy().reshape(()))))
+
+    del c, x
+    return rewrite_call(pat, r, func)
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
+        func = _te_minmax_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, _rules())
         func = _rewrite_to_fixpoint(func, [_scale_to_conv()])
         mod[gv] = func

@@ -75,7 +75,7 @@ class Scheduler:
             if op == "leaky_relu":
                 vals.append(attrs["alpha"])
             elif op == "clip":
-                vals += [attrs["lo"], attrs["hi"]]
+                vals += [v for v in (attrs["lo"], attrs["hi"]) if np.isfinite(v)]
         return list(dict.fromkeys(vals))
 
     def _epilogue(self, acc: int, count: int, epilogue, cvec: dict[float, int]) -> None:
@@ -92,14 +92,13 @@ class Scheduler:
                     lir.simd(SIMDOp.MOVE, dest=1, left=0, read=a)
                     lir.simd(SIMDOp.MULTIPLY, dest=1, left=0, right=1, read=acc + i)
                     lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
-            elif op == "clip":
-                lo, hi = cvec[float(attrs["lo"])], cvec[float(attrs["hi"])]
-                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=hi)
-                for i in range(count):
-                    lir.simd(SIMDOp.MIN, left=0, right=1, read=acc + i, write=acc + i)
-                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=lo)
-                for i in range(count):
-                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+            elif op == "clip":  # an infinite bound clips nothing beyond saturation
+                for bound, fn in ((attrs["hi"], SIMDOp.MIN), (attrs["lo"], SIMDOp.MAX)):
+                    if not np.isfinite(bound):
+                        continue
+                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])
+                    for i in range(count):
+                        lir.simd(fn, left=0, right=1, read=acc + i, write=acc + i)
             else:  # pragma: no cover - the frontend only fuses the ops above
                 raise ScheduleError(f"unknown epilogue {op}")
 

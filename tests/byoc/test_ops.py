@@ -1,0 +1,159 @@
+"""Every offloaded op, alone, against TVM's CPU build of the same ONNX model.
+
+Tolerance: inputs and weights lie on a 1/16 grid and stay small, so every product and sum is
+exact in FP16BP8 and the TCU must match the CPU bit for bit (bound 0). Ops that multiply by a
+reciprocal (average pooling) round once more: the bound is then |max input| * 2^-9 * k + 2^-8.
+A wrong tap, a transposed weight or an off-by-one in padding changes outputs by multiples of
+1/256 and fails the exact comparison.
+"""
+
+import numpy as np
+import pytest
+
+from zoo import OnnxBuilder
+
+
+def grid(rng, shape, lo=-16, hi=16):
+    return rng.integers(lo, hi, shape) / 16
+
+
+def offloaded(report) -> list[str]:
+    return [op for p in report.partitions.values() for n in p["nodes"] for op in n["relax_ops"]]
+
+
+def cpu_ops(report) -> list[str]:
+    return [o["op"] for o in report.cpu_ops]
+
+
+@pytest.mark.parametrize(
+    "cin, cout, k, stride, pads, dilation, group",
+    [
+        (3, 8, 3, 1, [1, 1, 1, 1], 1, 1),
+        (5, 12, 3, 2, [1, 1, 1, 1], 1, 1),         # partial channel blocks, stride 2
+        (8, 8, 5, 1, [2, 1, 0, 2], 1, 1),          # asymmetric padding (top, left, bottom, right)
+        (4, 6, 3, 1, [2, 2, 2, 2], 2, 1),          # dilation
+        (16, 16, 3, 1, [1, 1, 1, 1], 1, 16),       # depthwise
+        (8, 16, 1, 1, [0, 0, 0, 0], 1, 1),         # pointwise
+    ],
+)
+def test_conv2d(compare, cin, cout, k, stride, pads, dilation, group):
+    b = OnnxBuilder(seed=cin + cout + k, grid=True)
+    rng = np.random.default_rng(k)
+    w = rng.integers(-4, 4, (cout, cin // group, k, k)) / 16
+    y = b.op("Conv", ["x", b.const(w), b.const(rng.integers(-8, 8, cout) / 16)], kernel_shape=[k, k],
+             strides=[stride, stride], pads=pads, dilations=[dilation, dilation], group=group)
+    m = b.model({"x": [1, cin, 9, 10]}, y)
+    cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, cin, 9, 10))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert offloaded(report) == ["relax.nn.conv2d", "relax.add"] and cpu_ops(report) == []
+
+
+def test_gemm_bias_relu_batch(compare):
+    b = OnnxBuilder(seed=1, grid=True)
+    rng = np.random.default_rng(1)
+    w = rng.integers(-4, 4, (20, 12)) / 16
+    y = b.op("Relu", [b.op("Gemm", ["x", b.const(w), b.const(rng.integers(-8, 8, 20) / 16)], transB=1)])
+    cpu, tcu, report, _ = compare(b.model({"x": [3, 12]}, y), {"x": grid(rng, (3, 12))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == [] and "relax.nn.relu" in offloaded(report)
+
+
+def test_matmul_without_bias_and_bias_add(compare):
+    b = OnnxBuilder(seed=2, grid=True)
+    rng = np.random.default_rng(2)
+    y = b.op("Add", [b.op("MatMul", ["x", b.const(rng.integers(-4, 4, (9, 7)) / 16)]),
+                     b.const(rng.integers(-8, 8, 7) / 16)])
+    cpu, tcu, report, _ = compare(b.model({"x": [2, 9]}, y), {"x": grid(rng, (2, 9))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []
+
+
+def test_batchnorm_folds_into_conv_with_bias(compare):
+    b = OnnxBuilder(seed=3)
+    rng = np.random.default_rng(3)
+    y = b.op("Relu", [b.bn(b.conv("x", 4, 8), 8)])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 8, 8]}, y), {"x": rng.standard_normal((1, 4, 8, 8))})
+    # Random float weights: within the FP16BP8 error bound for 36-term dot products.
+    assert np.max(np.abs(tcu - cpu)) < 36 * 3 * 2 ** -9
+    nodes = [n for p in report.partitions.values() for n in p["nodes"]]
+    assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
+    assert cpu_ops(report) == []
+
+
+def test_standalone_batchnorm_is_a_depthwise_scale(compare):
+    b = OnnxBuilder(seed=4)
+    rng = np.random.default_rng(4)
+    y = b.bn("x", 6)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 6, 5, 5]}, y), {"x": rng.standard_normal((1, 6, 5, 5))})
+    assert np.max(np.abs(tcu - cpu)) < 4 * 2 ** -8
+    assert cpu_ops(report) == []
+
+
+def test_residual_add_relu(compare):
+    b = OnnxBuilder(seed=5, grid=True)
+    rng = np.random.default_rng(5)
+    c = b.conv("x", 8, 8, bias=False, scale=0.1)
+    y = b.op("Relu", [b.op("Add", [c, "x"])])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 8, 6, 6]}, y), {"x": grid(rng, (1, 8, 6, 6))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert sorted(offloaded(report)) == ["relax.add", "relax.nn.conv2d", "relax.nn.relu"]
+
+
+@pytest.mark.parametrize("kind", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("k, s, pads", [(2, 2, [0, 0, 0, 0]), (3, 2, [1, 1, 1, 1]), (3, 1, [0, 1, 1, 0])])
+def test_pools(compare, kind, k, s, pads):
+    b = OnnxBuilder(seed=6, grid=True)
+    rng = np.random.default_rng(6)
+    y = b.op(kind, ["x"], kernel_shape=[k, k], strides=[s, s], pads=pads)
+    x = grid(rng, (1, 10, 9, 9))
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 9, 9]}, y), {"x": x})
+    if kind == "MaxPool":
+        np.testing.assert_array_equal(tcu, cpu)
+    else:
+        assert np.max(np.abs(tcu - cpu)) <= np.max(np.abs(x)) * 2 ** -9 * k * k + 2 ** -8
+    assert cpu_ops(report) == []
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "ReduceMean"])
+def test_global_average(compare, op):
+    b = OnnxBuilder(seed=7, grid=True)
+    rng = np.random.default_rng(7)
+    attrs = {"axes": [2, 3], "keepdims": 1} if op == "ReduceMean" else {}
+    y = b.op(op, ["x"], **attrs)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 12, 8, 8]}, y), {"x": grid(rng, (1, 12, 8, 8))})
+    np.testing.assert_array_equal(tcu, np.round(cpu * 256) / 256)  # one rounding, half to even
+    assert cpu_ops(report) == []
+
+
+@pytest.mark.parametrize("op, attrs, bound", [("Relu", {}, 0), ("LeakyRelu", {"alpha": 0.125}, 0),
+                                              ("Clip", None, 0)])
+def test_activations(compare, op, attrs, bound):
+    b = OnnxBuilder(seed=8, grid=True)
+    rng = np.random.default_rng(8)
+    if op == "Clip":
+        y = b.op("Clip", ["x", b.const(np.array(-0.5)), b.const(np.array(1.0))])
+    else:
+        y = b.op(op, ["x"], **attrs)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 9, 4, 5]}, y), {"x": grid(rng, (1, 9, 4, 5), -40, 40)})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []
+
+
+def test_softmax_stays_on_cpu_with_reason(compare):
+    b = OnnxBuilder(seed=9, grid=True)
+    rng = np.random.default_rng(9)
+    y = b.op("Softmax", [b.op("Relu", ["x"])], axis=1)
+    cpu, tcu, report, _ = compare(b.model({"x": [2, 8]}, y), {"x": grid(rng, (2, 8))})
+    np.testing.assert_allclose(tcu, cpu, atol=1e-6)
+    assert report.cpu_ops == [{"op": "relax.nn.softmax", "shape": [2, 8],
+                               "reason": "no Tensil pattern for relax.nn.softmax"}]
+
+
+def test_grouped_conv_stays_on_cpu(compare):
+    b = OnnxBuilder(seed=10, grid=True)
+    rng = np.random.default_rng(10)
+    y = b.conv("x", 8, 8, group=2, bias=False)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 8, 5, 5]}, y), {"x": grid(rng, (1, 8, 5, 5))})
+    np.testing.assert_allclose(tcu, cpu, rtol=1e-6, atol=1e-6)
+    assert report.partitions == {}
+    assert "grouped convolution (groups = 2)" in report.cpu_ops[0]["reason"]
