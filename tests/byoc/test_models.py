@@ -1,0 +1,113 @@
+"""Whole networks: the zoo on the emulator, export/reload, and accuracy on real data."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+
+import tvm_tensil
+import zoo
+
+
+def test_mlp(compare):
+    rng = np.random.default_rng(0)
+    cpu, tcu, report, _ = compare(zoo.mlp(batch=4), {"x": rng.standard_normal((4, 64)) * 0.5})
+    assert report.cpu_ops == []
+    assert np.max(np.abs(tcu - cpu)) < 0.05
+
+
+def test_small_cnn(compare):
+    rng = np.random.default_rng(1)
+    cpu, tcu, report, _ = compare(zoo.small_cnn(), {"x": rng.standard_normal((1, 3, 16, 16))})
+    ops = [o["op"] for o in report.cpu_ops]
+    assert "relax.nn.softmax" in ops
+    assert np.argmax(tcu) == np.argmax(cpu) and np.max(np.abs(tcu - cpu)) < 0.05
+
+
+def test_resnet20v2_everything_but_softmax_on_the_tcu(compare):
+    rng = np.random.default_rng(2)
+    cpu, tcu, report, _ = compare(zoo.resnet20v2(), {"x": rng.standard_normal((1, 3, 32, 32))})
+    assert [o["op"] for o in report.cpu_ops] == ["relax.nn.softmax"]
+    assert len(report.partitions) == 1
+    offloaded = {op for p in report.partitions.values() for n in p["nodes"] for op in n["relax_ops"]}
+    assert {"relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.mean", "relax.matmul"} <= offloaded or \
+        {"relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.matmul"} <= offloaded
+    # Random He-initialised weights through 20 layers: probabilities stay close.
+    assert np.max(np.abs(tcu - cpu)) < 0.1
+
+
+def test_export_and_reload_in_a_fresh_process(tmp_path):
+    rng = np.random.default_rng(3)
+    mod = from_onnx(zoo.small_cnn(), keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    x = rng.standard_normal((1, 3, 16, 16)).astype("float32")
+    y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    lib = tmp_path / "model.so"
+    ex.export_library(str(lib))
+    np.save(tmp_path / "x.npy", x)
+    script = textwrap.dedent(f"""
+        import numpy as np, tvm
+        import tvm_tensil
+        from tvm import relax
+        vm = relax.VirtualMachine(tvm.runtime.load_module({str(lib)!r}), tvm.cpu())
+        np.save({str(tmp_path / 'y.npy')!r}, vm["main"](tvm.runtime.tensor(np.load({str(tmp_path / 'x.npy')!r}))).numpy())
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), y)
+
+
+def test_reload_without_import_says_what_to_do(tmp_path):
+    mod = from_onnx(zoo.mlp(batch=1), keep_params_in_input=False)
+    lib = tmp_path / "mlp.so"
+    tvm_tensil.build(mod, target="tensil").export_library(str(lib))
+    script = textwrap.dedent(f"""
+        import numpy as np, tvm
+        from tvm import relax
+        vm = relax.VirtualMachine(tvm.runtime.load_module({str(lib)!r}), tvm.cpu())
+        vm["main"](tvm.runtime.tensor(np.zeros((1, 64), "float32")))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "import tvm_tensil" in r.stderr
+
+
+def test_tvm_compile_with_the_tensil_pipeline():
+    rng = np.random.default_rng(4)
+    mod = from_onnx(zoo.mlp(batch=2), keep_params_in_input=False)
+    x = tvm.runtime.tensor(rng.standard_normal((2, 64)).astype("float32"))
+    a = relax.VirtualMachine(tvm.compile(mod, target="tensil", relax_pipeline="tensil"), tvm.cpu())["main"](x)
+    b = relax.VirtualMachine(tvm_tensil.build(mod, target="tensil"), tvm.cpu())["main"](x)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert tvm_tensil.last_run_stats()  # the Tensil partitions ran
+
+
+def test_trained_digits_network_keeps_its_accuracy():
+    """A network trained here on scikit-learn's digits (real 8x8 images) loses at most
+    1 point of top-1 accuracy on its test split when run on the TCU (FP16BP8)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.neural_network import MLPClassifier
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    clf = MLPClassifier(hidden_layer_sizes=(32,), max_iter=400, random_state=0).fit(x_train, y_train)
+    b = zoo.OnnxBuilder()
+    h = b.op("Relu", [b.op("Gemm", ["x", b.const(clf.coefs_[0]), b.const(clf.intercepts_[0])])])
+    logits = b.op("Gemm", [h, b.const(clf.coefs_[1]), b.const(clf.intercepts_[1])])
+    model = b.model({"x": [len(x_test), 64]}, logits)
+    mod = from_onnx(model, keep_params_in_input=False)
+    xt = tvm.runtime.tensor(x_test)
+    float_pred = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](xt).numpy().argmax(1)
+    ex = tvm_tensil.build(mod, target="tensil")
+    assert tvm_tensil.last_report().cpu_ops == []
+    tcu_pred = relax.VirtualMachine(ex, tvm.cpu())["main"](xt).numpy().argmax(1)
+    float_acc = np.mean(float_pred == y_test)
+    tcu_acc = np.mean(tcu_pred == y_test)
+    assert float_acc > 0.9  # the network really learned
+    assert tcu_acc >= float_acc - 0.01, (float_acc, tcu_acc)
