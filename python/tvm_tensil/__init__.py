@@ -35,7 +35,7 @@ def last_report():
     """The report of the most recent ``build`` in this process."""
     import importlib
 
-    return importlib.import_module("tvm_tensil.byoc.build").LAST_REPORT
+    return importlib.import_module("tvm_tensil.byoc.driver").LAST_REPORT
 
 
 def last_run_stats():

@@ -108,6 +108,67 @@ def _cmd_emulate(args) -> int:
     return 0
 
 
+def _cmd_compile(args) -> int:
+    import onnx
+    import tvm  # noqa: F401 - heavy imports only for the commands that need them
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from .byoc import driver as build_mod
+
+    src = Path(args.model)
+    try:
+        model = onnx.load(str(src))
+    except Exception as e:  # noqa: BLE001 - onnx raises many types for a bad file
+        raise ModelError(f"cannot read ONNX model {src}: {e}") from None
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    mod = from_onnx(model, keep_params_in_input=False)
+    arch = load_arch(args.arch)
+    ex = build_mod.build(mod, target="tensil", arch=arch, model_dir=out)
+    lib = out / f"{src.stem}.so"
+    tmp = out / f".{src.stem}.so.tmp"
+    ex.export_library(str(tmp))
+    tmp.replace(lib)
+    print(build_mod.LAST_REPORT)
+    print(f"wrote {lib}, Tensil model files and report.txt/report.json to {out}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import tvm
+    from tvm import relax
+
+    from .runtime import bridge
+
+    lib = Path(args.library)
+    if not lib.exists():
+        raise ModelError(f"no compiled model at {lib} (make one with `tvm-tensil compile`)")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), tvm.cpu())
+    arrays = []
+    for spec in args.input or []:
+        path = spec.rpartition("=")[2]
+        try:
+            arrays.append(tvm.runtime.tensor(np.load(path, allow_pickle=False).astype(np.float32)))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load input {path}: {e}") from None
+    from .runtime import device as select
+
+    with select(args.device):
+        result = vm["main"](*arrays)
+    outs = result if isinstance(result, (list, tuple)) else [result]
+    for i, o in enumerate(outs):
+        value = o.numpy()
+        if args.output:
+            path = Path(args.output) if len(outs) == 1 else Path(args.output).with_suffix(f".{i}.npy")
+            np.save(path, value)
+            print(f"output {i}: {value.shape} -> {path}")
+        else:
+            print(f"output {i}: {value.shape}\n{value}")
+    for sym, stats in bridge.last_run_stats().items():
+        print(f"{sym} on {args.device}: {stats.summary()}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -139,6 +200,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output-dir", default=".", help="where to write <output>.npy files")
     e.add_argument("--device", default="emulator", help="device to run on (default: emulator)")
     e.set_defaults(func=_cmd_emulate)
+
+    c = sub.add_parser("compile", help="compile an ONNX model: library, Tensil model files, report")
+    c.add_argument("model", help=".onnx file (static input shapes, weights as initializers)")
+    c.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
+    c.add_argument("-o", "--output", default="out", help="output folder (default: out)")
+    c.set_defaults(func=_cmd_compile)
+
+    r = sub.add_parser("run", help="run a compiled model library on inputs from .npy files")
+    r.add_argument("library", help="the .so written by `tvm-tensil compile`")
+    r.add_argument("-i", "--input", action="append", metavar="FILE.npy", help="inputs, in order")
+    r.add_argument("--device", default="emulator", help="device for the Tensil parts (default: emulator)")
+    r.add_argument("-o", "--output", help="write the output to this .npy")
+    r.set_defaults(func=_cmd_run)
     return p
 
 

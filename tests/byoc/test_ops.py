@@ -157,3 +157,25 @@ def test_grouped_conv_stays_on_cpu(compare):
     np.testing.assert_allclose(tcu, cpu, rtol=1e-6, atol=1e-6)
     assert report.partitions == {}
     assert "grouped convolution (groups = 2)" in report.cpu_ops[0]["reason"]
+
+
+@pytest.mark.parametrize("batch, hw", [(1, 3), (2, 4)])
+def test_flatten_then_dense(compare, batch, hw):
+    """An NCHW flatten feeding a Gemm runs in place: the weights are permuted instead."""
+    b = OnnxBuilder(seed=11, grid=True)
+    rng = np.random.default_rng(11)
+    c = 10
+    y = b.op("Gemm", [b.op("Flatten", ["x"]), b.const(rng.integers(-4, 4, (7, c * hw * hw)) / 16),
+                      b.const(rng.integers(-8, 8, 7) / 16)], transB=1)
+    cpu, tcu, report, _ = compare(b.model({"x": [batch, c, hw, hw]}, y), {"x": grid(rng, (batch, c, hw, hw))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []
+
+
+def test_flatten_of_a_batch_with_odd_maps_stays_on_cpu(compare):
+    b = OnnxBuilder(seed=12, grid=True)
+    rng = np.random.default_rng(12)
+    y = b.op("Gemm", [b.op("Flatten", ["x"]), b.const(rng.integers(-4, 4, (5, 4 * 9)) / 16)], transB=1)
+    cpu, tcu, report, _ = compare(b.model({"x": [2, 4, 3, 3]}, y), {"x": grid(rng, (2, 4, 3, 3))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert any("h*w not a power of two" in o["reason"] or "reorders data" in o["reason"] for o in report.cpu_ops)

@@ -5,7 +5,7 @@ tag and the ``tensil`` Relax pipeline.
 """
 
 from . import codegen  # noqa: F401 - registers relax.ext.tensil
-from .build import BuildReport, build, offload, tensil_pipeline, write_models
+from .driver import BuildReport, build, offload, tensil_pipeline, write_models
 from .patterns import Rejections, make_patterns, partition_for_tensil
 
 __all__ = ["BuildReport", "build", "offload", "tensil_pipeline", "write_models", "Rejections",

@@ -63,6 +63,7 @@ class _Builder:
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
         self._vars: list = []  # (Relax var, tensor name); vars compare by identity
+        self.views: dict[str, str] = {}
         self.relax_shapes: dict[str, tuple[int, ...]] = {}
         self.count = 0
 
@@ -98,7 +99,7 @@ def relax_to_graph(func: relax.Function) -> tuple[Graph, dict[str, tuple[int, ..
         b.bind(p, name)
         inputs.append(name)
     out_name = _walk(b, func.body, {})
-    graph = Graph(b.tensors, b.nodes, inputs, [out_name], b.constants)
+    graph = Graph(b.tensors, b.nodes, inputs, [out_name], b.constants, b.views)
     io_shapes = {t: b.relax_shapes[t] for t in inputs + [out_name]}
     return graph, io_shapes
 
@@ -185,8 +186,13 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
     if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
         return node("global_avg_pool", [_operand(b, call.args[0])])
     if op in ("relax.reshape", "relax.flatten"):
-        # Only layout-preserving reshapes are matched ((n, c, 1, 1) <-> (n, c)): an alias.
         src = _operand(b, call.args[0])
+        src_shape = b.relax_shapes[src]
+        if len(src_shape) == 4 and src_shape[2:] != (1, 1):
+            # An NCHW flatten feeding a dense layer: a view of the same storage.
+            b.views[out] = src
+            return out
+        # Layout-preserving ((n, c, 1, 1) <-> (n, c)): an alias.
         del b.tensors[out]
         b.count -= 1
         b.relax_shapes.pop(out)

@@ -232,8 +232,23 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
         single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
     ]
+    # A dense layer reading an NCHW flatten: the flatten is free (the weights are permuted).
+    flat = is_op("relax.reshape")(x(), x())
+    flat_mm = is_op("relax.matmul")(flat, is_const())
+
+    def check_flatten_matmul(ctx: PatternCheckContext) -> bool:
+        src = shape_of(ctx.annotated_expr["flatten"].args[0])
+        dst = shape_of(ctx.annotated_expr["flatten"])
+        if len(src) != 4 or dst != (src[0], src[1] * src[2] * src[3]):
+            return reject(ctx, f"reshape {src} -> {dst} is not an NCHW flatten")
+        hw = src[2] * src[3]
+        if src[0] > 1 and hw & (hw - 1):
+            return reject(ctx, f"flatten of a batch of {src[0]} maps of {src[2]}x{src[3]} (h*w not a power of two)")
+        return check_matmul(ctx)
+
     # Fused patterns: conv/matmul with bias and activation epilogues.
-    for base_name, base, key, check in (("conv2d", conv, "conv", check_conv), ("matmul", matmul, "matmul", check_matmul)):
+    for base_name, base, key, check in (("conv2d", conv, "conv", check_conv), ("matmul", matmul, "matmul", check_matmul),
+                                        ("flatten_matmul", flat_mm, "matmul", check_flatten_matmul)):
         biased = with_bias(base)
         for suffix, pattern, ann in (
             ("bias", biased, {key: base, "bias": biased}),
@@ -242,7 +257,11 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         ):
             if "relu" in suffix:
                 ann = dict(ann, relu=pattern)
+            if base_name == "flatten_matmul":
+                ann = dict(ann, flatten=flat)
             pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(ann, root=pattern), check))
+    pats.insert(len(pats) - 9, FusionPattern("tensil.flatten_matmul", flat_mm,
+                                             {"matmul": flat_mm, "flatten": flat, "root": flat_mm}, check_flatten_matmul))
     return pats
 
 

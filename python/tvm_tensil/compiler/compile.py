@@ -16,7 +16,7 @@ from .graph import EPILOGUE_OPS, Graph, Node
 from .latency import estimate_cycles
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, pack_consts
-from .schedule import Scheduler
+from .schedule import ScheduleError, Scheduler
 
 
 @dataclass
@@ -109,7 +109,7 @@ def fuse(graph: Graph) -> Graph:
             break
     used = {t for n in nodes for t in n.inputs} | {n.output for n in nodes} | set(graph.inputs)
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
-    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants)
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
 
 
 def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> CompiledPartition:
@@ -117,8 +117,10 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
     for t in list(graph.inputs) + list(graph.outputs) + [n.output for n in graph.nodes]:
-        if t not in place:
+        if t not in place and t not in graph.views:
             place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'")
+    for view, src in graph.views.items():
+        place[view] = _flatten_view(graph, place[src], view, arch)
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = Scheduler(arch, graph, place, consts, lir)
@@ -142,6 +144,20 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     return CompiledPartition(name, arch, program, consts.recipes,
                              {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
                              report)
+
+
+def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architecture) -> TensorPlacement:
+    """A flattened feature map read in place: each image becomes one pixel of h*w*blocks."""
+    n, h, w, c = src.shape
+    vp = TensorPlacement(src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size)
+    if n > 1 and vp.blocks_padded != h * w * src.blocks_padded:
+        raise ScheduleError(f"flattening a batch of {n} {h}x{w} maps needs h*w to be a power of two")
+    for node in graph.nodes:
+        if view in node.inputs:
+            if node.op != "conv2d" or node.attrs.get("layout") != "KM":
+                raise ScheduleError(f"a flattened feature map feeds {node.op}; only a dense layer reads one")
+            node.attrs["flatten"] = [c, h, w, src.blocks_padded]
+    return vp
 
 
 def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:

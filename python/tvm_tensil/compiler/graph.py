@@ -77,6 +77,8 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     constants: list[Any]  # numpy arrays (float32), indexed by the nodes' attrs
+    # Flattened views: tensor -> the NCHW-flattened feature map whose storage it shares.
+    views: dict[str, str] = field(default_factory=dict)
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]

@@ -95,14 +95,24 @@ def packer(name: str):
 
 
 @packer("conv_weights")
-def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "OIHW") -> np.ndarray:
+def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "OIHW",
+                      flatten: Sequence[int] | None = None) -> np.ndarray:
     """Weight blocks of N+1 vectors (zero bias row, then row j = input channel j).
 
     Dense conv: blocks ordered (output block, input block, kh, kw).
     Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
     ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
+    ``flatten`` = (C, H, W, blocks_padded): the matmul's input is an NCHW feature map flattened in
+    (c, h, w) order but stored as (h, w, padded c) lanes; the weight rows are permuted to match.
     """
     w = np.asarray(consts[weight], dtype=np.float64)
+    if flatten is not None:
+        c, h, wd, pb = (int(v) for v in flatten)
+        lanes = pb * n
+        rows = (np.arange(h)[:, None] * wd + np.arange(wd)[None, :])[None] * lanes + np.arange(c)[:, None, None]
+        permuted = np.zeros((h * wd * lanes, w.shape[1]))
+        permuted[rows.reshape(-1)] = w
+        w = permuted
     if layout == "KM":
         w = w.T[:, :, None, None]
     co, ci_g, kh, kw = w.shape

@@ -207,8 +207,9 @@ class Scheduler:
             layout = a.get("layout", "OIHW")
             kh, kw = (1, 1) if layout == "KM" else np.shape(self.graph.constants[a["weight"]])[2:]
             depthwise = a["groups"] != 1
+            extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
             wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"],
-                                   groups=a["groups"], layout=layout)
+                                   groups=a["groups"], layout=layout, **extra)
         brec = self.consts.add("channel_vectors", self.graph.constants, channels=out.shape[3], values=a.get("bias"))
         sh, sw = a.get("strides", (1, 1))
         dh, dw = a.get("dilation", (1, 1))

@@ -151,7 +151,7 @@ def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Ar
     -------
     tvm.relax.VMExecutable
         Run it with ``relax.VirtualMachine(ex, tvm.cpu())``; ``ex.export_library(path)`` saves it.
-        ``tvm_tensil.byoc.build.LAST_REPORT`` (and ``tvm_tensil.last_report()``) holds the report.
+        ``tvm_tensil.byoc.driver.LAST_REPORT`` (and ``tvm_tensil.last_report()``) holds the report.
     """
     global LAST_REPORT
     arch = load_arch(arch)

@@ -1,0 +1,48 @@
+"""tvm-tensil compile / run / emulate on an ONNX model, as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+
+import zoo
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "tvm_tensil.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_compile_run_and_emulate_the_model_files(tmp_path):
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("compile", str(tmp_path / "mlp.onnx"), "--arch", "ultra96v2", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "on the CPU: nothing" in r.stdout
+    out = tmp_path / "out"
+    assert (out / "mlp.so").exists() and (out / "report.json").exists()
+    r = cli("run", str(out / "mlp.so"), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    y = np.load(tmp_path / "y.npy")
+    # The partition's own model files run with the foundation's emulator command too.
+    tmodel = next(out.glob("*.tmodel"))
+    inputs = [e["name"] for e in json.loads(tmodel.read_text())["inputs"]]
+    np.save(tmp_path / "xi.npy", x[None, None])  # the partition's internal layout: (1, 1, B, K)
+    r = cli("emulate", str(tmodel), "--input", f"{inputs[0]}={tmp_path / 'xi.npy'}", "-o", str(tmp_path / "em"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    em = np.load(next((tmp_path / "em").glob("*.npy")))
+    np.testing.assert_array_equal(em.reshape(y.shape), y)
+
+
+def test_compile_errors_are_one_line(tmp_path):
+    (tmp_path / "bad.onnx").write_bytes(b"not an onnx file")
+    r = cli("compile", str(tmp_path / "bad.onnx"))
+    assert r.returncode == 2 and r.stderr.startswith("tvm-tensil: error: cannot read ONNX model")
+    onnx.save(zoo.mlp(), tmp_path / "m.onnx")
+    r = cli("compile", str(tmp_path / "m.onnx"), "--arch", "nosuch")
+    assert r.returncode == 2 and "unknown architecture 'nosuch'" in r.stderr
+    r = cli("run", str(tmp_path / "missing.so"))
+    assert r.returncode == 2 and "no compiled model" in r.stderr
