@@ -102,22 +102,24 @@ class Scheduler:
             else:  # pragma: no cover - the frontend only fuses the ops above
                 raise ScheduleError(f"unknown epilogue {op}")
 
-    def _store(self, out: TensorPlacement, tile: Tile, block: int, acc: int, buf: int) -> None:
-        """Accumulator tile (rows x cols, row-major) -> DRAM0 via local memory."""
-        count = tile.rows * tile.cols
-        lir = self.lir
-        lir.datamove(Direction.ACC_TO_LOCAL, buf, acc, count)
-        pitch = out.blocks_padded
-        if tile.cols == out.shape[2]:  # whole rows: the tile is one run of pixels in DRAM
-            lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, block),
-                         count, 1, pitch)
+    def _gather(self, out: TensorPlacement, tile: Tile, block: int, acc: int, buf: int) -> None:
+        """One channel block of the tile: accumulators -> the store buffer, which holds the
+        tile pixel-major with all of the output's blocks (step ``blocks_padded``)."""
+        self.lir.datamove(Direction.ACC_TO_LOCAL, buf + block, acc, tile.rows * tile.cols, out.blocks_padded, 1)
+
+    def _flush(self, out: TensorPlacement, tile: Tile, buf: int) -> None:
+        """The store buffer -> DRAM0 in contiguous runs (whole rows: one run for the tile)."""
+        pb = out.blocks_padded
+        if tile.cols == out.shape[2]:
+            self.lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, 0),
+                              tile.rows * tile.cols * pb)
             return
         for r in range(tile.rows):
-            lir.datamove(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols,
-                         out.address(tile.image, tile.y0 + r, tile.x0, block), tile.cols, 1, pitch)
+            self.lir.datamove(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols * pb,
+                              out.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb)
 
     def _plan_tiles(self, out_shape, window, in_blocks_padded: int, local_free: int,
-                    acc_free: int, extra_acc_per_col: int = 0):
+                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1):
         """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
 
         ``window`` = (kh, kw, sh, sw, dh, dw). The slab holds every input row and column the
@@ -136,7 +138,8 @@ class Scheduler:
             best = None
             for rows in range(oh, 0, -1):
                 vectors = rows * cols
-                if vectors + extra_acc_per_col * cols <= acc_free and vectors + slab(rows, cols) <= local_free:
+                if (vectors + extra_acc_per_col * cols <= acc_free
+                        and vectors * store_blocks + slab(rows, cols) <= local_free):
                     best = rows
                     break
             if best:
@@ -228,9 +231,10 @@ class Scheduler:
         preload = weights_local <= local_free // 2
         wbase = 0
         staging = weights_local if preload else block
-        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free)
+        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
+                                      store_blocks=out.blocks_padded)
         store = staging
-        slab = store + rows * cols
+        slab = store + rows * cols * out.blocks_padded
         cvec = self._const_vectors(cvals, acc_free)
         if preload:
             lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, wrec.base, wrec.size)
@@ -263,7 +267,8 @@ class Scheduler:
                             src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
                             lir.matmul(src, r * tile.cols + c0, cnt, sw * pbi, 1, accumulate=True)
                 self._epilogue(0, count, node.epilogue, cvec)
-                self._store(out, tile, ob, 0, store)
+                self._gather(out, tile, ob, 0, store)
+            self._flush(out, tile, store)
 
     # -- element-wise -------------------------------------------------------------------------------
     def eltwise(self, node: Node) -> None:
@@ -317,12 +322,12 @@ class Scheduler:
         local_free = self.arch.local_depth - len(cvals) - 1
         # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
         rows, cols = self._plan_tiles(out.shape, window, pbi, local_free, acc_free,
-                                      extra_acc_per_col=1 if is_max else 0)
+                                      extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks_padded)
         cvec = self._const_vectors(cvals, acc_free)
         init = self.consts.add("fill", self.graph.constants, values=[dt.min_float if is_max else 0.0])
         lir.datamove(Direction.DRAM1_TO_LOCAL, 0, init.base, 1)
         store = 1
-        slab = store + rows * cols
+        slab = store + rows * cols * out.blocks_padded
         for tile in self._tiles(out.shape, rows, cols):
             y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
             count = tile.rows * tile.cols
@@ -351,7 +356,8 @@ class Scheduler:
                             for i in idx.tolist():
                                 lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
                 self._epilogue(0, count, node.epilogue, cvec)
-                self._store(out, tile, b, 0, store)
+                self._gather(out, tile, b, 0, store)
+            self._flush(out, tile, store)
 
     @staticmethod
     def _pool_counts(in_shape, out_shape, window, padding, include_pad: bool) -> np.ndarray:
