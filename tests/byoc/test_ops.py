@@ -179,3 +179,15 @@ def test_flatten_of_a_batch_with_odd_maps_stays_on_cpu(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [2, 4, 3, 3]}, y), {"x": grid(rng, (2, 4, 3, 3))})
     np.testing.assert_array_equal(tcu, cpu)
     assert any("h*w not a power of two" in o["reason"] or "reorders data" in o["reason"] for o in report.cpu_ops)
+
+
+@pytest.mark.parametrize("channels", [(8, 16), (3, 5, 10), (12, 4)])
+def test_concat_channels(compare, channels):
+    """Block-aligned and unaligned channel offsets; the inputs come from convs in the partition."""
+    b = OnnxBuilder(seed=13, grid=True)
+    rng = np.random.default_rng(13)
+    parts = [b.op("Relu", [b.conv("x", 4, c, k=1, pad=0, scale=0.25)]) for c in channels]
+    y = b.op("Concat", parts, axis=1)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 5, 6]}, y), {"x": grid(rng, (1, 4, 5, 6))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == [] and "relax.concat" in offloaded(report)

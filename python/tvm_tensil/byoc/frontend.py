@@ -174,6 +174,11 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
     if op == "relax.clip":
         return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+    if op == "relax.concat":
+        fields = call.args[0].fields if isinstance(call.args[0], relax.Tuple) else None
+        if fields is None:
+            raise FrontendError("concat of a non-tuple")
+        return node("concat", [_operand(b, t) for t in fields])
     if op in ("relax.maximum", "relax.minimum"):
         bound = float(call.args[1].value.numpy().reshape(()))
         lo, hi = (bound, float("inf")) if op == "relax.maximum" else (float("-inf"), bound)

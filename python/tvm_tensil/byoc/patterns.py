@@ -159,6 +159,21 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     def check_act(ctx: PatternCheckContext) -> bool:
         return check_activation(ctx, ctx.annotated_expr["root"])
 
+    def check_concat(ctx: PatternCheckContext) -> bool:
+        call = ctx.annotated_expr["root"]
+        tup = call.args[0]
+        if not isinstance(tup, relax.Tuple):
+            return reject(ctx, "concat of a tuple variable")
+        shapes = [shape_of(t) for t in tup.fields]
+        if any(_float32(t) for t in tup.fields):
+            return reject(ctx, _float32(*tup.fields))
+        axis = int(call.attrs.axis) % len(shapes[0])
+        if len(shapes[0]) != 4 or axis != 1:
+            return reject(ctx, f"concat along axis {axis} of rank-{len(shapes[0])} tensors (only channels of NCHW)")
+        if len({(s[0], s[2], s[3]) for s in shapes}) != 1:
+            return reject(ctx, "concat of tensors with different batch or spatial sizes")
+        return True
+
     def check_minmax(ctx: PatternCheckContext) -> bool:
         call = ctx.annotated_expr["root"]
         x, c = call.args
@@ -229,6 +244,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         single("tensil.global_avg_pool", is_op("relax.nn.adaptive_avg_pool2d")(x()), check_global_pool),
         single("tensil.mean", is_op("relax.mean")(x()), check_global_pool),
         single("tensil.reshape", is_op("relax.reshape")(x(), x()), check_reshape),
+        single("tensil.concat", is_op("relax.concat")(wildcard()), check_concat),
         single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
         single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
     ]

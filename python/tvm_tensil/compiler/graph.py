@@ -62,6 +62,7 @@ OPS = {
     "max_pool2d": "kernel, strides, dilation, padding",
     "avg_pool2d": "kernel, strides, dilation, padding, count_include_pad",
     "global_avg_pool": "mean over h and w",
+    "concat": "inputs concatenated along channels",
     "copy": "layout-preserving reshape (no data movement on the host side)",
 }
 

@@ -147,6 +147,35 @@ def pack_identity_weights(consts, n: int, channels: int) -> np.ndarray:
     return out.reshape(-1, n)
 
 
+def concat_blocks(channels: Sequence[int], n: int) -> list[tuple[int, int, int]]:
+    """(input, output block, input block) for every pair whose channels overlap in a concat."""
+    pairs = []
+    offset = 0
+    for i, c in enumerate(channels):
+        for ib in range(math.ceil(c / n)):
+            lo, hi = offset + ib * n, offset + min(c, (ib + 1) * n)  # output channels of this block
+            for ob in range(lo // n, (hi - 1) // n + 1):
+                pairs.append((i, ob, ib))
+        offset += c
+    return pairs
+
+
+@packer("concat_selection")
+def pack_concat_selection(consts, n: int, channels: Sequence[int]) -> np.ndarray:
+    """0/1 weight blocks moving each input lane to its output lane (exact: x * 1.0)."""
+    offsets = np.cumsum([0] + list(channels))
+    pairs = concat_blocks(channels, n)
+    out = np.zeros((len(pairs), n + 1, n))
+    for k, (i, ob, ib) in enumerate(pairs):
+        for j in range(n):
+            ch = ib * n + j
+            if ch < channels[i]:
+                o = offsets[i] + ch
+                if o // n == ob:
+                    out[k, 1 + j, o % n] = 1.0
+    return out.reshape(-1, n)
+
+
 @packer("channel_vectors")
 def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None,
                          fill: float = 0.0) -> np.ndarray:

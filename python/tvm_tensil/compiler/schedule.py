@@ -28,7 +28,7 @@ from ..arch import Architecture
 from ..isa.instructions import Direction, SIMDOp
 from .graph import Graph, Node
 from .lir import LIR
-from .memory import ConstTable, TensorPlacement
+from .memory import ConstTable, TensorPlacement, concat_blocks
 
 
 class ScheduleError(ValueError):
@@ -419,6 +419,51 @@ class Scheduler:
                 lir.datamove(Direction.ACC_TO_LOCAL, 0, result, 1)
                 lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.address(img, 0, 0, b), 1)
 
+    # -- concat -------------------------------------------------------------------------------------
+    def concat(self, node: Node) -> None:
+        """Channel concat as exact 0/1 matmuls: each input block lands on its output lanes."""
+        ins = [self.place[i] for i in node.inputs]
+        out = self.place[node.output]
+        lir = self.lir
+        n = self.n
+        channels = [p.shape[3] for p in ins]
+        wrec = self.consts.add("concat_selection", self.graph.constants, channels=channels)
+        zero = self.consts.add("fill", self.graph.constants, values=[0.0])
+        pairs = concat_blocks(channels, n)
+        cvals = self._epilogue_constants(node.epilogue)
+        acc_free = self.arch.accumulator_depth - len(cvals)
+        cvec = self._const_vectors(cvals, acc_free)
+        block = n + 1
+        wlocal = 1
+        stage = wlocal + block
+        pbo = out.blocks_padded
+        chunk = min(acc_free, (self.arch.local_depth - stage - len(cvals)) // (pbo + 1))
+        if chunk < 1:
+            raise ScheduleError("concat: local memory too small for one pixel of the output")
+        buf = stage + chunk
+        lir.datamove(Direction.DRAM1_TO_LOCAL, 0, zero.base, 1)
+        pixels = out.pixels
+        for start in range(0, pixels, chunk):
+            cnt = min(chunk, pixels - start)
+            tile = Tile(0, 0, 1, 0, cnt)
+            for ob in range(out.blocks):
+                lir.comment(f"concat {node.output}: pixels {start}+{cnt} block {ob}")
+                lir.load_weights(0, 1)
+                lir.matmul(0, 0, cnt, zeroes=True)
+                for k, (i, pob, ib) in enumerate(pairs):
+                    if pob != ob:
+                        continue
+                    src = ins[i]
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, stage, src.base + start * src.blocks_padded + ib,
+                                 cnt, 1, src.blocks_padded)
+                    lir.datamove(Direction.DRAM1_TO_LOCAL, wlocal, wrec.base + k * block, block)
+                    lir.load_weights(wlocal, block)
+                    lir.matmul(stage, 0, cnt, accumulate=True)
+                self._epilogue(0, cnt, node.epilogue, cvec)
+                lir.datamove(Direction.ACC_TO_LOCAL, buf + ob, 0, cnt, pbo, 1)
+            lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.base + start * pbo, cnt * pbo)
+        del tile
+
     # -- dispatch -----------------------------------------------------------------------------------
     def lower(self, node: Node) -> None:
         if node.op in ("conv2d", "bias_add"):
@@ -429,5 +474,7 @@ class Scheduler:
             self.pool2d(node)
         elif node.op == "global_avg_pool":
             self.global_avg_pool(node)
+        elif node.op == "concat":
+            self.concat(node)
         else:
             raise ScheduleError(f"no schedule for op '{node.op}'")
