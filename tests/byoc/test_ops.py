@@ -191,3 +191,32 @@ def test_concat_channels(compare, channels):
     cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 5, 6]}, y), {"x": grid(rng, (1, 4, 5, 6))})
     np.testing.assert_array_equal(tcu, cpu)
     assert cpu_ops(report) == [] and "relax.concat" in offloaded(report)
+
+
+def _pad(b, x, pads, value=None):
+    from onnx import numpy_helper
+    name = b.name("pads")
+    b.inits.append(numpy_helper.from_array(np.array(pads, dtype=np.int64), name))
+    ins = [x, name]
+    if value is not None:
+        ins.append(b.const(np.array(value)))
+    return b.op("Pad", ins, mode="constant")
+
+
+def test_pad_merges_into_the_following_conv(compare):
+    b = OnnxBuilder(seed=14, grid=True)
+    rng = np.random.default_rng(14)
+    y = b.conv(_pad(b, "x", [0, 0, 1, 2, 0, 0, 0, 1]), 4, 8, k=3, pad=0, scale=0.25)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 6, 7]}, y), {"x": grid(rng, (1, 4, 6, 7))})
+    np.testing.assert_array_equal(tcu, cpu)
+    nodes = [n for p in report.partitions.values() for n in p["nodes"]]
+    assert [n["op"] for n in nodes] == ["conv2d"] and cpu_ops(report) == []
+
+
+def test_standalone_pad_with_a_value(compare):
+    b = OnnxBuilder(seed=15, grid=True)
+    rng = np.random.default_rng(15)
+    y = b.op("Relu", [_pad(b, "x", [0, 0, 2, 0, 0, 0, 1, 3], value=-0.5)])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 3, 4]}, y), {"x": grid(rng, (1, 10, 3, 4))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == [] and "relax.nn.pad" in offloaded(report)

@@ -174,6 +174,9 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
     if op == "relax.clip":
         return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+    if op == "relax.nn.pad":
+        w = [int(v) for v in a.pad_width]
+        return node("pad", [_operand(b, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))
     if op == "relax.concat":
         fields = call.args[0].fields if isinstance(call.args[0], relax.Tuple) else None
         if fields is None:

@@ -159,6 +159,18 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     def check_act(ctx: PatternCheckContext) -> bool:
         return check_activation(ctx, ctx.annotated_expr["root"])
 
+    def check_pad(ctx: PatternCheckContext) -> bool:
+        call = ctx.annotated_expr["root"]
+        a = call.attrs
+        width = [int(v) for v in a.pad_width]
+        if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+            return reject(ctx, err)
+        if str(a.pad_mode) != "constant":
+            return reject(ctx, f"{a.pad_mode} padding (only constant)")
+        if any(width[:4]):
+            return reject(ctx, "padding of the batch or channel axes (only H and W)")
+        return True
+
     def check_concat(ctx: PatternCheckContext) -> bool:
         call = ctx.annotated_expr["root"]
         tup = call.args[0]
@@ -245,6 +257,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         single("tensil.mean", is_op("relax.mean")(x()), check_global_pool),
         single("tensil.reshape", is_op("relax.reshape")(x(), x()), check_reshape),
         single("tensil.concat", is_op("relax.concat")(wildcard()), check_concat),
+        single("tensil.pad", is_op("relax.nn.pad")(x()), check_pad),
         single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
         single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
     ]

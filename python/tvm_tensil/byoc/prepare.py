@@ -195,12 +195,93 @@ def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Functi
     return rewrite_call(pat, r, func)
 
 
+def probe_pad(mod: tvm.IRModule, gv, in_shape, out_ty):
+    """Run the TE pad function once on unique values: (before, after, value), or None.
+
+    ONNX Pad imports as ``call_tir`` of ``topi.nn.pad`` with the amounts baked into the
+    function; running it shows exactly where the input lands and what fills the rest.
+    """
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", ty=relax.TensorType(shape=in_shape, dtype="float32"))
+    with bb.function("main", [xv]):
+        fn = bb.add_func(mod[gv], "probe_pad")
+        bb.emit_func_output(bb.emit(relax.call_tir(fn, (xv,), out_ty)))
+    size = int(np.prod(in_shape))
+    if size >= 1 << 24:  # float32 holds unique integers only up to 2^24
+        return None
+    x = np.arange(1, size + 1, dtype=np.float32).reshape(in_shape)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x)).numpy()
+    where = np.argwhere(out == 1.0)
+    if len(where) != 1:
+        return None
+    before = [int(v) for v in where[0]]
+    after = [o - i - b for o, i, b in zip(out.shape, in_shape, before)]
+    if min(after) < 0:
+        return None
+    inner = tuple(slice(b, b + i) for b, i in zip(before, in_shape))
+    if not np.array_equal(out[inner], x):
+        return None
+    mask = np.ones(out.shape, bool)
+    mask[inner] = False
+    fill = np.unique(out[mask])
+    if fill.size > 1:
+        return None
+    return before, after, float(fill[0]) if fill.size else 0.0
+
+
+def _pads_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
+    """``call_tir(pad, x)`` (ONNX Pad, constant mode) -> ``relax.nn.pad``."""
+    pat = is_op("relax.call_tir")(wildcard(), wildcard())
+
+    def r(expr, m):
+        gv, args = expr.args[0], expr.args[1]
+        if not getattr(gv, "name_hint", "").startswith("pad") or not isinstance(args, relax.Tuple):
+            return expr
+        if len(args.fields) != 1 or str(args.fields[0].ty.dtype) != "float32":
+            return expr
+        try:
+            found = probe_pad(mod, gv, shape_of(args.fields[0]), expr.ty)
+        except Exception:  # noqa: BLE001 - an unrecognised function simply stays as it is
+            return expr
+        if found is None:
+            return expr
+        before, after, value = found
+        width = [v for pair in zip(before, after) for v in pair]
+        return relax.op.nn.pad(args.fields[0], width, pad_value=value)
+
+    return rewrite_call(pat, r, func)
+
+
+def _merge_pad_into_conv():
+    """conv2d(pad(x) with zeros on H/W only) -> conv2d(x) with the padding added."""
+    x, w = wildcard(), is_const()
+    pad = is_op("relax.nn.pad")(x)
+    conv = is_op("relax.nn.conv2d")(pad, w)
+
+    def r(expr, m):
+        p = m[pad].attrs
+        width = [int(v) for v in p.pad_width]
+        a = m[conv].attrs
+        if (str(p.pad_mode) != "constant" or float(p.pad_value) != 0.0 or len(width) != 8 or any(width[:4])
+                or a.data_layout != "NCHW"):
+            return expr
+        top, bottom, left, right = width[4:]
+        t, l, b, rr = (int(v) for v in a.padding)
+        return relax.op.nn.conv2d(m[x], m[w], strides=a.strides, padding=(t + top, l + left, b + bottom, rr + right),
+                                  dilation=a.dilation, groups=a.groups, data_layout="NCHW", kernel_layout="OIHW")
+
+    return conv, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
         func = _te_minmax_to_relax(mod, func)
+        func = _pads_to_relax(mod, func)
+        func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])
         func = _rewrite_to_fixpoint(func, _rules())
         func = _rewrite_to_fixpoint(func, [_scale_to_conv()])
         mod[gv] = func

@@ -63,6 +63,7 @@ OPS = {
     "avg_pool2d": "kernel, strides, dilation, padding, count_include_pad",
     "global_avg_pool": "mean over h and w",
     "concat": "inputs concatenated along channels",
+    "pad": "padding (t, l, b, r) on h and w with a constant value",
     "copy": "layout-preserving reshape (no data movement on the host side)",
 }
 

@@ -464,6 +464,34 @@ class Scheduler:
             lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.base + start * pbo, cnt * pbo)
         del tile
 
+    # -- pad ----------------------------------------------------------------------------------------
+    def pad(self, node: Node) -> None:
+        """Fill the output with the pad value (the bias row of a zero matmul), then copy the
+        input rows into the interior."""
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        lir = self.lir
+        pt, pl, _, _ = node.attrs["padding"]
+        fill = self.consts.add("fill", self.graph.constants, values=[node.attrs["value"]])
+        lir.datamove(Direction.DRAM1_TO_LOCAL, 0, fill.base, 1)
+        lir.load_weights(0, 1)
+        pb = out.blocks_padded
+        chunk = min(self.arch.accumulator_depth, (self.arch.local_depth - 1) // pb)
+        lir.matmul(0, 0, chunk, zeroes=True)  # every accumulator vector = the value
+        for b in range(pb):  # the whole store buffer, every block, holds the value
+            lir.datamove(Direction.ACC_TO_LOCAL, 1 + b, 0, chunk, pb, 1)
+        total = out.pixels
+        for start in range(0, total, chunk):
+            cnt = min(chunk, total - start)
+            lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.base + start * pb, cnt * pb)
+        n, h, w, _ = inp.shape
+        row = w * inp.blocks_padded
+        rows_per_move = max(1, (self.arch.local_depth - 1) // row)
+        for img in range(n):
+            for y0 in range(0, h, rows_per_move):
+                for y in range(y0, min(h, y0 + rows_per_move)):
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, 1, inp.address(img, y, 0, 0), row)
+                    lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.address(img, y + pt, pl, 0), row)
+
     # -- dispatch -----------------------------------------------------------------------------------
     def lower(self, node: Node) -> None:
         if node.op in ("conv2d", "bias_add"):
@@ -476,5 +504,7 @@ class Scheduler:
             self.global_avg_pool(node)
         elif node.op == "concat":
             self.concat(node)
+        elif node.op == "pad":
+            self.pad(node)
         else:
             raise ScheduleError(f"no schedule for op '{node.op}'")
