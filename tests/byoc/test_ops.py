@@ -220,3 +220,28 @@ def test_standalone_pad_with_a_value(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 3, 4]}, y), {"x": grid(rng, (1, 10, 3, 4))})
     np.testing.assert_array_equal(tcu, cpu)
     assert cpu_ops(report) == [] and "relax.nn.pad" in offloaded(report)
+
+
+@pytest.mark.parametrize("scales, mode", [((2, 2), "asymmetric"), ((2, 3), "half_pixel"), ((0.5, 0.75), "half_pixel")])
+def test_resize_nearest(compare, scales, mode):
+    b = OnnxBuilder(seed=16, grid=True)
+    rng = np.random.default_rng(16)
+    from onnx import numpy_helper
+    sname = b.name("scales")
+    b.inits.append(numpy_helper.from_array(np.array([1, 1, *scales], dtype=np.float32), sname))
+    y = b.op("Resize", ["x", "", sname], mode="nearest", coordinate_transformation_mode=mode)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 4, 6]}, y, opset=13), {"x": grid(rng, (1, 10, 4, 6))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []
+
+
+def test_bilinear_resize_stays_on_cpu_with_reason(compare):
+    b = OnnxBuilder(seed=17, grid=True)
+    rng = np.random.default_rng(17)
+    from onnx import numpy_helper
+    sname = b.name("scales")
+    b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), sname))
+    y = b.op("Resize", ["x", "", sname], mode="linear")
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 3, 4, 4]}, y), {"x": grid(rng, (1, 3, 4, 4))})
+    np.testing.assert_allclose(tcu, cpu, atol=1e-6)
+    assert "linear resize (only nearest" in report.cpu_ops[0]["reason"]

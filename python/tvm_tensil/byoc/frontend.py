@@ -139,6 +139,29 @@ def _operand(b: _Builder, arg) -> str:
     raise FrontendError(f"unsupported operand {type(arg).__name__}")
 
 
+def probe_nearest(call: relax.Call, in_shape, out_shape) -> tuple[list[int], list[int]]:
+    """Source row and column of every output pixel of a nearest-neighbour resize, found by
+    running the op (on the CPU, once) on an image whose pixels hold their own index."""
+    _, _, h, w = in_shape
+    a = call.attrs
+    x = relax.Var("x", ty=relax.TensorType(shape=(1, 1, h, w), dtype="float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.image.resize2d(
+            x, tuple(int(v) for v in out_shape[2:]), roi=tuple(float(v) for v in a.roi), layout="NCHW",
+            method=str(a.method), coordinate_transformation_mode=str(a.coordinate_transformation_mode),
+            rounding_method=str(a.rounding_method), cubic_alpha=float(a.cubic_alpha),
+            cubic_exclude=int(a.cubic_exclude), extrapolation_value=float(a.extrapolation_value)))
+        bb.emit_func_output(y)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
+    ids = np.arange(h * w, dtype=np.float32).reshape(1, 1, h, w)
+    src = vm["main"](tvm.runtime.tensor(ids)).numpy()[0, 0].astype(np.int64)
+    rows, cols = src[:, 0] // w, src[0, :] % w
+    if not np.array_equal(src, rows[:, None] * w + cols[None, :]):
+        raise FrontendError("nearest resize is not separable")
+    return rows.tolist(), cols.tolist()
+
+
 def _is_const(e) -> bool:
     return isinstance(e, tvm.ir.GenericConst)
 
@@ -174,6 +197,9 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
     if op == "relax.clip":
         return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+    if op == "relax.image.resize2d":
+        rows, cols = probe_nearest(call, shape_of(call.args[0]), out_shape)
+        return node("resize_nearest", [_operand(b, call.args[0])], rows=rows, cols=cols)
     if op == "relax.nn.pad":
         w = [int(v) for v in a.pad_width]
         return node("pad", [_operand(b, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))

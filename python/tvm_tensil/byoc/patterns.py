@@ -159,6 +159,19 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     def check_act(ctx: PatternCheckContext) -> bool:
         return check_activation(ctx, ctx.annotated_expr["root"])
 
+    def check_resize(ctx: PatternCheckContext) -> bool:
+        call = ctx.annotated_expr["root"]
+        a = call.attrs
+        if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+            return reject(ctx, err)
+        if a.layout != "NCHW":
+            return reject(ctx, f"resize layout {a.layout}")
+        if str(a.method) != "nearest_neighbor":
+            return reject(ctx, f"{a.method} resize (only nearest runs on the TCU so far)")
+        if str(a.coordinate_transformation_mode) == "tf_crop_and_resize":
+            return reject(ctx, "tf_crop_and_resize")
+        return True
+
     def check_pad(ctx: PatternCheckContext) -> bool:
         call = ctx.annotated_expr["root"]
         a = call.attrs
@@ -258,6 +271,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         single("tensil.reshape", is_op("relax.reshape")(x(), x()), check_reshape),
         single("tensil.concat", is_op("relax.concat")(wildcard()), check_concat),
         single("tensil.pad", is_op("relax.nn.pad")(x()), check_pad),
+        single("tensil.resize2d", is_op("relax.image.resize2d")(x(), x()), check_resize),
         single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
         single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
     ]

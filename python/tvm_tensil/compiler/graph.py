@@ -64,6 +64,7 @@ OPS = {
     "global_avg_pool": "mean over h and w",
     "concat": "inputs concatenated along channels",
     "pad": "padding (t, l, b, r) on h and w with a constant value",
+    "resize_nearest": "rows, cols: the source row/column of every output row/column",
     "copy": "layout-preserving reshape (no data movement on the host side)",
 }
 

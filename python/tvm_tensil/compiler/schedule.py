@@ -492,6 +492,50 @@ class Scheduler:
                     lir.datamove(Direction.DRAM0_TO_LOCAL, 1, inp.address(img, y, 0, 0), row)
                     lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.address(img, y + pt, pl, 0), row)
 
+    # -- nearest resize -----------------------------------------------------------------------------
+    def resize_nearest(self, node: Node) -> None:
+        """Each source row is loaded once into local memory and written to every output row
+        that repeats it, as strided runs: output columns ``r, r + s, ...`` take source columns
+        ``c0, c0 + 1, ...`` (an integer upscale is one run per residue ``r``)."""
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        rows, cols = node.attrs["rows"], node.attrs["cols"]
+        lir = self.lir
+        n, h, w, _ = inp.shape
+        pb = inp.blocks_padded
+        runs = self._column_runs(cols)
+        for img in range(n):
+            loaded = None
+            for oy, sy in enumerate(rows):
+                if sy != loaded:
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, inp.address(img, sy, 0, 0), w * pb)
+                    loaded = sy
+                for ox0, sx0, step, count in runs:
+                    for b in range(inp.blocks):
+                        lir.datamove(Direction.LOCAL_TO_DRAM0, sx0 * pb + b, out.address(img, oy, ox0, b),
+                                     count, pb, step * pb)
+
+    @staticmethod
+    def _column_runs(cols: list[int]) -> list[tuple[int, int, int, int]]:
+        """Cover output columns with runs (first output col, first source col, output step, count)
+        where the source column grows by one per step."""
+        todo = dict(enumerate(cols))
+        runs = []
+        for ox in range(len(cols)):
+            if ox not in todo:
+                continue
+            best = (1, 1)
+            for step in (1, 2, 4, 8, 16):
+                k = 1
+                while todo.get(ox + k * step, -1) == cols[ox] + k:
+                    k += 1
+                if k > best[1]:
+                    best = (step, k)
+            step, k = best
+            runs.append((ox, cols[ox], step, k))
+            for i in range(k):
+                del todo[ox + i * step]
+        return runs
+
     # -- dispatch -----------------------------------------------------------------------------------
     def lower(self, node: Node) -> None:
         if node.op in ("conv2d", "bias_add"):
@@ -506,5 +550,7 @@ class Scheduler:
             self.concat(node)
         elif node.op == "pad":
             self.pad(node)
+        elif node.op == "resize_nearest":
+            self.resize_nearest(node)
         else:
             raise ScheduleError(f"no schedule for op '{node.op}'")
