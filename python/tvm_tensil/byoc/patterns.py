@@ -61,6 +61,8 @@ def _rank(expr, ranks=(2, 4)) -> str | None:
 
 def _per_channel(const_shape: tuple, x_shape: tuple) -> bool:
     """A constant that broadcasts along channels only: (C,), (1, C) or (1, C, 1, 1)."""
+    if len(x_shape) not in (2, 4):
+        return False
     c = x_shape[1]
     return const_shape in ((c,), (1, c), (1, c, 1, 1)) and (len(x_shape) == 4 or const_shape != (1, c, 1, 1))
 
@@ -114,7 +116,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         if "bias" not in ctx.annotated_expr:
             return True
         add = ctx.annotated_expr["bias"]
-        x, c = add.args
+        x, c = add.args if isinstance(add.args[1], tvm.ir.GenericConst) else add.args[::-1]
         if not _per_channel(shape_of(c), shape_of(x)):
             return reject(ctx, f"bias of shape {shape_of(c)} does not broadcast along channels")
         return True
