@@ -41,4 +41,5 @@ def test_small_cnn_through_torch_export():
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     y = out[0].numpy()  # torch-exported programs return a tuple
     ref = model(x).detach().numpy()
-    assert np.argmax(y) == np.argmax(ref) and np.max(np.abs(y - ref)) < 0.02
+    assert np.max(np.abs(y - ref)) < 0.02
+    assert ref[0, np.argmax(y)] >= ref.max() - 0.02  # the top class, up to near-ties
