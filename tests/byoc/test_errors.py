@@ -1,0 +1,58 @@
+"""Build errors: one clear message each; unsupported ops never raise, they stay on the CPU."""
+
+import numpy as np
+import pytest
+from tvm.relax.frontend.onnx import from_onnx
+
+import tvm_tensil
+import zoo
+from tvm_tensil.arch import ArchitectureError
+
+
+def test_model_too_big_for_dram0():
+    mod = from_onnx(zoo.small_cnn(size=32), keep_params_in_input=False)
+    tiny = tvm_tensil.load_arch("pynqz1").replace(dram0_depth=64, name="tiny")
+    with pytest.raises(MemoryError, match=r"needs DRAM0 vectors 0\.\.1023, beyond dram0_depth = 64; use an "
+                                          r"architecture with a larger dram0_depth"):
+        tvm_tensil.build(mod, target="tensil", arch=tiny)
+
+
+def test_weights_too_big_for_dram1():
+    mod = from_onnx(zoo.mlp(features=64, hidden=64), keep_params_in_input=False)
+    tiny = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=32, name="tiny")
+    with pytest.raises(MemoryError, match="beyond dram1_depth = 32"):
+        tvm_tensil.build(mod, target="tensil", arch=tiny)
+
+
+def test_wrong_arch_name():
+    mod = from_onnx(zoo.mlp(), keep_params_in_input=False)
+    with pytest.raises(ArchitectureError, match="unknown architecture 'pynq-z1'; did you mean 'pynqz1'"):
+        tvm_tensil.build(mod, target="tensil", arch="pynq-z1")
+
+
+def test_unsupported_dtype_stays_on_cpu_with_the_reason():
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    mod = from_onnx(model, keep_params_in_input=False)
+    tvm_tensil.build(mod, target="tensil")
+    report = tvm_tensil.last_report()
+    assert report.partitions == {}
+    assert report.cpu_ops[0]["reason"].startswith("data type float16")
+
+
+def test_saturation_at_run_time_is_reported():
+    import tvm
+    from tvm import relax
+
+    from tvm_tensil.runtime import SaturationWarning
+
+    b = zoo.OnnxBuilder()
+    y = b.op("Gemm", ["x", b.const(np.eye(8) * 100), b.const(np.zeros(8))], transB=1)
+    mod = from_onnx(b.model({"x": [1, 8]}, y), keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil")
+    with pytest.warns(SaturationWarning, match="values saturated at the FP16BP8 range"):
+        out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.full((1, 8), 2.0, "float32")))
+    np.testing.assert_array_equal(out.numpy(), np.full((1, 8), 32767 / 256, "float32"))
