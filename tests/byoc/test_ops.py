@@ -245,3 +245,16 @@ def test_bilinear_resize_stays_on_cpu_with_reason(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [1, 3, 4, 4]}, y), {"x": grid(rng, (1, 3, 4, 4))})
     np.testing.assert_allclose(tcu, cpu, atol=1e-6)
     assert "linear resize (only nearest" in report.cpu_ops[0]["reason"]
+
+
+def test_pool_flatten_dense_with_a_batch(compare):
+    """(n, c, 1, 1) -> (n, c) is the same storage under another shape: a batch of 3 must
+    reach the dense layer as 3 pixels (a regression: it once read only the first)."""
+    b = OnnxBuilder(seed=18, grid=True)
+    rng = np.random.default_rng(18)
+    h = b.op("Flatten", [b.op("GlobalAveragePool", ["x"])])
+    y = b.op("Gemm", [h, b.const(rng.integers(-4, 4, (5, 8)) / 16)], transB=1)
+    x = rng.integers(-16, 16, (3, 8, 4, 4)) / 16 * 0 + rng.integers(-16, 16, (3, 8, 1, 1)) / 16  # exact means
+    cpu, tcu, report, _ = compare(b.model({"x": [3, 8, 4, 4]}, y), {"x": x})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []

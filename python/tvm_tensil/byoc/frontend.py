@@ -63,7 +63,7 @@ class _Builder:
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
         self._vars: list = []  # (Relax var, tensor name); vars compare by identity
-        self.views: dict[str, str] = {}
+        self.views: dict[str, tuple[str, str]] = {}
         self.relax_shapes: dict[str, tuple[int, ...]] = {}
         self.count = 0
 
@@ -224,12 +224,9 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         src_shape = b.relax_shapes[src]
         if len(src_shape) == 4 and src_shape[2:] != (1, 1):
             # An NCHW flatten feeding a dense layer: a view of the same storage.
-            b.views[out] = src
+            b.views[out] = (src, "flatten")
             return out
-        # Layout-preserving ((n, c, 1, 1) <-> (n, c)): an alias.
-        del b.tensors[out]
-        b.count -= 1
-        b.relax_shapes.pop(out)
-        b.relax_shapes[src] = out_shape
-        return src
+        # Layout-preserving ((n, c, 1, 1) <-> (n, c)): the same storage under another shape.
+        b.views[out] = (src, "reshape")
+        return out
     raise FrontendError(f"no conversion for {op}")

@@ -81,11 +81,12 @@ class CompiledPartition:
 def fuse(graph: Graph) -> Graph:
     """Fold bias adds into the preceding conv and activations into their producer's epilogue."""
     nodes = list(graph.nodes)
-    outputs = set(graph.outputs)
+    # Tensors that must keep their name: outputs, and the storage behind views.
+    pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
 
     def sole_consumer(name: str) -> Node | None:
         users = [n for n in nodes if name in n.inputs]
-        return users[0] if len(users) == 1 and name not in outputs else None
+        return users[0] if len(users) == 1 and name not in pinned else None
 
     changed = True
     while changed:
@@ -107,7 +108,8 @@ def fuse(graph: Graph) -> Graph:
             nodes.remove(nxt)
             changed = True
             break
-    used = {t for n in nodes for t in n.inputs} | {n.output for n in nodes} | set(graph.inputs)
+    used = ({t for n in nodes for t in n.inputs} | {n.output for n in nodes} | set(graph.inputs)
+            | set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()})
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
 
@@ -119,8 +121,15 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     for t in list(graph.inputs) + list(graph.outputs) + [n.output for n in graph.nodes]:
         if t not in place and t not in graph.views:
             place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'")
-    for view, src in graph.views.items():
-        place[view] = _flatten_view(graph, place[src], view, arch)
+    for view, (src, kind) in _views_in_order(graph):
+        if kind == "flatten":
+            place[view] = _flatten_view(graph, place[src], view, arch)
+        else:
+            sp = place[src]
+            vp = TensorPlacement(sp.base, graph.tensors[view].shape, arch.array_size)
+            if vp.pixels != sp.pixels or vp.shape[3] != sp.shape[3]:
+                raise ScheduleError(f"reshape {sp.shape} -> {vp.shape} changes the storage")
+            place[view] = vp
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = Scheduler(arch, graph, place, consts, lir)
@@ -144,6 +153,18 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     return CompiledPartition(name, arch, program, consts.recipes,
                              {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
                              report)
+
+
+def _views_in_order(graph: Graph):
+    """Views whose source is placed first (a view of a view comes after its source)."""
+    done: set[str] = set()
+    pending = dict(graph.views)
+    while pending:
+        for view, (src, kind) in list(pending.items()):
+            if src not in pending:
+                done.add(view)
+                del pending[view]
+                yield view, (src, kind)
 
 
 def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architecture) -> TensorPlacement:

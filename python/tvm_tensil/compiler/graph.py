@@ -80,8 +80,10 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     constants: list[Any]  # numpy arrays (float32), indexed by the nodes' attrs
-    # Flattened views: tensor -> the NCHW-flattened feature map whose storage it shares.
-    views: dict[str, str] = field(default_factory=dict)
+    # Views: tensor -> (the tensor whose DRAM0 storage it shares, "reshape" or "flatten").
+    # "reshape": the same pixels and channels under another shape ((n,1,1,c) <-> (1,1,n,c)).
+    # "flatten": an NCHW feature map flattened for a dense layer (see compile._flatten_view).
+    views: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
