@@ -235,16 +235,19 @@ def test_resize_nearest(compare, scales, mode):
     assert cpu_ops(report) == []
 
 
-def test_bilinear_resize_stays_on_cpu_with_reason(compare):
+@pytest.mark.parametrize("scales, mode", [((2, 2), "half_pixel"), ((2, 3), "asymmetric"), ((0.5, 1.5), "half_pixel")])
+def test_resize_bilinear(compare, scales, mode):
+    """Bilinear (align_corners false = half_pixel). Weights like 0.25/0.75 round each product:
+    within 2 lsb of float per output (two rounded terms per pass, two passes)."""
     b = OnnxBuilder(seed=17, grid=True)
     rng = np.random.default_rng(17)
     from onnx import numpy_helper
     sname = b.name("scales")
-    b.inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], dtype=np.float32), sname))
-    y = b.op("Resize", ["x", "", sname], mode="linear")
-    cpu, tcu, report, _ = compare(b.model({"x": [1, 3, 4, 4]}, y), {"x": grid(rng, (1, 3, 4, 4))})
-    np.testing.assert_allclose(tcu, cpu, atol=1e-6)
-    assert "linear resize (only nearest" in report.cpu_ops[0]["reason"]
+    b.inits.append(numpy_helper.from_array(np.array([1, 1, *scales], dtype=np.float32), sname))
+    y = b.op("Resize", ["x", "", sname], mode="linear", coordinate_transformation_mode=mode)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 4, 6]}, y), {"x": grid(rng, (1, 10, 4, 6))})
+    assert np.max(np.abs(tcu - cpu)) <= 4 * 2 ** -8
+    assert cpu_ops(report) == []
 
 
 def test_pool_flatten_dense_with_a_batch(compare):

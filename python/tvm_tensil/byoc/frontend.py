@@ -139,12 +139,10 @@ def _operand(b: _Builder, arg) -> str:
     raise FrontendError(f"unsupported operand {type(arg).__name__}")
 
 
-def probe_nearest(call: relax.Call, in_shape, out_shape) -> tuple[list[int], list[int]]:
-    """Source row and column of every output pixel of a nearest-neighbour resize, found by
-    running the op (on the CPU, once) on an image whose pixels hold their own index."""
-    _, _, h, w = in_shape
+def _run_resize(call: relax.Call, probe: np.ndarray, out_shape) -> np.ndarray:
+    """Run the same resize2d on the CPU on ``probe`` (n, c, h, w)."""
     a = call.attrs
-    x = relax.Var("x", ty=relax.TensorType(shape=(1, 1, h, w), dtype="float32"))
+    x = relax.Var("x", ty=relax.TensorType(shape=probe.shape, dtype="float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         y = bb.emit(relax.op.image.resize2d(
@@ -154,12 +152,37 @@ def probe_nearest(call: relax.Call, in_shape, out_shape) -> tuple[list[int], lis
             cubic_exclude=int(a.cubic_exclude), extrapolation_value=float(a.extrapolation_value)))
         bb.emit_func_output(y)
     vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(probe.astype(np.float32))).numpy()
+
+
+def probe_nearest(call: relax.Call, in_shape, out_shape) -> tuple[list[int], list[int]]:
+    """Source row and column of every output pixel of a nearest-neighbour resize, found by
+    running the op (on the CPU, once) on an image whose pixels hold their own index."""
+    _, _, h, w = in_shape
     ids = np.arange(h * w, dtype=np.float32).reshape(1, 1, h, w)
-    src = vm["main"](tvm.runtime.tensor(ids)).numpy()[0, 0].astype(np.int64)
+    src = _run_resize(call, ids, out_shape)[0, 0].astype(np.int64)
     rows, cols = src[:, 0] // w, src[0, :] % w
     if not np.array_equal(src, rows[:, None] * w + cols[None, :]):
         raise FrontendError("nearest resize is not separable")
     return rows.tolist(), cols.tolist()
+
+
+def probe_linear(call: relax.Call, in_shape, out_shape) -> tuple[list, list]:
+    """The interpolation matrices (out rows x in rows, out cols x in cols) of a separable
+    resize, found by running the op on one-hot rows and one-hot columns; checked on a
+    random image."""
+    _, _, h, w = in_shape
+    oh, ow = out_shape[2:]
+    rows_probe = np.zeros((1, h, h, w), np.float32)
+    rows_probe[0, np.arange(h), np.arange(h), :] = 1.0
+    cols_probe = np.zeros((1, w, h, w), np.float32)
+    cols_probe[0, np.arange(w), :, np.arange(w)] = 1.0
+    mh = _run_resize(call, rows_probe, (1, h, oh, ow))[0, :, :, 0].T  # (oh, h)
+    mw = _run_resize(call, cols_probe, (1, w, oh, ow))[0, :, 0, :].T  # (ow, w)
+    x = np.random.default_rng(0).standard_normal((1, 1, h, w)).astype(np.float32)
+    if not np.allclose(_run_resize(call, x, out_shape)[0, 0], mh @ x[0, 0] @ mw.T, atol=1e-5):
+        raise FrontendError("resize is not separable")
+    return mh.tolist(), mw.tolist()
 
 
 def _is_const(e) -> bool:
@@ -198,8 +221,11 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
     if op == "relax.clip":
         return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
     if op == "relax.image.resize2d":
-        rows, cols = probe_nearest(call, shape_of(call.args[0]), out_shape)
-        return node("resize_nearest", [_operand(b, call.args[0])], rows=rows, cols=cols)
+        if str(a.method) == "nearest_neighbor":
+            rows, cols = probe_nearest(call, shape_of(call.args[0]), out_shape)
+            return node("resize_nearest", [_operand(b, call.args[0])], rows=rows, cols=cols)
+        mh, mw = probe_linear(call, shape_of(call.args[0]), out_shape)
+        return node("resize_linear", [_operand(b, call.args[0])], rows=mh, cols=mw)
     if op == "relax.nn.pad":
         w = [int(v) for v in a.pad_width]
         return node("pad", [_operand(b, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))

@@ -168,8 +168,8 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
             return reject(ctx, err)
         if a.layout != "NCHW":
             return reject(ctx, f"resize layout {a.layout}")
-        if str(a.method) != "nearest_neighbor":
-            return reject(ctx, f"{a.method} resize (only nearest runs on the TCU so far)")
+        if str(a.method) not in ("nearest_neighbor", "linear"):
+            return reject(ctx, f"{a.method} resize (nearest and linear run on the TCU)")
         if str(a.coordinate_transformation_mode) == "tf_crop_and_resize":
             return reject(ctx, "tf_crop_and_resize")
         return True

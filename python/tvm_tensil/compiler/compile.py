@@ -132,7 +132,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
             place[view] = vp
     consts = ConstTable(arch)
     lir = LIR(arch)
-    sched = Scheduler(arch, graph, place, consts, lir)
+    sched = Scheduler(arch, graph, place, consts, lir, dram0)
     per_node = []
     for node in graph.nodes:
         start = len(lir)

@@ -65,6 +65,7 @@ OPS = {
     "concat": "inputs concatenated along channels",
     "pad": "padding (t, l, b, r) on h and w with a constant value",
     "resize_nearest": "rows, cols: the source row/column of every output row/column",
+    "resize_linear": "rows (oh x h), cols (ow x w): separable interpolation matrices",
     "copy": "layout-preserving reshape (no data movement on the host side)",
 }
 

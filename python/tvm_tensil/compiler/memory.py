@@ -176,6 +176,15 @@ def pack_concat_selection(consts, n: int, channels: Sequence[int]) -> np.ndarray
     return out.reshape(-1, n)
 
 
+@packer("diagonal_weights")
+def pack_diagonal_weights(consts, n: int, values: Sequence[float]) -> np.ndarray:
+    """One weight block per value: zero bias row, then value * identity (x -> value * x)."""
+    out = np.zeros((len(values), n + 1, n))
+    idx = np.arange(n)
+    out[:, 1 + idx, idx] = np.asarray(values, dtype=np.float64)[:, None]
+    return out.reshape(-1, n)
+
+
 @packer("channel_vectors")
 def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None,
                          fill: float = 0.0) -> np.ndarray:

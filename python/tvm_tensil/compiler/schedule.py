@@ -50,13 +50,14 @@ def _ceil_div(a: int, b: int) -> int:
 
 class Scheduler:
     def __init__(self, arch: Architecture, graph: Graph, placements: dict[str, TensorPlacement],
-                 consts: ConstTable, lir: LIR):
+                 consts: ConstTable, lir: LIR, dram0=None):
         self.arch = arch
         self.n = arch.array_size
         self.graph = graph
         self.place = placements
         self.consts = consts
         self.lir = lir
+        self.dram0 = dram0  # for temporaries (Dram0Allocator)
 
     # -- shared pieces ---------------------------------------------------------------------------
     def _const_vectors(self, values: list[float], acc_base: int) -> dict[float, int]:
@@ -514,6 +515,104 @@ class Scheduler:
                         lir.datamove(Direction.LOCAL_TO_DRAM0, sx0 * pb + b, out.address(img, oy, ox0, b),
                                      count, pb, step * pb)
 
+    # -- linear resize ------------------------------------------------------------------------------
+    def resize_linear(self, node: Node) -> None:
+        """Two 1-D passes through a DRAM0 temporary: along w (rows of the input), then along h.
+        Each output vector is a weighted sum of input vectors; every distinct weight is a
+        diagonal weight block, loaded once per row and applied with strided MatMul runs."""
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        mh = np.asarray(node.attrs["rows"], dtype=np.float64)
+        mw = np.asarray(node.attrs["cols"], dtype=np.float64)
+        n, h, w, c = inp.shape
+        ow = mw.shape[0]
+        tmp = self.dram0.alloc((n, h, ow, c), f"{node.output} (resize temporary)")
+        self._resample_cols(inp, tmp, mw)
+        self._resample_rows(tmp, out, mh)
+        if node.epilogue:  # pragma: no cover - fuse() does not fuse into resizes
+            raise ScheduleError("resize epilogue")
+
+    def _diag_blocks(self, matrix: np.ndarray):
+        values = sorted({float(v) for v in matrix.reshape(-1) if v != 0.0})
+        rec = self.consts.add("diagonal_weights", self.graph.constants, values=values)
+        return {v: rec.base + i * (self.n + 1) for i, v in enumerate(values)}
+
+    def _resample_cols(self, inp: TensorPlacement, out: TensorPlacement, mw: np.ndarray) -> None:
+        lir = self.lir
+        n, h, w, _ = inp.shape
+        ow = mw.shape[0]
+        pb = inp.blocks_padded
+        blocks = self._diag_blocks(mw)
+        block = self.n + 1
+        wbuf, src = 0, block
+        store = src + w * pb
+        if store + ow * pb > self.arch.local_depth or ow > self.arch.accumulator_depth:
+            raise ScheduleError(f"resize: a row of {w} -> {ow} pixels does not fit local memory/accumulators")
+        for img in range(n):
+            for y in range(h):
+                lir.datamove(Direction.DRAM0_TO_LOCAL, src, inp.address(img, y, 0, 0), w * pb)
+                tile = Tile(img, y, 1, 0, ow)
+                for b in range(inp.blocks):
+                    lir.load_weights(0, 1, zeroes=True)
+                    lir.matmul(0, 0, ow, zeroes=True)
+                    for v, dram1 in blocks.items():
+                        pairs = [(o, i) for o in range(ow) for i in range(w) if mw[o, i] == v]
+                        if not pairs:
+                            continue
+                        lir.datamove(Direction.DRAM1_TO_LOCAL, wbuf, dram1, block)
+                        lir.load_weights(wbuf, block)
+                        for o0, i0, ostep, istep, cnt in self._pair_runs(pairs):
+                            lir.matmul(src + i0 * pb + b, o0, cnt, istep * pb, ostep, accumulate=True)
+                    self._gather(out, tile, b, 0, store)
+                self._flush(out, tile, store)
+
+    def _resample_rows(self, inp: TensorPlacement, out: TensorPlacement, mh: np.ndarray) -> None:
+        lir = self.lir
+        n, h, w, _ = inp.shape
+        oh = mh.shape[0]
+        pb = inp.blocks_padded
+        blocks = self._diag_blocks(mh)
+        block = self.n + 1
+        wbuf, src = 0, block
+        store = src + w * pb
+        if store + w * pb > self.arch.local_depth or w > self.arch.accumulator_depth:
+            raise ScheduleError(f"resize: a row of {w} pixels does not fit local memory/accumulators")
+        for img in range(n):
+            for oy in range(oh):
+                tile = Tile(img, oy, 1, 0, w)
+                terms = [(iy, float(mh[oy, iy])) for iy in range(h) if mh[oy, iy] != 0.0]
+                for b in range(inp.blocks):
+                    lir.load_weights(0, 1, zeroes=True)
+                    lir.matmul(0, 0, w, zeroes=True)
+                    for iy, v in terms:
+                        lir.datamove(Direction.DRAM0_TO_LOCAL, src, inp.address(img, iy, 0, b), w, 1, pb)
+                        lir.datamove(Direction.DRAM1_TO_LOCAL, wbuf, blocks[v], block)
+                        lir.load_weights(wbuf, block)
+                        lir.matmul(src, 0, w, 1, 1, accumulate=True)
+                    self._gather(out, tile, b, 0, store)
+                self._flush(out, tile, store)
+
+    @staticmethod
+    def _pair_runs(pairs: list[tuple[int, int]]):
+        """Cover (output, input) pairs with runs of constant steps: (o0, i0, ostep, istep, count)."""
+        todo = set(pairs)
+        runs = []
+        for o, i in sorted(pairs):
+            if (o, i) not in todo:
+                continue
+            best = (1, 1, 1)
+            for ostep in (1, 2, 4, 8):
+                for istep in (1, 2, 4, 8):
+                    k = 1
+                    while (o + k * ostep, i + k * istep) in todo:
+                        k += 1
+                    if k > best[2]:
+                        best = (ostep, istep, k)
+            ostep, istep, k = best
+            runs.append((o, i, ostep, istep, k))
+            for j in range(k):
+                todo.discard((o + j * ostep, i + j * istep))
+        return runs
+
     @staticmethod
     def _column_runs(cols: list[int]) -> list[tuple[int, int, int, int]]:
         """Cover output columns with runs (first output col, first source col, output step, count)
@@ -552,5 +651,7 @@ class Scheduler:
             self.pad(node)
         elif node.op == "resize_nearest":
             self.resize_nearest(node)
+        elif node.op == "resize_linear":
+            self.resize_linear(node)
         else:
             raise ScheduleError(f"no schedule for op '{node.op}'")
