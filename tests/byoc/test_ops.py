@@ -261,3 +261,13 @@ def test_pool_flatten_dense_with_a_batch(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [3, 8, 4, 4]}, y), {"x": x})
     np.testing.assert_array_equal(tcu, cpu)
     assert cpu_ops(report) == []
+
+
+def test_batchnorm_after_gemm_folds_into_the_dense(compare):
+    b = OnnxBuilder(seed=19)
+    rng = np.random.default_rng(19)
+    y = b.op("Relu", [b.bn(b.gemm("x", 12, 16), 16)])
+    cpu, tcu, report, _ = compare(b.model({"x": [4, 12]}, y), {"x": rng.standard_normal((4, 12))})
+    assert np.max(np.abs(tcu - cpu)) < 12 * 3 * 2 ** -9
+    nodes = [n for p in report.partitions.values() for n in p["nodes"]]
+    assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
