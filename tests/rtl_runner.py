@@ -1,0 +1,40 @@
+"""Build a Verilator model per parameter sweep point and run cocotb tests on it."""
+
+from pathlib import Path
+
+from tvm_tensil.rtl.toolchain import RTL_DIR, apply_verilator_env
+
+BUILD_ROOT = Path(__file__).resolve().parents[1] / "build" / "rtl"
+
+
+def run_cocotb(toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None,
+               extra_env: dict | None = None) -> None:
+    """Build ``toplevel`` with ``parameters`` and run the cocotb tests in ``test_file``."""
+    from cocotb_tools.runner import get_runner
+
+    apply_verilator_env()
+    test_path = Path(test_file)
+    point = "-".join(f"{k}{v}" for k, v in sorted(parameters.items()))
+    build_dir = BUILD_ROOT / toplevel / point
+    srcs = [RTL_DIR / s for s in (sources or [f"{toplevel}.sv"])]
+    runner = get_runner("verilator")
+    runner.build(
+        sources=srcs,
+        hdl_toplevel=toplevel,
+        parameters=parameters,
+        build_dir=build_dir,
+        build_args=["-Wall", "-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique"],
+        always=False,
+    )
+    env = {f"PARAM_{k}": str(v) for k, v in parameters.items()}
+    env.update(extra_env or {})
+    runner.test(
+        hdl_toplevel=toplevel,
+        test_module=test_path.stem,
+        test_dir=test_path.parent,
+        build_dir=build_dir,
+        extra_env=env,
+    )
+    results = build_dir / "results.xml"
+    text = results.read_text() if results.exists() else ""
+    assert "<failure" not in text and "<error" not in text, f"cocotb failures, see {results}"
