@@ -1,0 +1,82 @@
+"""tcu_simd against the emulator: random SIMD instructions, outputs and registers compared."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+
+def pack(vec, w):
+    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
+
+
+def unpack(value, n, w):
+    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
+    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
+
+
+@cocotb.test()
+async def random_instructions_match_the_emulator(dut):
+    from tvm_tensil.arch import Architecture
+    from tvm_tensil.isa import SIMD, Program, SIMDOp
+    from tvm_tensil.runtime import Emulator
+
+    n, w, bp, regs = (int(os.environ[f"PARAM_{k}"]) for k in ("ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "REGISTERS"))
+    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[w]
+    arch = Architecture(dtype, n, 64, 64, 64, 64, simd_registers_depth=regs)
+    emu = Emulator(arch)
+    dt = arch.data_type
+    rng = random.Random(n + w + regs)
+    np_rng = np.random.default_rng(n + w + regs)
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.s_in_valid.value = 0
+    await RisingEdge(dut.clk)
+    await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    specials = np.array([dt.min_int, dt.max_int, 0, dt.one, -dt.one, 1, -1])
+    for step in range(400):
+        op = SIMDOp(rng.randrange(16))
+        left, right, dest = (rng.randint(0, regs) for _ in range(3))
+        if rng.random() < 0.3:
+            x = np_rng.choice(specials, n)
+        else:
+            lim = dt.max_int if rng.random() < 0.3 else dt.one * 4
+            x = np_rng.integers(-lim, lim + 1, n)
+        emu.acc[0] = x
+        emu.execute(Program.from_instructions(
+            [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], arch.layout))
+        dut.s_in_valid.value = 1
+        dut.s_in_op.value = int(op)
+        dut.s_in_left.value, dut.s_in_right.value, dut.s_in_dest.value = left, right, dest
+        dut.s_in_data.value = pack(x, w)
+        await RisingEdge(dut.clk)
+        dut.s_in_valid.value = 0
+        await ReadOnly()
+        got = unpack(int(dut.m_out_data.value), n, w)
+        assert int(dut.m_out_valid.value) == 1
+        assert got == emu.acc[1].tolist(), f"step {step}: {op.name} l={left} r={right} d={dest} x={x.tolist()}"
+        sat = emu.last_stats.saturations["simd"] > 0
+        assert int(dut.m_out_saturated.value) == int(sat), f"step {step}: {op.name} saturation flag"
+        await RisingEdge(dut.clk)
+
+
+SWEEP = [(8, 16, 8, 1), (4, 32, 16, 2)]
+FULL_SWEEP = SWEEP + [(2, 16, 8, 0), (12, 16, 8, 1), (16, 8, 4, 4), (8, 18, 10, 16)]
+
+
+@pytest.mark.parametrize("n, width, bp, regs", FULL_SWEEP)
+def test_tcu_simd(n, width, bp, regs, full):
+    if (n, width, bp, regs) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
+    from rtl_runner import run_cocotb
+
+    select = max(1, regs.bit_length())
+    run_cocotb("tcu_simd", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp,
+                                      "REGISTERS": regs, "SELECT_BITS": select},
+               sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv"])
