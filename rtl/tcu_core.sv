@@ -1,0 +1,520 @@
+// SPDX-License-Identifier: Apache-2.0
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * TCU core: decoder and execution units, with the DRAM banks behind vector request ports
+ * (tcu_dram_axi adapts them to AXI4).
+ *
+ * Program order: one instruction executes at a time; within it, vectors stream through the units
+ * at one per cycle (MatMul: local memory -> array -> accumulators; DataMove local <-> accumulators;
+ * LoadWeights), and the next instruction starts when every write of this one has landed. So the
+ * result is exactly that of executing instructions one at a time (spec section 5).
+ *
+ * Invalid opcodes and DataMove directions raise `error` and are skipped. `timeout` rises when an
+ * instruction runs longer than the timeout register (cycles, 0 = never). `tracepoint` rises while
+ * the program counter equals the tracepoint register. `idle` is high when no instruction is waiting
+ * and nothing is in flight.
+ */
+module tcu_core #
+(
+    // Array size N (vectors hold N scalars)
+    parameter ARRAY_SIZE = 8,
+    // Bits of a scalar
+    parameter DATA_WIDTH = 16,
+    // Fractional bits of a scalar
+    parameter BINARY_POINT = 8,
+    // Vectors of local memory
+    parameter LOCAL_DEPTH = 8192,
+    // Vectors of accumulators
+    parameter ACC_DEPTH = 2048,
+    // Address bits of DRAM0 and DRAM1 vectors
+    parameter DRAM0_DEPTH_BITS = 20,
+    parameter DRAM1_DEPTH_BITS = 20,
+    // SIMD registers per lane
+    parameter SIMD_REGISTERS = 1,
+    // Instruction layout (tvm_tensil.isa.layout): operand widths, address and stride bits
+    parameter OPERAND0_BITS = 16,
+    parameter OPERAND1_BITS = 24,
+    parameter OPERAND2_BITS = 16,
+    parameter OPERAND0_ADDRESS_BITS = 13,
+    parameter OPERAND1_ADDRESS_BITS = 20,
+    parameter OPERAND2_ADDRESS_BITS = 13,
+    parameter STRIDE0_BITS = 3,
+    parameter STRIDE1_BITS = 3,
+    parameter SIMD_OPERAND_BITS = 1,
+    // Bits of an instruction word
+    parameter INSTRUCTION_BITS = 64
+)
+(
+    input  wire                              clk,
+    input  wire                              rst,
+
+    // Instruction words (tcu_instruction_input)
+    input  wire [INSTRUCTION_BITS-1:0]       s_instr_data,
+    input  wire                              s_instr_valid,
+    output wire                              s_instr_ready,
+
+    // DRAM0: vector reads (responses in request order) and writes
+    output wire                              m_dram0_rd_valid,
+    input  wire                              m_dram0_rd_ready,
+    output wire [DRAM0_DEPTH_BITS-1:0]       m_dram0_rd_addr,
+    input  wire                              s_dram0_rd_valid,
+    input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_dram0_rd_data,
+    output wire                              m_dram0_wr_valid,
+    input  wire                              m_dram0_wr_ready,
+    output wire [DRAM0_DEPTH_BITS-1:0]       m_dram0_wr_addr,
+    output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_dram0_wr_data,
+    input  wire                              dram0_wr_pending,
+
+    // DRAM1: the same
+    output wire                              m_dram1_rd_valid,
+    input  wire                              m_dram1_rd_ready,
+    output wire [DRAM1_DEPTH_BITS-1:0]       m_dram1_rd_addr,
+    input  wire                              s_dram1_rd_valid,
+    input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_dram1_rd_data,
+    output wire                              m_dram1_wr_valid,
+    input  wire                              m_dram1_wr_ready,
+    output wire [DRAM1_DEPTH_BITS-1:0]       m_dram1_wr_addr,
+    output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_dram1_wr_data,
+    input  wire                              dram1_wr_pending,
+
+    // Configuration registers the DRAM adapters use
+    output reg  [31:0]                       dram0_offset,
+    output reg  [3:0]                        dram0_cache,
+    output reg  [31:0]                       dram1_offset,
+    output reg  [3:0]                        dram1_cache,
+
+    // Status
+    output reg  [31:0]                       program_counter,
+    output wire                              idle,
+    output reg                               error,
+    output reg                               timeout,
+    output wire                              tracepoint,
+    output reg                               saturated
+);
+
+localparam N = ARRAY_SIZE;
+localparam W = DATA_WIDTH;
+localparam V = N * W;
+localparam LA = $clog2(LOCAL_DEPTH) > 0 ? $clog2(LOCAL_DEPTH) : 1;
+localparam AA = $clog2(ACC_DEPTH) > 0 ? $clog2(ACC_DEPTH) : 1;
+localparam OPS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS;
+localparam SB = SIMD_OPERAND_BITS;
+localparam CB = 32;  // counters and addresses are computed in 32 bits, then truncated
+
+initial begin
+    if (INSTRUCTION_BITS != OPS + 8) $fatal(1, "tcu_core: INSTRUCTION_BITS must be the operands plus 8");
+    if (OPERAND2_ADDRESS_BITS > CB) $fatal(1, "tcu_core: sizes wider than 32 bits");
+end
+
+localparam [3:0] OP_NOOP = 4'h0, OP_MATMUL = 4'h1, OP_DATAMOVE = 4'h2, OP_LOADWEIGHTS = 4'h3,
+                 OP_SIMD = 4'h4, OP_CONFIGURE = 4'hF;
+
+// -- decode ------------------------------------------------------------------------------------
+wire [OPERAND0_BITS-1:0] f_op0 = s_instr_data[OPERAND0_BITS-1:0];
+wire [OPERAND1_BITS-1:0] f_op1 = s_instr_data[OPERAND0_BITS +: OPERAND1_BITS];
+wire [OPERAND2_BITS-1:0] f_op2 = s_instr_data[OPERAND0_BITS+OPERAND1_BITS +: OPERAND2_BITS];
+wire [3:0] f_flags  = s_instr_data[OPS +: 4];
+wire [3:0] f_opcode = s_instr_data[OPS+4 +: 4];
+wire [OPS-1:0] f_args = s_instr_data[OPS-1:0];
+
+wire [CB-1:0] f_addr0  = CB'(f_op0[OPERAND0_ADDRESS_BITS-1:0]);
+wire [CB-1:0] f_step0  = CB'(1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS];
+wire [CB-1:0] f_addr1  = CB'(f_op1[OPERAND1_ADDRESS_BITS-1:0]);
+wire [CB-1:0] f_step1  = CB'(1) << f_op1[OPERAND1_ADDRESS_BITS +: STRIDE1_BITS];
+wire [CB-1:0] f_count  = CB'(f_op2[OPERAND2_ADDRESS_BITS-1:0]) + 1;
+wire [CB-1:0] f_lw_count = CB'(f_op1) + 1;
+
+wire f_valid_dm = f_flags == 4'd0 || f_flags == 4'd1 || f_flags == 4'd2 || f_flags == 4'd3 ||
+                  f_flags == 4'd12 || f_flags == 4'd13 || f_flags == 4'd15;
+wire f_known = f_opcode == OP_NOOP || f_opcode == OP_MATMUL || f_opcode == OP_LOADWEIGHTS ||
+               f_opcode == OP_SIMD || f_opcode == OP_CONFIGURE || (f_opcode == OP_DATAMOVE && f_valid_dm);
+
+// -- state -------------------------------------------------------------------------------------
+localparam [2:0] S_IDLE = 3'd0, S_ISSUE = 3'd1, S_DRAIN = 3'd2;
+reg [2:0]  state;
+reg [3:0]  opcode, flags;
+reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
+reg [3:0]  simd_op;
+reg [SB-1:0] simd_left, simd_right, simd_dest;
+
+assign s_instr_ready = state == S_IDLE && !rst;
+wire start = s_instr_valid && s_instr_ready;
+
+// -- units ---------------------------------------------------------------------------------------
+// Local memory: port A reads (MatMul, LoadWeights, moves out of local), port B writes.
+reg           lm_a_en;
+reg  [LA-1:0] lm_a_addr;
+wire [V-1:0]  lm_a_rdata;
+reg           lm_b_we;
+reg  [LA-1:0] lm_b_addr;
+reg  [V-1:0]  lm_b_wdata;
+wire [V-1:0]  lm_b_rdata_unused;
+
+tcu_ram #(
+    .DEPTH(LOCAL_DEPTH),
+    .WIDTH(V),
+    .ADDR_WIDTH(LA)
+)
+local_inst (
+    .clk(clk),
+    .a_en(lm_a_en), .a_we(1'b0), .a_addr(lm_a_addr), .a_wdata({V{1'b0}}), .a_rdata(lm_a_rdata),
+    .b_en(lm_b_we), .b_we(lm_b_we), .b_addr(lm_b_addr), .b_wdata(lm_b_wdata), .b_rdata(lm_b_rdata_unused)
+);
+
+// Accumulators
+reg           acc_wr_valid, acc_wr_accumulate;
+reg  [AA-1:0] acc_wr_addr;
+reg  [V-1:0]  acc_wr_data;
+reg           acc_rd_valid;
+reg  [AA-1:0] acc_rd_addr;
+wire [V-1:0]  acc_rd_data;
+wire          acc_rd_data_valid, acc_busy, acc_saturated;
+
+tcu_accumulators #(
+    .DEPTH(ACC_DEPTH),
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .ADDR_WIDTH(AA)
+)
+acc_inst (
+    .clk(clk), .rst(rst),
+    .s_write_valid(acc_wr_valid), .s_write_addr(acc_wr_addr), .s_write_data(acc_wr_data),
+    .s_write_accumulate(acc_wr_accumulate),
+    .s_read_valid(acc_rd_valid), .s_read_addr(acc_rd_addr), .m_read_data(acc_rd_data),
+    .m_read_valid(acc_rd_data_valid), .busy(acc_busy), .saturated(acc_saturated)
+);
+
+// Array
+reg          arr_w_valid;
+reg  [V-1:0] arr_w_data;
+reg          arr_in_valid;
+reg  [V-1:0] arr_in_data;
+wire [V-1:0] arr_out_data;
+wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready;
+
+tcu_systolic_array #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .BINARY_POINT(BINARY_POINT)
+)
+array_inst (
+    .clk(clk), .rst(rst),
+    .s_weights_data(arr_w_data), .s_weights_valid(arr_w_valid),
+    .s_in_data(arr_in_data), .s_in_valid(arr_in_valid), .s_in_ready(arr_in_ready),
+    .m_out_data(arr_out_data), .m_out_valid(arr_out_valid), .m_out_ready(1'b1),
+    .busy(arr_busy), .saturated(arr_saturated)
+);
+
+// SIMD
+reg           simd_in_valid;
+reg  [V-1:0]  simd_in_data;
+wire [V-1:0]  simd_out_data;
+wire          simd_out_valid, simd_saturated;
+
+tcu_simd #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .BINARY_POINT(BINARY_POINT),
+    .REGISTERS(SIMD_REGISTERS),
+    .SELECT_BITS(SB)
+)
+simd_inst (
+    .clk(clk), .rst(rst),
+    .s_in_valid(simd_in_valid), .s_in_op(simd_op), .s_in_left(simd_left), .s_in_right(simd_right),
+    .s_in_dest(simd_dest), .s_in_data(simd_in_data),
+    .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
+);
+
+// -- delay lines: what each issued read becomes when its data arrives --------------------------
+// MatMul: the local read's data reaches the array one cycle after issue; the accumulator address
+// of each issued vector waits in a FIFO until the array's output for it appears (order kept).
+localparam MM_FIFO_BITS = $clog2(N + 4);
+reg                    mm_read_valid;
+reg [AA-1:0]           mm_fifo [0:(1 << MM_FIFO_BITS)-1];
+reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
+// Moves and LoadWeights: one cycle of read latency.
+reg          rd1_valid;
+reg [CB-1:0] rd1_addr;        // where the data goes (accumulator, local or DRAM address)
+reg [1:0]    rd1_kind;        // 0: to array weights, 1: to accumulators, 2: to local, 3: to DRAM
+reg          rd1_zero;
+reg          rd1_accumulate;
+// SIMD: the read, then the ALU.
+reg          simd_rd_pending;
+reg          simd_wr_pending;
+
+// DRAM reads: requests issued and responses still expected.
+reg [CB-1:0] dram_rd_issued, dram_rd_received;
+wire         dram_bank1 = flags == 4'd2 || flags == 4'd3;
+wire         dram_rd_ready = dram_bank1 ? m_dram1_rd_ready : m_dram0_rd_ready;
+wire         dram_rd_resp = dram_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
+wire [V-1:0] dram_rd_data = dram_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
+wire         dram_wr_ready = dram_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
+
+// DRAM writes: one vector held until the bank takes it.
+reg          dram_wr_hold;
+reg [CB-1:0] dram_wr_addr;
+reg [V-1:0]  dram_wr_data;
+
+assign m_dram0_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd0 && issued < count;
+assign m_dram1_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd2 && issued < count;
+assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(addr1);
+assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(addr1);
+assign m_dram0_wr_valid = dram_wr_hold && !dram_bank1;
+assign m_dram1_wr_valid = dram_wr_hold && dram_bank1;
+assign m_dram0_wr_addr  = DRAM0_DEPTH_BITS'(dram_wr_addr);
+assign m_dram1_wr_addr  = DRAM1_DEPTH_BITS'(dram_wr_addr);
+assign m_dram0_wr_data  = dram_wr_data;
+assign m_dram1_wr_data  = dram_wr_data;
+
+// -- issue ----------------------------------------------------------------------------------------
+// Reads issued this cycle (combinational), registered into the delay lines below.
+wire issuing = state == S_ISSUE && issued < count;
+wire is_mm   = opcode == OP_MATMUL;
+wire is_lw   = opcode == OP_LOADWEIGHTS;
+wire is_simd = opcode == OP_SIMD;
+wire dm_from_local = opcode == OP_DATAMOVE && (flags == 4'd1 || flags == 4'd3 || flags == 4'd13 || flags == 4'd15);
+wire dm_acc_to_local = opcode == OP_DATAMOVE && flags == 4'd12;
+wire dm_dram_to_local = opcode == OP_DATAMOVE && (flags == 4'd0 || flags == 4'd2);
+wire dm_to_dram = opcode == OP_DATAMOVE && (flags == 4'd1 || flags == 4'd3);
+
+// A move to DRAM issues its next local read only when the previous vector has been taken.
+wire to_dram_space = !dram_wr_hold && !(rd1_valid && rd1_kind == 2'd3);
+wire issue_now = issuing && (
+    is_mm || is_lw || dm_acc_to_local ||
+    (dm_from_local && (!dm_to_dram || to_dram_space)) ||
+    (dm_dram_to_local && dram_rd_ready) ||
+    (is_simd && !simd_rd_pending && !simd_wr_pending && !simd_in_valid && !simd_out_valid));
+
+// The instruction's operand0 as decoded (the loop moves addr0 along).
+reg  [CB-1:0] rd_base, rd_step;
+
+// LoadWeights reads from the highest address down.
+wire [CB-1:0] lw_addr = rd_base + (count - 1 - issued) * rd_step;
+
+always @* begin
+    lm_a_en = 1'b0;
+    lm_a_addr = LA'(addr0);
+    acc_rd_valid = 1'b0;
+    acc_rd_addr = AA'(addr1);
+    if (issue_now) begin
+        if (is_mm && !flags[1]) begin
+            lm_a_en = 1'b1;
+        end
+        if (is_lw && !flags[0]) begin
+            lm_a_en = 1'b1;
+            lm_a_addr = LA'(lw_addr);
+        end
+        if (dm_from_local) begin
+            lm_a_en = 1'b1;
+        end
+        if (dm_acc_to_local) begin
+            acc_rd_valid = 1'b1;
+        end
+        if (is_simd && flags[0]) begin
+            acc_rd_valid = 1'b1;
+        end
+    end
+end
+
+// Everything of this instruction has landed.
+wire quiet = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid && !acc_busy && !dram_wr_hold &&
+             !simd_rd_pending && !simd_wr_pending && !simd_in_valid && !simd_out_valid &&
+             dram_rd_issued == dram_rd_received && !dram0_wr_pending && !dram1_wr_pending && !acc_wr_valid &&
+             !lm_b_we && !arr_w_valid;
+
+assign idle = state == S_IDLE && !s_instr_valid && quiet;
+
+reg [31:0] timeout_limit, tracepoint_pc, sample_interval, busy_cycles;
+assign tracepoint = program_counter == tracepoint_pc;
+
+always @(posedge clk) begin
+    // Defaults: single-cycle strobes.
+    acc_wr_valid <= 1'b0;
+    lm_b_we <= 1'b0;
+    arr_w_valid <= 1'b0;
+    arr_in_valid <= 1'b0;
+    simd_in_valid <= 1'b0;
+
+    if (rst) begin
+        state <= S_IDLE;
+        program_counter <= '0;
+        error <= 1'b0;
+        timeout <= 1'b0;
+        saturated <= 1'b0;
+        dram0_offset <= '0;
+        dram0_cache <= '0;
+        dram1_offset <= '0;
+        dram1_cache <= '0;
+        timeout_limit <= 32'd100;
+        tracepoint_pc <= 32'hFFFFFFFF;
+        sample_interval <= '0;
+        mm_read_valid <= 1'b0;
+        mm_wr_ptr <= '0;
+        mm_rd_ptr <= '0;
+        rd1_valid <= 1'b0;
+        simd_rd_pending <= 1'b0;
+        simd_wr_pending <= 1'b0;
+        dram_wr_hold <= 1'b0;
+        dram_rd_issued <= '0;
+        dram_rd_received <= '0;
+        busy_cycles <= '0;
+    end else begin
+        saturated <= saturated | arr_saturated | acc_saturated | simd_saturated;
+
+        // ---- instruction start -------------------------------------------------------------
+        if (start) begin
+            opcode <= f_opcode;
+            flags <= f_flags;
+            addr0 <= f_addr0;
+            step0 <= f_step0;
+            addr1 <= f_addr1;
+            step1 <= f_step1;
+            count <= f_opcode == OP_LOADWEIGHTS ? f_lw_count : (f_opcode == OP_SIMD ? 1 : f_count);
+            issued <= '0;
+            dram_rd_issued <= '0;
+            dram_rd_received <= '0;
+            busy_cycles <= '0;
+            simd_dest <= f_op2[SB-1:0];
+            simd_right <= f_op2[SB +: SB];
+            simd_left <= f_op2[2*SB +: SB];
+            simd_op <= f_op2[3*SB +: 4];
+            if (!f_known) begin
+                error <= 1'b1;  // skipped; the program counter still advances
+                program_counter <= program_counter + 1;
+            end else if (f_opcode == OP_NOOP) begin
+                program_counter <= program_counter + 1;
+            end else if (f_opcode == OP_CONFIGURE) begin
+                case (f_args[3:0])
+                    4'd0:  dram0_offset <= 32'(f_args >> 4);
+                    4'd1:  dram0_cache <= 4'(f_args >> 4);
+                    4'd4:  dram1_offset <= 32'(f_args >> 4);
+                    4'd5:  dram1_cache <= 4'(f_args >> 4);
+                    4'd8:  timeout_limit <= 32'(f_args >> 4);
+                    4'd9:  tracepoint_pc <= 32'(f_args >> 4);
+                    4'd11: sample_interval <= 32'(f_args >> 4);
+                    default: error <= 1'b1;
+                endcase
+                program_counter <= f_args[3:0] == 4'd10 ? 32'(f_args >> 4) : program_counter + 1;
+            end else begin
+                state <= S_ISSUE;
+            end
+        end
+
+        // ---- issue one vector per cycle ---------------------------------------------------------
+        if (state != S_IDLE) begin
+            busy_cycles <= busy_cycles + 1;
+            if (timeout_limit != 0 && busy_cycles >= timeout_limit) timeout <= 1'b1;
+        end
+        if (issue_now) begin
+            issued <= issued + 1;
+            addr0 <= addr0 + step0;
+            addr1 <= addr1 + step1;
+            if (dm_dram_to_local) dram_rd_issued <= dram_rd_issued + 1;
+        end
+        if (state == S_ISSUE && issued == count) state <= S_DRAIN;
+        if (state == S_DRAIN && quiet) begin
+            state <= S_IDLE;
+            program_counter <= program_counter + 1;
+        end
+
+        // ---- MatMul: local data -> array -> accumulators ------------------------------------------
+        mm_read_valid <= issue_now && is_mm;
+        if (issue_now && is_mm) begin
+            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= AA'(addr1);
+            mm_wr_ptr <= mm_wr_ptr + 1;
+        end
+        if (mm_read_valid) begin
+            arr_in_valid <= 1'b1;
+            arr_in_data <= flags[1] ? {V{1'b0}} : lm_a_rdata;
+        end
+        if (arr_out_valid) begin
+            acc_wr_valid <= 1'b1;
+            acc_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]];
+            acc_wr_data <= arr_out_data;
+            acc_wr_accumulate <= flags[0];
+            mm_rd_ptr <= mm_rd_ptr + 1;
+        end
+
+        // ---- moves and LoadWeights: one cycle after the read ------------------------------------
+        rd1_valid <= issue_now && (is_lw || dm_from_local || dm_acc_to_local);
+        rd1_zero <= is_lw && flags[0];
+        rd1_accumulate <= flags == 4'd15;
+        rd1_kind <= is_lw ? 2'd0 : (dm_to_dram ? 2'd3 : (dm_from_local ? 2'd1 : 2'd2));
+        rd1_addr <= dm_acc_to_local ? addr0 : addr1;
+        if (rd1_valid) begin
+            case (rd1_kind)
+                2'd0: begin
+                    arr_w_valid <= 1'b1;
+                    arr_w_data <= rd1_zero ? {V{1'b0}} : lm_a_rdata;
+                end
+                2'd1: begin
+                    acc_wr_valid <= 1'b1;
+                    acc_wr_addr <= AA'(rd1_addr);
+                    acc_wr_data <= lm_a_rdata;
+                    acc_wr_accumulate <= rd1_accumulate;
+                end
+                2'd2: begin
+                    lm_b_we <= 1'b1;
+                    lm_b_addr <= LA'(rd1_addr);
+                    lm_b_wdata <= acc_rd_data;
+                end
+                default: begin
+                    dram_wr_hold <= 1'b1;
+                    dram_wr_addr <= rd1_addr;
+                    dram_wr_data <= lm_a_rdata;
+                end
+            endcase
+        end
+        if (dram_wr_hold && dram_wr_ready) dram_wr_hold <= 1'b0;
+
+        // ---- DRAM reads: responses arrive in order -----------------------------------------------
+        if (dram_rd_resp && state != S_IDLE && dram_rd_received != dram_rd_issued) begin
+            lm_b_we <= 1'b1;
+            lm_b_addr <= LA'(addr0_rd);
+            lm_b_wdata <= dram_rd_data;
+            dram_rd_received <= dram_rd_received + 1;
+        end
+
+        // ---- SIMD: read -> ALU -> write ----------------------------------------------------------
+        if (issue_now && is_simd) begin
+            simd_rd_pending <= 1'b1;
+        end
+        if (simd_rd_pending) begin
+            simd_rd_pending <= 1'b0;
+            simd_in_valid <= 1'b1;
+            simd_in_data <= flags[0] ? acc_rd_data : {V{1'b0}};
+            simd_wr_pending <= 1'b1;
+        end
+        if (simd_out_valid) begin
+            simd_wr_pending <= 1'b0;
+            if (flags[1]) begin
+                acc_wr_valid <= 1'b1;
+                acc_wr_addr <= AA'(simd_write_addr);
+                acc_wr_data <= simd_out_data;
+                acc_wr_accumulate <= flags[2];
+            end
+        end
+    end
+end
+
+// Local addresses of DRAM read responses: the k-th response goes to addr0 + k * step0.
+wire [CB-1:0] addr0_rd = rd_base + dram_rd_received * rd_step;
+// The SIMD write address is operand0 as decoded.
+reg  [CB-1:0] simd_write_addr;
+always @(posedge clk) begin
+    if (start) begin
+        rd_base <= f_addr0;
+        rd_step <= f_step0;
+        simd_write_addr <= f_addr0;
+    end
+end
+
+wire unused_ok = &{1'b0, lm_b_rdata_unused, dram_wr_addr, lw_addr, addr0_rd, simd_write_addr, arr_in_ready, acc_rd_data_valid, sample_interval,
+                   f_op1[OPERAND1_BITS-1:0], f_op0, f_op2, dram0_wr_pending, dram1_wr_pending};
+
+endmodule
+
+`resetall

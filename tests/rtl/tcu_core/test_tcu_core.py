@@ -1,0 +1,237 @@
+"""tcu_core against the emulator: hand-written and random programs, DRAM compared word for word.
+
+DRAM banks are Python models behind the core's vector ports, answering in order after random
+delays and with random backpressure. A preamble zeroes weights, accumulators, local memory and
+SIMD registers (the emulator's power-on state); an epilogue copies local memory and accumulators out to DRAM,
+so the comparison covers every memory.
+"""
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+
+
+def pack(vec, w):
+    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
+
+
+def unpack(value, n, w):
+    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
+    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
+
+
+def arch_from_env():
+    from tvm_tensil.arch import Architecture
+
+    e = {k[6:]: int(v) for k, v in os.environ.items() if k.startswith("PARAM_")}
+    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[e["DATA_WIDTH"]]
+    return Architecture(dtype, e["ARRAY_SIZE"], 1 << e["DRAM0_DEPTH_BITS"], 1 << e["DRAM1_DEPTH_BITS"],
+                        e["LOCAL_DEPTH"], e["ACC_DEPTH"], simd_registers_depth=e["SIMD_REGISTERS"],
+                        stride0_depth=int(os.environ["TCU_STRIDE0_DEPTH"]),
+                        stride1_depth=int(os.environ["TCU_STRIDE1_DEPTH"]))
+
+
+def preamble(arch):
+    from tvm_tensil.isa import SIMD, DataMove, Direction, LoadWeights, MatMul, SIMDOp
+    n = arch.array_size
+    out = [LoadWeights(0, n + 1, zeroes=True), MatMul(0, 0, arch.accumulator_depth, zeroes=True)]
+    out += [SIMD(SIMDOp.ZERO, dest=k) for k in range(1, arch.simd_registers_depth + 1)]
+    for start in range(0, arch.local_depth, arch.accumulator_depth):
+        out.append(DataMove(Direction.ACC_TO_LOCAL, start, 0, min(arch.accumulator_depth, arch.local_depth - start)))
+    return out
+
+
+def epilogue(arch):
+    from tvm_tensil.isa import DataMove, Direction
+    a, l = arch.accumulator_depth, arch.local_depth
+    # local -> DRAM1 [0, L); accumulators -> local [0, A) -> DRAM1 [L, L + A)
+    return [DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l), DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
+            DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a)]
+
+
+async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
+    n, w = arch.array_size, arch.data_type.width
+    lay = arch.layout
+    words = [program.word(pc) for pc in range(len(program))]
+    banks = {0: dram0, 1: dram1}
+    queues = {0: [], 1: []}
+    dut.s_instr_valid.value = 0
+    for b in (0, 1):
+        getattr(dut, f"m_dram{b}_rd_ready").value = 0
+        getattr(dut, f"m_dram{b}_wr_ready").value = 0
+        getattr(dut, f"s_dram{b}_rd_valid").value = 0
+        getattr(dut, f"dram{b}_wr_pending").value = 0
+    pc = 0
+    for cycle in range(max_cycles):
+        await FallingEdge(dut.clk)
+        dut.s_instr_valid.value = int(pc < len(words))
+        if pc < len(words):
+            dut.s_instr_data.value = words[pc]
+        for b in (0, 1):
+            getattr(dut, f"m_dram{b}_rd_ready").value = int(rng.random() < 0.7)
+            getattr(dut, f"m_dram{b}_wr_ready").value = int(rng.random() < 0.7)
+            q = queues[b]
+            ready = q and q[0][0] <= cycle
+            getattr(dut, f"s_dram{b}_rd_valid").value = int(bool(ready))
+            if ready:
+                getattr(dut, f"s_dram{b}_rd_data").value = pack(banks[b][q[0][1]], w)
+        await ReadOnly()
+        if pc < len(words) and int(dut.s_instr_ready.value):
+            pc += 1
+        for b in (0, 1):
+            q = queues[b]
+            if q and q[0][0] <= cycle:
+                q.pop(0)
+            if int(getattr(dut, f"m_dram{b}_rd_valid").value) and int(getattr(dut, f"m_dram{b}_rd_ready").value):
+                addr = int(getattr(dut, f"m_dram{b}_rd_addr").value)
+                last = q[-1][0] if q else cycle
+                q.append((max(last, cycle) + rng.randint(1, 4), addr))
+            if int(getattr(dut, f"m_dram{b}_wr_valid").value) and int(getattr(dut, f"m_dram{b}_wr_ready").value):
+                addr = int(getattr(dut, f"m_dram{b}_wr_addr").value)
+                banks[b][addr] = unpack(int(getattr(dut, f"m_dram{b}_wr_data").value), n, w)
+        done = pc == len(words) and int(dut.idle.value) and not queues[0] and not queues[1]
+        await RisingEdge(dut.clk)
+        if done:
+            return cycle
+    raise AssertionError(f"core did not finish in {max_cycles} cycles (pc {int(dut.program_counter.value)})")
+
+
+async def reset(dut):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+async def check_program(dut, arch, body, rng, name):
+    from tvm_tensil.isa import Program
+    from tvm_tensil.runtime import Emulator
+
+    insts = preamble(arch) + body + epilogue(arch)
+    program = Program.from_instructions(insts, arch.layout)
+    np_rng = np.random.default_rng(rng.randrange(1 << 30))
+    dt = arch.data_type
+    d0 = np_rng.integers(-dt.one * 4, dt.one * 4, (arch.dram0_depth, arch.array_size))
+    d1 = np_rng.integers(-dt.one * 4, dt.one * 4, (arch.dram1_depth, arch.array_size))
+    emu = Emulator(arch)
+    emu.write_dram(0, 0, d0)
+    emu.write_dram(1, 0, d1)
+    emu.execute(program)
+    rtl0, rtl1 = d0.tolist(), d1.tolist()
+    await run_on_core(dut, arch, program, rtl0, rtl1, rng)
+    for bank, got in ((0, np.array(rtl0)), (1, np.array(rtl1))):
+        want = emu.read_dram(bank, 0, got.shape[0])
+        bad = np.nonzero((got != want).any(axis=1))[0]
+        if bad.size:
+            from tvm_tensil.isa import disassemble
+            raise AssertionError(f"{name}: DRAM{bank} differs at vectors {bad[:8].tolist()}: rtl "
+                                 f"{got[bad[:3]].tolist()} emulator {want[bad[:3]].tolist()}\nprogram:\n"
+                                 + disassemble(body, with_pc=True))
+    assert int(dut.error.value) == 0
+
+
+@cocotb.test()
+async def hand_written_programs(dut):
+    from tvm_tensil.isa import assemble
+
+    arch = arch_from_env()
+    n = arch.array_size
+    rng = random.Random(1)
+    await reset(dut)
+    programs = {
+        "matmul with bias and accumulate": f"""
+            datamove dram1_to_local local=0 dram1=0 size={n + 1}
+            loadweights local=0 size={n + 1}
+            datamove dram0_to_local local=16 dram0=3 size=6
+            matmul local=16 acc=2 size=6
+            matmul accumulate local=16 acc=2 size=6
+            matmul zeroes accumulate acc=8:2 size=3
+        """,
+        "relu via simd": "\n".join(["datamove dram0_to_local local=0 dram0=0 size=4",
+                                    "datamove local_to_acc local=0 acc=0 size=4", "simd zero dest=r1"] +
+                                   [f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}"
+                                    for i in range(4)]),
+        "all datamove directions and strides": """
+            datamove dram0_to_local local=0:2 dram0=5:4 size=5
+            datamove local_to_acc local=0:2 acc=1 size=5
+            datamove dram1_to_local local=20 dram1=7 size=5
+            datamove local_to_acc_accumulate local=20 acc=1 size=5
+            datamove acc_to_local local=30:4 acc=1 size=5
+            datamove local_to_dram0 local=30:4 dram0=100:2 size=5
+            datamove local_to_dram1 local=20 dram1=200 size=5
+        """,
+    }
+    for name, text in programs.items():
+        body = assemble(text, arch.layout).instructions()
+        await check_program(dut, arch, body, rng, name)
+
+
+@cocotb.test()
+async def every_simd_op(dut):
+    from tvm_tensil.isa import SIMD, DataMove, Direction, SIMDOp
+
+    arch = arch_from_env()
+    rng = random.Random(2)
+    await reset(dut)
+    body = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 8), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 8)]
+    r = arch.simd_registers_depth
+    for op in SIMDOp:
+        body.append(SIMD(SIMDOp.MOVE, dest=min(1, r), left=0, read=True, acc_read=1))
+        body.append(SIMD(op, dest=min(1, r), left=0, right=min(1, r), acc_write=8 + int(op) % 8, acc_read=2,
+                         read=True, write=True, accumulate=op.value % 3 == 0))
+    await check_program(dut, arch, body, rng, "every simd op")
+
+
+@cocotb.test()
+async def random_programs(dut):
+    from tvm_tensil.isa.fuzz import random_instruction
+
+    arch = arch_from_env()
+    rng = random.Random(3)
+    await reset(dut)
+    count = int(os.environ.get("TCU_RANDOM_PROGRAMS", "10"))
+    for i in range(count):
+        body = [random_instruction(rng, arch, max_size=12) for _ in range(rng.randint(5, 30))]
+        await check_program(dut, arch, body, rng, f"random program {i}")
+
+
+def core_params(n, width, bp, regs=1, local=64, acc=32, dram_bits=8, stride=4):
+    from tvm_tensil.arch import Architecture
+    from tvm_tensil.rtl import core_parameters
+
+    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[width]
+    arch = Architecture(dtype, n, 1 << dram_bits, 1 << dram_bits, local, acc, simd_registers_depth=regs,
+                        stride0_depth=stride, stride1_depth=stride)
+    p = core_parameters(arch)
+    keys = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "LOCAL_DEPTH", "ACC_DEPTH", "DRAM0_DEPTH_BITS",
+            "DRAM1_DEPTH_BITS", "OPERAND0_BITS", "OPERAND1_BITS", "OPERAND2_BITS",
+            "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS", "STRIDE0_BITS",
+            "STRIDE1_BITS", "SIMD_OPERAND_BITS"]
+    out = {k: p[k] for k in keys}
+    out["SIMD_REGISTERS"] = regs
+    out["INSTRUCTION_BITS"] = arch.layout.instruction_bits
+    return out, {"TCU_STRIDE0_DEPTH": str(stride), "TCU_STRIDE1_DEPTH": str(stride)}
+
+
+SWEEP = [(4, 16, 8, 1)]
+FULL_SWEEP = SWEEP + [(2, 16, 8, 1), (8, 16, 8, 2), (4, 32, 16, 1), (12, 16, 8, 1)]
+
+
+@pytest.mark.parametrize("n, width, bp, regs", FULL_SWEEP)
+def test_tcu_core(n, width, bp, regs, full):
+    if (n, width, bp, regs) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
+    from rtl_runner import run_cocotb
+
+    params, env = core_params(n, width, bp, regs)
+    env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
+    run_cocotb("tcu_core", __file__, params, extra_env=env,
+               sources=["tcu_mac.sv", "tcu_systolic_array.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_ram.sv",
+                        "tcu_accumulators.sv", "tcu_core.sv"])
