@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+/*
+ * One DRAM bank as an AXI4 master: the core's vector requests become bursts.
+ *
+ * A vector is ARRAY_SIZE scalars of STORAGE_BYTES bytes (little-endian; an 18-bit scalar is
+ * sign-extended to 4 bytes) at byte address offset * 64 KiB + vector * VECTOR_BYTES, one burst of
+ * VECTOR_BYTES / bus bytes beats (INCR), split in two where it would cross a 4 KiB boundary
+ * (AXI forbids that; it happens for vectors like 24 bytes). Reads: up to MAX_OUTSTANDING bursts in
+ * flight, data returned in request order. Writes: address and data channels run independently;
+ * `wr_pending` stays high until every write response has arrived.
+ */
+module tcu_dram_axi #
+(
+    // Scalars per vector
+    parameter ARRAY_SIZE = 8,
+    // Bits of a scalar
+    parameter DATA_WIDTH = 16,
+    // Bytes a scalar occupies in DRAM
+    parameter STORAGE_BYTES = 2,
+    // Address bits of a vector index
+    parameter DEPTH_BITS = 20,
+    // AXI data bus width in bits
+    parameter AXI_DATA_WIDTH = 64,
+    // AXI address width in bits
+    parameter AXI_ADDR_WIDTH = 32,
+    // AXI ID width
+    parameter AXI_ID_WIDTH = 1,
+    // Read bursts in flight at most (a power of two)
+    parameter MAX_OUTSTANDING = 8
+)
+(
+    input  wire                             clk,
+    input  wire                             rst,
+
+    // Configuration (Configure registers 0/1 or 4/5)
+    input  wire [31:0]                      offset,
+    input  wire [3:0]                       cache,
+
+    // Vector reads: requests, then responses in order
+    input  wire                             s_rd_valid,
+    output wire                             s_rd_ready,
+    input  wire [DEPTH_BITS-1:0]            s_rd_addr,
+    output reg                              m_rd_valid,
+    output reg  [ARRAY_SIZE*DATA_WIDTH-1:0] m_rd_data,
+
+    // Vector writes
+    input  wire                             s_wr_valid,
+    output wire                             s_wr_ready,
+    input  wire [DEPTH_BITS-1:0]            s_wr_addr,
+    input  wire [ARRAY_SIZE*DATA_WIDTH-1:0] s_wr_data,
+    output wire                             wr_pending,
+
+    // AXI4 master
+    output wire [AXI_ID_WIDTH-1:0]          m_axi_awid,
+    output wire [AXI_ADDR_WIDTH-1:0]        m_axi_awaddr,
+    output wire [7:0]                       m_axi_awlen,
+    output wire [2:0]                       m_axi_awsize,
+    output wire [1:0]                       m_axi_awburst,
+    output wire                             m_axi_awlock,
+    output wire [3:0]                       m_axi_awcache,
+    output wire [2:0]                       m_axi_awprot,
+    output wire                             m_axi_awvalid,
+    input  wire                             m_axi_awready,
+    output wire [AXI_DATA_WIDTH-1:0]        m_axi_wdata,
+    output wire [AXI_DATA_WIDTH/8-1:0]      m_axi_wstrb,
+    output wire                             m_axi_wlast,
+    output wire                             m_axi_wvalid,
+    input  wire                             m_axi_wready,
+    input  wire [AXI_ID_WIDTH-1:0]          m_axi_bid,
+    input  wire [1:0]                       m_axi_bresp,
+    input  wire                             m_axi_bvalid,
+    output wire                             m_axi_bready,
+    output wire [AXI_ID_WIDTH-1:0]          m_axi_arid,
+    output wire [AXI_ADDR_WIDTH-1:0]        m_axi_araddr,
+    output wire [7:0]                       m_axi_arlen,
+    output wire [2:0]                       m_axi_arsize,
+    output wire [1:0]                       m_axi_arburst,
+    output wire                             m_axi_arlock,
+    output wire [3:0]                       m_axi_arcache,
+    output wire [2:0]                       m_axi_arprot,
+    output wire                             m_axi_arvalid,
+    input  wire                             m_axi_arready,
+    input  wire [AXI_ID_WIDTH-1:0]          m_axi_rid,
+    input  wire [AXI_DATA_WIDTH-1:0]        m_axi_rdata,
+    input  wire [1:0]                       m_axi_rresp,
+    input  wire                             m_axi_rlast,
+    input  wire                             m_axi_rvalid,
+    output wire                             m_axi_rready
+);
+
+localparam N = ARRAY_SIZE;
+localparam W = DATA_WIDTH;
+localparam SW = STORAGE_BYTES * 8;
+localparam VECTOR_BYTES = N * STORAGE_BYTES;
+localparam BUS_BYTES = AXI_DATA_WIDTH / 8;
+localparam BEATS = VECTOR_BYTES / BUS_BYTES;
+localparam OUT_BITS = $clog2(MAX_OUTSTANDING);
+localparam SIZE = $clog2(BUS_BYTES);
+
+initial begin
+    if (VECTOR_BYTES % BUS_BYTES != 0) begin
+        $fatal(1, "tcu_dram_axi: a vector (%0d bytes) must be a whole number of AXI beats (%0d bytes)",
+               VECTOR_BYTES, BUS_BYTES);
+    end
+    if (BEATS > 256) $fatal(1, "tcu_dram_axi: a vector needs more than 256 beats");
+    if (VECTOR_BYTES > 4096) $fatal(1, "tcu_dram_axi: vectors over 4 KiB");
+    if (W > SW) $fatal(1, "tcu_dram_axi: DATA_WIDTH wider than its storage");
+    if ((1 << OUT_BITS) != MAX_OUTSTANDING) $fatal(1, "tcu_dram_axi: MAX_OUTSTANDING must be a power of two");
+end
+
+function automatic [AXI_ADDR_WIDTH-1:0] byte_address(input [DEPTH_BITS-1:0] vector);
+    byte_address = (AXI_ADDR_WIDTH'(offset) << 16) + AXI_ADDR_WIDTH'(vector) * AXI_ADDR_WIDTH'(VECTOR_BYTES);
+endfunction
+
+// A vector at byte address a: the beats of its first burst (up to the 4 KiB boundary).
+function automatic [8:0] first_beats(input [11:0] a);
+    logic [12:0] room;
+    room = 13'd4096 - 13'(a[11:0]);
+    first_beats = 32'(room) >= VECTOR_BYTES ? 9'(BEATS) : 9'(32'(room) / BUS_BYTES);
+endfunction
+
+// -- reads ------------------------------------------------------------------------------------------
+reg [OUT_BITS:0]         rd_outstanding;
+reg                      ar_valid, ar_split;
+reg [AXI_ADDR_WIDTH-1:0] ar_addr, ar_split_addr;
+reg [7:0]                ar_len, ar_split_len;
+
+assign m_axi_arid    = '0;
+assign m_axi_araddr  = ar_addr;
+assign m_axi_arlen   = ar_len;
+assign m_axi_arsize  = 3'(SIZE);
+assign m_axi_arburst = 2'b01;
+assign m_axi_arlock  = 1'b0;
+assign m_axi_arcache = cache;
+assign m_axi_arprot  = 3'b000;
+assign m_axi_arvalid = ar_valid && rd_outstanding < (OUT_BITS+1)'(MAX_OUTSTANDING);
+assign s_rd_ready    = !ar_valid && !rst;
+assign m_axi_rready  = 1'b1;
+
+wire [AXI_ADDR_WIDTH-1:0] rd_byte = byte_address(s_rd_addr);
+wire [8:0]                rd_first = first_beats(rd_byte[11:0]);
+
+reg [VECTOR_BYTES*8-1:0] rd_shift;
+reg [8:0]                rd_beat;
+wire [VECTOR_BYTES*8-1:0] rd_full = BEATS > 1 ?
+    {m_axi_rdata, rd_shift[VECTOR_BYTES*8-1:AXI_DATA_WIDTH]} : (VECTOR_BYTES*8)'(m_axi_rdata);
+
+integer i;
+always @(posedge clk) begin
+    m_rd_valid <= 1'b0;
+    if (rst) begin
+        rd_outstanding <= '0;
+        rd_beat <= '0;
+        ar_valid <= 1'b0;
+        ar_split <= 1'b0;
+    end else begin
+        rd_outstanding <= rd_outstanding + (OUT_BITS+1)'(m_axi_arvalid && m_axi_arready)
+                                         - (OUT_BITS+1)'(m_axi_rvalid && m_axi_rlast);
+        if (s_rd_valid && s_rd_ready) begin
+            ar_valid <= 1'b1;
+            ar_addr <= rd_byte;
+            ar_len <= 8'(rd_first - 1);
+            ar_split <= rd_first != 9'(BEATS);
+            ar_split_addr <= rd_byte + AXI_ADDR_WIDTH'(rd_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
+            ar_split_len <= 8'(9'(BEATS) - rd_first - 9'd1);
+        end else if (m_axi_arvalid && m_axi_arready) begin
+            if (ar_split) begin
+                ar_addr <= ar_split_addr;
+                ar_len <= ar_split_len;
+                ar_split <= 1'b0;
+            end else begin
+                ar_valid <= 1'b0;
+            end
+        end
+        // A vector is BEATS beats, whichever bursts they came in.
+        if (m_axi_rvalid) begin
+            rd_shift <= rd_full;
+            if (32'(rd_beat) == BEATS - 1) begin
+                rd_beat <= '0;
+                m_rd_valid <= 1'b1;
+                for (i = 0; i < N; i = i + 1) begin
+                    m_rd_data[i*W +: W] <= rd_full[i*SW +: W];
+                end
+            end else begin
+                rd_beat <= rd_beat + 1;
+            end
+        end
+    end
+end
+
+// -- writes -----------------------------------------------------------------------------------------
+// A write is held (address and data) until its AW requests and all its W beats have gone.
+reg                      wr_busy;
+reg [1:0]                aw_left;
+reg [8:0]                w_beat;    // counts to BEATS
+reg [8:0]                w_first;   // beats of the first burst
+reg [VECTOR_BYTES*8-1:0] w_data;
+reg [AXI_ADDR_WIDTH-1:0] w_addr, w_split_addr;
+reg [7:0]                w_len, w_split_len;
+reg [15:0]               b_outstanding;
+
+assign s_wr_ready    = !wr_busy && !rst;
+assign m_axi_awid    = '0;
+assign m_axi_awaddr  = w_addr;
+assign m_axi_awlen   = w_len;
+assign m_axi_awsize  = 3'(SIZE);
+assign m_axi_awburst = 2'b01;
+assign m_axi_awlock  = 1'b0;
+assign m_axi_awcache = cache;
+assign m_axi_awprot  = 3'b000;
+assign m_axi_awvalid = wr_busy && aw_left != 0;
+assign m_axi_wdata   = w_data[AXI_DATA_WIDTH-1:0];
+assign m_axi_wstrb   = '1;
+assign m_axi_wlast   = w_beat == w_first - 1 || 32'(w_beat) == BEATS - 1;
+assign m_axi_wvalid  = wr_busy && 32'(w_beat) < BEATS;
+assign m_axi_bready  = 1'b1;
+assign wr_pending    = wr_busy || b_outstanding != 0;
+
+reg [VECTOR_BYTES*8-1:0] packed_wr;
+always @* begin
+    for (i = 0; i < N; i = i + 1) begin
+        packed_wr[i*SW +: SW] = SW'(signed'(s_wr_data[i*W +: W]));
+    end
+end
+
+wire [AXI_ADDR_WIDTH-1:0] wr_byte = byte_address(s_wr_addr);
+wire [8:0]                wr_first = first_beats(wr_byte[11:0]);
+wire                      aw_go = m_axi_awvalid && m_axi_awready;
+wire                      w_go = m_axi_wvalid && m_axi_wready;
+
+always @(posedge clk) begin
+    if (rst) begin
+        wr_busy <= 1'b0;
+        aw_left <= '0;
+        w_beat <= '0;
+        b_outstanding <= '0;
+    end else begin
+        b_outstanding <= b_outstanding + 16'(aw_go) - 16'(m_axi_bvalid);
+        if (s_wr_valid && s_wr_ready) begin
+            wr_busy <= 1'b1;
+            w_beat <= '0;
+            w_first <= wr_first;
+            aw_left <= wr_first != 9'(BEATS) ? 2'd2 : 2'd1;
+            w_addr <= wr_byte;
+            w_len <= 8'(wr_first - 1);
+            w_split_addr <= wr_byte + AXI_ADDR_WIDTH'(wr_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
+            w_split_len <= 8'(9'(BEATS) - wr_first - 9'd1);
+            w_data <= packed_wr;
+        end else if (wr_busy) begin
+            if (aw_go) begin
+                aw_left <= aw_left - 1;
+                w_addr <= w_split_addr;
+                w_len <= w_split_len;
+            end
+            if (w_go) begin
+                w_beat <= w_beat + 1;
+                w_data <= w_data >> AXI_DATA_WIDTH;
+            end
+            if ((aw_left == 0 || (aw_left == 1 && aw_go)) &&
+                ((w_go && 32'(w_beat) == BEATS - 1) || 32'(w_beat) == BEATS)) begin
+                wr_busy <= 1'b0;
+            end
+        end
+    end
+end
+
+wire unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, m_axi_rid, m_axi_rresp, m_axi_rlast, rd_shift};
+
+endmodule
+
+`resetall
