@@ -23,7 +23,7 @@ from .instructions import (
     SIMDOp,
 )
 
-__all__ = ["random_instruction", "random_program"]
+__all__ = ["random_instruction", "random_program", "power_on_preamble", "dump_epilogue"]
 
 _DEPTHS = {"local": "local_depth", "acc": "accumulator_depth", "dram0": "dram0_depth", "dram1": "dram1_depth"}
 
@@ -90,3 +90,25 @@ def random_instruction(rng: random.Random, arch: Architecture, max_size: int = 6
 
 def random_program(rng: random.Random, arch: Architecture, length: int, max_size: int = 64) -> list[Instruction]:
     return [random_instruction(rng, arch, max_size) for _ in range(length)]
+
+
+def power_on_preamble(arch: Architecture) -> list[Instruction]:
+    """Instructions that put a core in the emulator's power-on state: weights, accumulators,
+    local memory and SIMD registers all zero (hardware memories start with arbitrary values)."""
+    from .instructions import SIMD
+
+    n = arch.array_size
+    acc = arch.accumulator_depth
+    out: list[Instruction] = [LoadWeights(0, n + 1, zeroes=True), MatMul(0, 0, acc, zeroes=True)]
+    out += [SIMD(SIMDOp.ZERO, dest=k) for k in range(1, arch.simd_registers_depth + 1)]
+    for start in range(0, arch.local_depth, acc):
+        out.append(DataMove(Direction.ACC_TO_LOCAL, start, 0, min(acc, arch.local_depth - start)))
+    return out
+
+
+def dump_epilogue(arch: Architecture) -> list[Instruction]:
+    """Copy local memory to DRAM1[0, L) and the accumulators to DRAM1[L, L + A), so that comparing
+    DRAM compares every memory. Needs dram1_depth >= L + A."""
+    a, l = arch.accumulator_depth, arch.local_depth
+    return [DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l), DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
+            DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a)]

@@ -38,21 +38,13 @@ def arch_from_env():
 
 
 def preamble(arch):
-    from tvm_tensil.isa import SIMD, DataMove, Direction, LoadWeights, MatMul, SIMDOp
-    n = arch.array_size
-    out = [LoadWeights(0, n + 1, zeroes=True), MatMul(0, 0, arch.accumulator_depth, zeroes=True)]
-    out += [SIMD(SIMDOp.ZERO, dest=k) for k in range(1, arch.simd_registers_depth + 1)]
-    for start in range(0, arch.local_depth, arch.accumulator_depth):
-        out.append(DataMove(Direction.ACC_TO_LOCAL, start, 0, min(arch.accumulator_depth, arch.local_depth - start)))
-    return out
+    from tvm_tensil.isa.fuzz import power_on_preamble
+    return power_on_preamble(arch)
 
 
 def epilogue(arch):
-    from tvm_tensil.isa import DataMove, Direction
-    a, l = arch.accumulator_depth, arch.local_depth
-    # local -> DRAM1 [0, L); accumulators -> local [0, A) -> DRAM1 [L, L + A)
-    return [DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l), DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
-            DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a)]
+    from tvm_tensil.isa.fuzz import dump_epilogue
+    return dump_epilogue(arch)
 
 
 async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):

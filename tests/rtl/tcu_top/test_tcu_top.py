@@ -1,0 +1,217 @@
+"""tcu_top, the whole core: instructions through an AXI4-Stream source, DRAM0 and DRAM1 as
+cocotbext-axi AxiRam at the offsets the program configures; every program also runs on the
+emulator and every DRAM word is compared. Invalid instructions raise the error flag and are
+skipped; reset returns the core to idle."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
+
+DRAM0_OFFSET, DRAM1_OFFSET = 1, 3  # in 64 KiB units
+
+
+def arch_from_env():
+    from tvm_tensil.arch import Architecture
+
+    e = {k[6:]: int(v) for k, v in os.environ.items() if k.startswith("PARAM_")}
+    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[e["DATA_WIDTH"]]
+    return Architecture(dtype, e["ARRAY_SIZE"], 1 << e["DRAM0_DEPTH_BITS"], 1 << e["DRAM1_DEPTH_BITS"],
+                        e["LOCAL_DEPTH"], e["ACC_DEPTH"], simd_registers_depth=e["SIMD_REGISTERS"],
+                        stride0_depth=int(os.environ["TCU_STRIDE_DEPTH"]), stride1_depth=int(os.environ["TCU_STRIDE_DEPTH"]))
+
+
+def pad_with_noops(stream: bytes, instruction_bytes: int) -> bytes:
+    """Whole NoOps until the stream fills whole beats (spec section 7); zero bytes alone would
+    leave part of an instruction in the core's input buffer."""
+    beat = int(os.environ["PARAM_S_AXIS_DATA_WIDTH"]) // 8
+    while len(stream) % beat:
+        stream += bytes(instruction_bytes)
+    return stream
+
+
+class Bench:
+    def __init__(self, dut, arch, seed):
+        self.dut, self.arch = dut, arch
+        self.rng = random.Random(seed)
+        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst)
+        self.rams = [AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst, size=1 << 20) for b in (0, 1)]
+        for ram in self.rams:
+            for ch in (ram.read_if.r_channel, ram.write_if.b_channel, ram.read_if.ar_channel):
+                ch.set_pause_generator(iter(lambda: self.rng.random() < 0.2, None))
+        self.vector_bytes = arch.array_size * arch.data_type.storage_bytes
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        for _ in range(4):
+            await RisingEdge(self.dut.clk)
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
+    def load(self, bank, data):
+        base = (DRAM0_OFFSET if bank == 0 else DRAM1_OFFSET) << 16
+        self.rams[bank].write(base, self.arch.data_type.to_bytes(data))
+
+    def dump(self, bank, vectors):
+        base = (DRAM0_OFFSET if bank == 0 else DRAM1_OFFSET) << 16
+        raw = self.rams[bank].read(base, vectors * self.vector_bytes)
+        return self.arch.data_type.from_bytes(raw).reshape(vectors, self.arch.array_size)
+
+    async def run(self, program, max_cycles=300000):
+        from tvm_tensil.isa import ConfigRegister, Configure, Program
+
+        lay = self.arch.layout
+        head = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, DRAM0_OFFSET),
+                                          Configure(ConfigRegister.DRAM1_OFFSET, DRAM1_OFFSET),
+                                          Configure(ConfigRegister.TIMEOUT, 0)], lay)
+        stream = pad_with_noops(head.data + program.data, lay.instruction_bytes)
+        await self.source.send(stream)
+        # Done when every instruction streamed (padding NoOps included) has retired.
+        total = int(self.dut.program_counter.value) + len(stream) // lay.instruction_bytes
+        for cycle in range(max_cycles):
+            await RisingEdge(self.dut.clk)
+            await ReadOnly()
+            if int(self.dut.program_counter.value) == total and int(self.dut.idle.value):
+                await RisingEdge(self.dut.clk)
+                return cycle
+        raise AssertionError(f"not idle after {max_cycles} cycles (pc {int(self.dut.program_counter.value)})")
+
+    async def check(self, body, name):
+        from tvm_tensil.isa import Program, disassemble
+        from tvm_tensil.isa.fuzz import dump_epilogue, power_on_preamble
+        from tvm_tensil.runtime import Emulator
+
+        arch = self.arch
+        program = Program.from_instructions(power_on_preamble(arch) + list(body) + dump_epilogue(arch), arch.layout)
+        np_rng = np.random.default_rng(self.rng.randrange(1 << 30))
+        dt = arch.data_type
+        d = [np_rng.integers(-dt.one * 4, dt.one * 4, (depth, arch.array_size))
+             for depth in (arch.dram0_depth, arch.dram1_depth)]
+        emu = Emulator(arch)
+        for b in (0, 1):
+            emu.write_dram(b, 0, d[b])
+            self.load(b, d[b])
+        emu.execute(program)
+        await self.run(program)
+        for b, depth in ((0, arch.dram0_depth), (1, arch.dram1_depth)):
+            got, want = self.dump(b, depth), emu.read_dram(b, 0, depth)
+            bad = np.nonzero((got != want).any(axis=1))[0]
+            if bad.size:
+                raise AssertionError(f"{name}: DRAM{b} differs at vectors {bad[:8].tolist()}\n" + disassemble(body, True))
+        assert int(self.dut.error.value) == 0, f"{name}: error flag"
+
+
+@cocotb.test()
+async def hand_written_programs_and_every_simd_op(dut):
+    from tvm_tensil.isa import SIMD, DataMove, Direction, SIMDOp, assemble
+
+    arch = arch_from_env()
+    bench = Bench(dut, arch, 1)
+    await bench.reset()
+    n = arch.array_size
+    texts = {
+        "matmul with bias and accumulate": f"""
+            datamove dram1_to_local local=0 dram1=0 size={n + 1}
+            loadweights local=0 size={n + 1}
+            datamove dram0_to_local local=16 dram0=3 size=6
+            matmul local=16 acc=2 size=6
+            matmul accumulate local=16 acc=2 size=6
+        """,
+        "relu": "\n".join(["datamove dram0_to_local local=0 dram0=0 size=4", "datamove local_to_acc local=0 acc=0 size=4",
+                           "simd zero dest=r1"] +
+                          [f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}" for i in range(4)]),
+        "every datamove direction with strides": """
+            datamove dram0_to_local local=0:2 dram0=5:4 size=5
+            datamove local_to_acc local=0:2 acc=1 size=5
+            datamove dram1_to_local local=20 dram1=7 size=5
+            datamove local_to_acc_accumulate local=20 acc=1 size=5
+            datamove acc_to_local local=30:4 acc=1 size=5
+            datamove local_to_dram0 local=30:4 dram0=100:2 size=5
+            datamove local_to_dram1 local=20 dram1=200 size=5
+        """,
+    }
+    for name, text in texts.items():
+        await bench.check(assemble(text, arch.layout).instructions(), name)
+    body = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 8), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 8)]
+    for op in SIMDOp:
+        body.append(SIMD(SIMDOp.MOVE, dest=1, left=0, read=True, acc_read=1))
+        body.append(SIMD(op, dest=1, left=0, right=1, acc_write=8 + int(op) % 8, acc_read=2, read=True, write=True,
+                         accumulate=op.value % 3 == 0))
+    await bench.check(body, "every simd op")
+
+
+@cocotb.test()
+async def random_programs(dut):
+    from tvm_tensil.isa.fuzz import random_instruction
+
+    arch = arch_from_env()
+    bench = Bench(dut, arch, 2)
+    await bench.reset()
+    for i in range(int(os.environ.get("TCU_RANDOM_PROGRAMS", "8"))):
+        body = [random_instruction(bench.rng, arch, max_size=12) for _ in range(bench.rng.randint(5, 25))]
+        await bench.check(body, f"random program {i}")
+
+
+@cocotb.test()
+async def invalid_instructions_raise_error_and_are_skipped(dut):
+    from tvm_tensil.isa import DataMove, Direction, Program
+
+    arch = arch_from_env()
+    bench = Bench(dut, arch, 3)
+    await bench.reset()
+    lay = arch.layout
+    bad_direction = (0x2 << lay.opcode_shift) | (7 << lay.flags_shift)
+    bad_opcode = 0x9 << lay.opcode_shift
+    good = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1),
+                                      DataMove(Direction.LOCAL_TO_DRAM0, 0, 9, 1)], lay)
+    words = b"".join(w.to_bytes(lay.instruction_bytes, "little") for w in (bad_direction, bad_opcode))
+    bench.load(0, np.full((4, arch.array_size), 77))
+    await bench.run(Program(words + good.data, lay))
+    assert int(dut.error.value) == 1
+    assert bench.dump(0, 10)[9].tolist() == [77] * arch.array_size  # the valid instructions after still ran
+    # 3 configure + 2 invalid + 2 valid instructions, plus the NoOp padding to whole stream beats
+    padded = pad_with_noops(bytes(7 * lay.instruction_bytes), lay.instruction_bytes)
+    assert int(dut.program_counter.value) == len(padded) // lay.instruction_bytes
+    await bench.reset()  # reset clears the flag and returns to idle
+    await ReadOnly()
+    assert int(dut.error.value) == 0 and int(dut.idle.value) == 1 and int(dut.program_counter.value) == 0
+
+
+def top_params(n, width, regs=1, local=64, acc=32, dram_bits=8, stride=4, bus=64, axi=64):
+    from tvm_tensil.arch import Architecture
+    from tvm_tensil.rtl import core_parameters
+
+    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[width]
+    arch = Architecture(dtype, n, 1 << dram_bits, 1 << dram_bits, local, acc, simd_registers_depth=regs,
+                        stride0_depth=stride, stride1_depth=stride)
+    p = core_parameters(arch, axi_data_width=axi)
+    keys = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
+            "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
+            "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
+            "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH"]
+    out = {k: p[k] for k in keys}
+    out["S_AXIS_DATA_WIDTH"] = bus
+    return out, {"TCU_STRIDE_DEPTH": str(stride)}
+
+
+SWEEP = [(4, 16, 1, 64, 64)]
+FULL_SWEEP = SWEEP + [(8, 16, 1, 32, 128), (4, 32, 2, 64, 64), (12, 16, 1, 64, 64)]
+
+
+@pytest.mark.parametrize("n, width, regs, bus, axi", FULL_SWEEP)
+def test_tcu_top(n, width, regs, bus, axi, full):
+    if (n, width, regs, bus, axi) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
+    from rtl_runner import run_cocotb
+    from tvm_tensil.rtl.toolchain import rtl_sources
+
+    params, env = top_params(n, width, regs, bus=bus, axi=axi)
+    env["TCU_RANDOM_PROGRAMS"] = "30" if full else "8"
+    run_cocotb("tcu_top", __file__, params, extra_env=env, sources=[p.name for p in rtl_sources()])
