@@ -104,10 +104,15 @@ localparam OPS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS;
 localparam SB = SIMD_OPERAND_BITS;
 localparam CB = 32;  // counters and addresses are computed in 32 bits, then truncated
 
-initial begin
-    if (INSTRUCTION_BITS != OPS + 8) $fatal(1, "tcu_core: INSTRUCTION_BITS must be the operands plus 8");
-    if (OPERAND2_ADDRESS_BITS > CB) $fatal(1, "tcu_core: sizes wider than 32 bits");
-end
+// Illegal configurations stop elaboration.
+generate
+    if (INSTRUCTION_BITS != OPS + 8) begin : g_illegal_0
+        $fatal(1, "tcu_core: INSTRUCTION_BITS must be the operands plus 8");
+    end
+    if (OPERAND2_ADDRESS_BITS > CB) begin : g_illegal_1
+        $fatal(1, "tcu_core: sizes wider than 32 bits");
+    end
+endgenerate
 
 localparam [3:0] OP_NOOP = 4'h0, OP_MATMUL = 4'h1, OP_DATAMOVE = 4'h2, OP_LOADWEIGHTS = 4'h3,
                  OP_SIMD = 4'h4, OP_CONFIGURE = 4'hF;

@@ -101,16 +101,24 @@ localparam BEATS = VECTOR_BYTES / BUS_BYTES;
 localparam OUT_BITS = $clog2(MAX_OUTSTANDING);
 localparam SIZE = $clog2(BUS_BYTES);
 
-initial begin
-    if (VECTOR_BYTES % BUS_BYTES != 0) begin
-        $fatal(1, "tcu_dram_axi: a vector (%0d bytes) must be a whole number of AXI beats (%0d bytes)",
-               VECTOR_BYTES, BUS_BYTES);
+// Illegal configurations stop elaboration.
+generate
+    if (VECTOR_BYTES % BUS_BYTES != 0) begin : g_illegal_0
+        $fatal(1, "tcu_dram_axi: a vector (%0d bytes) must be a whole number of AXI beats (%0d bytes)", VECTOR_BYTES, BUS_BYTES);
     end
-    if (BEATS > 256) $fatal(1, "tcu_dram_axi: a vector needs more than 256 beats");
-    if (VECTOR_BYTES > 4096) $fatal(1, "tcu_dram_axi: vectors over 4 KiB");
-    if (W > SW) $fatal(1, "tcu_dram_axi: DATA_WIDTH wider than its storage");
-    if ((1 << OUT_BITS) != MAX_OUTSTANDING) $fatal(1, "tcu_dram_axi: MAX_OUTSTANDING must be a power of two");
-end
+    if (BEATS > 256) begin : g_illegal_1
+        $fatal(1, "tcu_dram_axi: a vector needs more than 256 beats");
+    end
+    if (VECTOR_BYTES > 4096) begin : g_illegal_2
+        $fatal(1, "tcu_dram_axi: vectors over 4 KiB");
+    end
+    if (W > SW) begin : g_illegal_3
+        $fatal(1, "tcu_dram_axi: DATA_WIDTH wider than its storage");
+    end
+    if ((1 << OUT_BITS) != MAX_OUTSTANDING) begin : g_illegal_4
+        $fatal(1, "tcu_dram_axi: MAX_OUTSTANDING must be a power of two");
+    end
+endgenerate
 
 function automatic [AXI_ADDR_WIDTH-1:0] byte_address(input [DEPTH_BITS-1:0] vector);
     byte_address = (AXI_ADDR_WIDTH'(offset) << 16) + AXI_ADDR_WIDTH'(vector) * AXI_ADDR_WIDTH'(VECTOR_BYTES);

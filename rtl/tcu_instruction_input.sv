@@ -38,10 +38,15 @@ localparam BUS_BYTES = S_AXIS_DATA_WIDTH / 8;
 localparam CAPACITY = INSTRUCTION_BYTES + BUS_BYTES;
 localparam COUNT_BITS = $clog2(CAPACITY + 1);
 
-initial begin
-    if (S_AXIS_DATA_WIDTH % 8 != 0) $fatal(1, "tcu_instruction_input: S_AXIS_DATA_WIDTH must be a multiple of 8");
-    if (INSTRUCTION_BYTES < 2) $fatal(1, "tcu_instruction_input: INSTRUCTION_BYTES must be at least 2");
-end
+// Illegal configurations stop elaboration.
+generate
+    if (S_AXIS_DATA_WIDTH % 8 != 0) begin : g_illegal_0
+        $fatal(1, "tcu_instruction_input: S_AXIS_DATA_WIDTH must be a multiple of 8");
+    end
+    if (INSTRUCTION_BYTES < 2) begin : g_illegal_1
+        $fatal(1, "tcu_instruction_input: INSTRUCTION_BYTES must be at least 2");
+    end
+endgenerate
 
 reg [CAPACITY*8-1:0]  buffer;
 reg [COUNT_BITS-1:0]  count;

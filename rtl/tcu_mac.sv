@@ -28,11 +28,12 @@ module tcu_mac #
 // Wide enough for x*y + (z << BINARY_POINT) without overflow.
 localparam WIDE = 2*DATA_WIDTH + 2;
 
-initial begin
-    if (BINARY_POINT < 2 || BINARY_POINT >= DATA_WIDTH) begin
+// Illegal configurations stop elaboration.
+generate
+    if (BINARY_POINT < 2 || BINARY_POINT >= DATA_WIDTH) begin : g_illegal_0
         $fatal(1, "tcu_mac: BINARY_POINT (%0d) must be in 2..DATA_WIDTH-1", BINARY_POINT);
     end
-end
+endgenerate
 
 // The saturation bounds, computed in WIDE bits (1 << 31 would overflow a 32-bit integer).
 localparam signed [WIDE-1:0] ONE = 1;

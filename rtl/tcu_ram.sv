@@ -33,9 +33,12 @@ module tcu_ram #
     output reg  [WIDTH-1:0]      b_rdata
 );
 
-initial begin
-    if ((1 << ADDR_WIDTH) < DEPTH) $fatal(1, "tcu_ram: ADDR_WIDTH (%0d) too small for DEPTH (%0d)", ADDR_WIDTH, DEPTH);
-end
+// Illegal configurations stop elaboration.
+generate
+    if ((1 << ADDR_WIDTH) < DEPTH) begin : g_illegal_0
+        $fatal(1, "tcu_ram: ADDR_WIDTH (%0d) too small for DEPTH (%0d)", ADDR_WIDTH, DEPTH);
+    end
+endgenerate
 
 (* ram_style = "block" *)
 reg [WIDTH-1:0] mem [0:DEPTH-1];

@@ -40,10 +40,15 @@ module tcu_simd_alu #
 localparam W = DATA_WIDTH;
 localparam REGS = REGISTERS > 0 ? REGISTERS : 1;
 
-initial begin
-    if (REGISTERS < 0 || REGISTERS > 16) $fatal(1, "tcu_simd_alu: REGISTERS (%0d) must be 0..16", REGISTERS);
-    if ((1 << SELECT_BITS) < REGISTERS + 1) $fatal(1, "tcu_simd_alu: SELECT_BITS too small for REGISTERS");
-end
+// Illegal configurations stop elaboration.
+generate
+    if (REGISTERS < 0 || REGISTERS > 16) begin : g_illegal_0
+        $fatal(1, "tcu_simd_alu: REGISTERS (%0d) must be 0..16", REGISTERS);
+    end
+    if ((1 << SELECT_BITS) < REGISTERS + 1) begin : g_illegal_1
+        $fatal(1, "tcu_simd_alu: SELECT_BITS too small for REGISTERS");
+    end
+endgenerate
 
 localparam [3:0] OP_NOOP = 4'd0, OP_ZERO = 4'd1, OP_MOVE = 4'd2, OP_NOT = 4'd3, OP_AND = 4'd4,
                  OP_OR = 4'd5, OP_INCREMENT = 4'd6, OP_DECREMENT = 4'd7, OP_ADD = 4'd8,

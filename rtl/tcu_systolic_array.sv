@@ -52,9 +52,12 @@ module tcu_systolic_array #
 localparam N = ARRAY_SIZE;
 localparam W = DATA_WIDTH;
 
-initial begin
-    if (N < 2 || N > 256) $fatal(1, "tcu_systolic_array: ARRAY_SIZE (%0d) must be 2..256", N);
-end
+// Illegal configurations stop elaboration.
+generate
+    if (N < 2 || N > 256) begin : g_illegal_0
+        $fatal(1, "tcu_systolic_array: ARRAY_SIZE (%0d) must be 2..256", N);
+    end
+endgenerate
 
 // weights[k] holds row k; row 0 is the bias.
 reg [N*W-1:0] weights [0:N];
