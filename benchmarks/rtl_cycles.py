@@ -41,7 +41,7 @@ def targets(arch, name: str, count: int) -> int:
         return 4096 // bus  # one bus beat per cycle
     if name == "local_to_acc_256":
         return 256
-    return count  # SIMD: one per cycle
+    return count  # SIMD: one per cycle (a dependent chain cannot reach it: the read waits for the write)
 
 
 def main() -> None:

@@ -142,10 +142,12 @@ localparam [2:0] S_IDLE = 3'd0, S_ISSUE = 3'd1, S_DRAIN = 3'd2;
 reg [2:0]  state;
 reg [3:0]  opcode, flags;
 reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
-reg [3:0]  simd_op;
-reg [SB-1:0] simd_left, simd_right, simd_dest;
 
-assign s_instr_ready = state == S_IDLE && !rst;
+// SIMD instructions stream through their own pipeline (see below); anything else waits for it.
+wire f_is_simd = f_opcode == OP_SIMD;
+wire simd_hazard;
+wire simd_pipe_empty;
+assign s_instr_ready = state == S_IDLE && !rst && (f_is_simd ? !simd_hazard : simd_pipe_empty);
 wire start = s_instr_valid && s_instr_ready;
 
 // -- units ---------------------------------------------------------------------------------------
@@ -228,8 +230,8 @@ tcu_simd #(
 )
 simd_inst (
     .clk(clk), .rst(rst),
-    .s_in_valid(simd_in_valid), .s_in_op(simd_op), .s_in_left(simd_left), .s_in_right(simd_right),
-    .s_in_dest(simd_dest), .s_in_data(simd_in_data),
+    .s_in_valid(simd_in_valid), .s_in_op(p2_op), .s_in_left(p2_left), .s_in_right(p2_right),
+    .s_in_dest(p2_dest), .s_in_data(simd_in_data),
     .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
 );
 
@@ -246,9 +248,21 @@ reg [CB-1:0] rd1_addr;        // where the data goes (accumulator, local or DRAM
 reg [1:0]    rd1_kind;        // 0: to array weights, 1: to accumulators, 2: to local, 3: to DRAM
 reg          rd1_zero;
 reg          rd1_accumulate;
-// SIMD: the read, then the ALU.
-reg          simd_rd_pending;
-reg          simd_wr_pending;
+// SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
+// the ALU, stage 3 holds the ALU output and becomes the accumulator write. A SIMD that reads a vector
+// an earlier SIMD has not yet handed to the accumulators waits (the accumulators forward only writes
+// they have accepted).
+reg          p1_valid, p1_read, p1_write, p1_acc;
+reg [AA-1:0] p1_waddr;
+reg [3:0]    p1_op;
+reg [SB-1:0] p1_left, p1_right, p1_dest;
+reg          p2_write, p2_acc;
+reg [AA-1:0] p2_waddr;
+reg [3:0]    p2_op;
+reg [SB-1:0] p2_left, p2_right, p2_dest;
+reg          p3_write, p3_acc;
+reg [AA-1:0] p3_waddr;
+reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
 
 // DRAM reads: requests issued and responses still expected.
 reg [CB-1:0] dram_rd_issued, dram_rd_received;
@@ -290,8 +304,7 @@ wire to_dram_space = !dram_wr_hold && !(rd1_valid && rd1_kind == 2'd3);
 wire issue_now = issuing && (
     is_mm || is_lw || dm_acc_to_local ||
     (dm_from_local && (!dm_to_dram || to_dram_space)) ||
-    (dm_dram_to_local && dram_rd_ready) ||
-    (is_simd && !simd_rd_pending && !simd_wr_pending && !simd_in_valid && !simd_out_valid));
+    (dm_dram_to_local && dram_rd_ready));
 
 // The instruction's operand0 as decoded (the loop moves addr0 along).
 reg  [CB-1:0] rd_base, rd_step;
@@ -318,15 +331,28 @@ always @* begin
         if (dm_acc_to_local) begin
             acc_rd_valid = 1'b1;
         end
-        if (is_simd && flags[0]) begin
-            acc_rd_valid = 1'b1;
-        end
+    end
+    if (start && f_is_simd && f_flags[0]) begin
+        acc_rd_valid = 1'b1;
+        acc_rd_addr = AA'(f_addr1);
     end
 end
 
+wire [AA-1:0] f_simd_read = AA'(f_addr1);
+function automatic pending_write(input valid, input write, input [AA-1:0] waddr, input [AA-1:0] raddr);
+    pending_write = valid && write && waddr == raddr;
+endfunction
+// Also: an accumulate being written this cycle uses the accumulators' read port for its old value.
+assign simd_hazard = f_flags[0] && ((acc_wr_valid && acc_wr_accumulate) ||
+                                    pending_write(p1_valid, p1_write, p1_waddr, f_simd_read) ||
+                                    pending_write(simd_in_valid, p2_write, p2_waddr, f_simd_read) ||
+                                    pending_write(simd_out_valid, p3_write, p3_waddr, f_simd_read) ||
+                                    pending_write(acc_wr_valid && simd_acc_wr, 1'b1, acc_wr_addr, f_simd_read));
+assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(acc_wr_valid && simd_acc_wr);
+
 // Everything of this instruction has landed.
 wire quiet = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid && !acc_busy && !dram_wr_hold &&
-             !simd_rd_pending && !simd_wr_pending && !simd_in_valid && !simd_out_valid &&
+             simd_pipe_empty &&
              dram_rd_issued == dram_rd_received && !dram0_wr_pending && !dram1_wr_pending && !acc_wr_valid &&
              !lm_b_we && !arr_w_valid;
 
@@ -360,8 +386,8 @@ always @(posedge clk) begin
         mm_wr_ptr <= '0;
         mm_rd_ptr <= '0;
         rd1_valid <= 1'b0;
-        simd_rd_pending <= 1'b0;
-        simd_wr_pending <= 1'b0;
+        p1_valid <= 1'b0;
+        simd_acc_wr <= 1'b0;
         dram_wr_hold <= 1'b0;
         dram_rd_issued <= '0;
         dram_rd_received <= '0;
@@ -377,20 +403,18 @@ always @(posedge clk) begin
             step0 <= f_step0;
             addr1 <= f_addr1;
             step1 <= f_step1;
-            count <= f_opcode == OP_LOADWEIGHTS ? f_lw_count : (f_opcode == OP_SIMD ? 1 : f_count);
+            count <= f_opcode == OP_LOADWEIGHTS ? f_lw_count : f_count;
             issued <= '0;
             dram_rd_issued <= '0;
             dram_rd_received <= '0;
             busy_cycles <= '0;
-            simd_dest <= f_op2[SB-1:0];
-            simd_right <= f_op2[SB +: SB];
-            simd_left <= f_op2[2*SB +: SB];
-            simd_op <= f_op2[3*SB +: 4];
             if (!f_known) begin
                 error <= 1'b1;  // skipped; the program counter still advances
                 program_counter <= program_counter + 1;
             end else if (f_opcode == OP_NOOP) begin
                 program_counter <= program_counter + 1;
+            end else if (f_is_simd) begin
+                // Into the SIMD pipeline; retired (program counter) when it leaves the ALU.
             end else if (f_opcode == OP_CONFIGURE) begin
                 case (f_args[3:0])
                     4'd0:  dram0_offset <= 32'(f_args >> 4);
@@ -483,23 +507,39 @@ always @(posedge clk) begin
             dram_rd_received <= dram_rd_received + 1;
         end
 
-        // ---- SIMD: read -> ALU -> write ----------------------------------------------------------
-        if (issue_now && is_simd) begin
-            simd_rd_pending <= 1'b1;
-        end
-        if (simd_rd_pending) begin
-            simd_rd_pending <= 1'b0;
+        // ---- SIMD pipeline --------------------------------------------------------------------
+        p1_valid <= start && f_is_simd;
+        p1_read <= f_flags[0];
+        p1_write <= f_flags[1];
+        p1_acc <= f_flags[2];
+        p1_waddr <= AA'(f_addr0);
+        p1_dest <= f_op2[SB-1:0];
+        p1_right <= f_op2[SB +: SB];
+        p1_left <= f_op2[2*SB +: SB];
+        p1_op <= f_op2[3*SB +: 4];
+        if (p1_valid) begin
             simd_in_valid <= 1'b1;
-            simd_in_data <= flags[0] ? acc_rd_data : {V{1'b0}};
-            simd_wr_pending <= 1'b1;
+            simd_in_data <= p1_read ? acc_rd_data : {V{1'b0}};
         end
+        p2_write <= p1_write;
+        p2_acc <= p1_acc;
+        p2_waddr <= p1_waddr;
+        p2_op <= p1_op;
+        p2_left <= p1_left;
+        p2_right <= p1_right;
+        p2_dest <= p1_dest;
+        p3_write <= p2_write;
+        p3_acc <= p2_acc;
+        p3_waddr <= p2_waddr;
+        simd_acc_wr <= 1'b0;
         if (simd_out_valid) begin
-            simd_wr_pending <= 1'b0;
-            if (flags[1]) begin
+            program_counter <= program_counter + 1;
+            if (p3_write) begin
                 acc_wr_valid <= 1'b1;
-                acc_wr_addr <= AA'(simd_write_addr);
+                acc_wr_addr <= p3_waddr;
                 acc_wr_data <= simd_out_data;
-                acc_wr_accumulate <= flags[2];
+                acc_wr_accumulate <= p3_acc;
+                simd_acc_wr <= 1'b1;
             end
         end
     end
@@ -507,17 +547,14 @@ end
 
 // Local addresses of DRAM read responses: the k-th response goes to addr0 + k * step0.
 wire [CB-1:0] addr0_rd = rd_base + dram_rd_received * rd_step;
-// The SIMD write address is operand0 as decoded.
-reg  [CB-1:0] simd_write_addr;
 always @(posedge clk) begin
     if (start) begin
         rd_base <= f_addr0;
         rd_step <= f_step0;
-        simd_write_addr <= f_addr0;
     end
 end
 
-wire unused_ok = &{1'b0, lm_b_rdata_unused, dram_wr_addr, lw_addr, addr0_rd, simd_write_addr, arr_in_ready, acc_rd_data_valid, sample_interval,
+wire unused_ok = &{1'b0, lm_b_rdata_unused, dram_wr_addr, lw_addr, addr0_rd, is_simd, arr_in_ready, acc_rd_data_valid, sample_interval,
                    f_op1[OPERAND1_BITS-1:0], f_op0, f_op2, dram0_wr_pending, dram1_wr_pending};
 
 endmodule

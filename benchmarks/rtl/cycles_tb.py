@@ -32,7 +32,11 @@ async def measure(dut):
         "dram0_to_local_4KiB": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_dram0_4KiB": f"datamove local_to_dram0 local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_acc_256": "datamove local_to_acc local=0x0 acc=0x0 size=256",
-        "simd_x64": "\n".join(["simd max read write dest=out left=in right=r1 acc_write=0 acc_read=0"] * 64),
+        # ReLU as compiled: each vector read and written in place, no dependency between them.
+        "simd_x64_independent": "\n".join(f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}"
+                                           for i in range(64)),
+        # Each instruction reads what the previous one wrote: the hazard interlock stalls.
+        "simd_x64_dependent": "\n".join(["simd max read write dest=out left=in right=r1 acc_write=0 acc_read=0"] * 64),
     }
     beat = int(os.environ["S_AXIS_BYTES"])
     results = {}
