@@ -272,21 +272,27 @@ wire         dram_rd_resp = dram_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
 wire [V-1:0] dram_rd_data = dram_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
 wire         dram_wr_ready = dram_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
 
-// DRAM writes: one vector held until the bank takes it.
-reg          dram_wr_hold;
-reg [CB-1:0] dram_wr_addr;
-reg [V-1:0]  dram_wr_data;
+// DRAM writes: a small queue, so that local reads keep going while the bank takes vectors.
+localparam WQ_BITS = 2;
+localparam WQ = 1 << WQ_BITS;
+reg [CB-1:0]      wq_addr [0:WQ-1];
+reg [V-1:0]       wq_data [0:WQ-1];
+reg [WQ_BITS:0]   wq_count;
+reg [WQ_BITS-1:0] wq_head, wq_tail;
+wire              wq_push = rd1_valid && rd1_kind == 2'd3;
+wire              wq_pop = wq_count != 0 && dram_wr_ready;
+wire [CB-1:0]     dram_wr_addr = wq_addr[wq_head];
 
 assign m_dram0_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd0 && issued < count;
 assign m_dram1_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd2 && issued < count;
 assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(addr1);
 assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(addr1);
-assign m_dram0_wr_valid = dram_wr_hold && !dram_bank1;
-assign m_dram1_wr_valid = dram_wr_hold && dram_bank1;
+assign m_dram0_wr_valid = wq_count != 0 && !dram_bank1;
+assign m_dram1_wr_valid = wq_count != 0 && dram_bank1;
 assign m_dram0_wr_addr  = DRAM0_DEPTH_BITS'(dram_wr_addr);
 assign m_dram1_wr_addr  = DRAM1_DEPTH_BITS'(dram_wr_addr);
-assign m_dram0_wr_data  = dram_wr_data;
-assign m_dram1_wr_data  = dram_wr_data;
+assign m_dram0_wr_data  = wq_data[wq_head];
+assign m_dram1_wr_data  = wq_data[wq_head];
 
 // -- issue ----------------------------------------------------------------------------------------
 // Reads issued this cycle (combinational), registered into the delay lines below.
@@ -299,8 +305,8 @@ wire dm_acc_to_local = opcode == OP_DATAMOVE && flags == 4'd12;
 wire dm_dram_to_local = opcode == OP_DATAMOVE && (flags == 4'd0 || flags == 4'd2);
 wire dm_to_dram = opcode == OP_DATAMOVE && (flags == 4'd1 || flags == 4'd3);
 
-// A move to DRAM issues its next local read only when the previous vector has been taken.
-wire to_dram_space = !dram_wr_hold && !(rd1_valid && rd1_kind == 2'd3);
+// A move to DRAM issues a local read only when the queue has room for it and the one in flight.
+wire to_dram_space = 32'(wq_count) + 32'(wq_push) + 1 < WQ;
 wire issue_now = issuing && (
     is_mm || is_lw || dm_acc_to_local ||
     (dm_from_local && (!dm_to_dram || to_dram_space)) ||
@@ -351,7 +357,7 @@ assign simd_hazard = f_flags[0] && ((acc_wr_valid && acc_wr_accumulate) ||
 assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(acc_wr_valid && simd_acc_wr);
 
 // Everything of this instruction has landed.
-wire quiet = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid && !acc_busy && !dram_wr_hold &&
+wire quiet = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid && !acc_busy && wq_count == 0 &&
              simd_pipe_empty &&
              dram_rd_issued == dram_rd_received && !dram0_wr_pending && !dram1_wr_pending && !acc_wr_valid &&
              !lm_b_we && !arr_w_valid;
@@ -388,7 +394,9 @@ always @(posedge clk) begin
         rd1_valid <= 1'b0;
         p1_valid <= 1'b0;
         simd_acc_wr <= 1'b0;
-        dram_wr_hold <= 1'b0;
+        wq_count <= '0;
+        wq_head <= '0;
+        wq_tail <= '0;
         dram_rd_issued <= '0;
         dram_rd_received <= '0;
         busy_cycles <= '0;
@@ -491,13 +499,14 @@ always @(posedge clk) begin
                     lm_b_wdata <= acc_rd_data;
                 end
                 default: begin
-                    dram_wr_hold <= 1'b1;
-                    dram_wr_addr <= rd1_addr;
-                    dram_wr_data <= lm_a_rdata;
+                    wq_addr[wq_tail] <= rd1_addr;
+                    wq_data[wq_tail] <= lm_a_rdata;
+                    wq_tail <= wq_tail + 1;
                 end
             endcase
         end
-        if (dram_wr_hold && dram_wr_ready) dram_wr_hold <= 1'b0;
+        if (wq_pop) wq_head <= wq_head + 1;
+        wq_count <= wq_count + (WQ_BITS+1)'(wq_push) - (WQ_BITS+1)'(wq_pop);
 
         // ---- DRAM reads: responses arrive in order -----------------------------------------------
         if (dram_rd_resp && state != S_IDLE && dram_rd_received != dram_rd_issued) begin

@@ -201,32 +201,42 @@ always @(posedge clk) begin
 end
 
 // -- writes -----------------------------------------------------------------------------------------
-// A write is held (address and data) until its AW requests and all its W beats have gone.
-reg                      wr_busy;
-reg [1:0]                aw_left;
-reg [8:0]                w_beat;    // counts to BEATS
-reg [8:0]                w_first;   // beats of the first burst
-reg [VECTOR_BYTES*8-1:0] w_data;
-reg [AXI_ADDR_WIDTH-1:0] w_addr, w_split_addr;
-reg [7:0]                w_len, w_split_len;
+// Vectors wait in a data queue (W beats stream from its head) and their bursts in an address queue,
+// so AW and W run independently and a new vector is taken while earlier beats are still going out.
+localparam Q_BITS = 2;
+localparam Q = 1 << Q_BITS;
+reg [VECTOR_BYTES*8-1:0] wq_data [0:Q-1];
+reg [8:0]                wq_first [0:Q-1];    // beats of the vector's first burst
+reg [Q_BITS:0]           wq_count;
+reg [Q_BITS-1:0]         wq_head, wq_tail;
+reg [AXI_ADDR_WIDTH-1:0] awq_addr [0:2*Q-1];
+reg [7:0]                awq_len [0:2*Q-1];
+reg [Q_BITS+1:0]         awq_count;
+reg [Q_BITS:0]           awq_head, awq_tail;
+reg [8:0]                w_beat;
 reg [15:0]               b_outstanding;
 
-assign s_wr_ready    = !wr_busy && !rst;
+wire [AXI_ADDR_WIDTH-1:0] wr_byte = byte_address(s_wr_addr);
+wire [8:0]                wr_first = first_beats(wr_byte[11:0]);
+wire                      wr_split = wr_first != 9'(BEATS);
+
+assign s_wr_ready    = !rst && 32'(wq_count) < Q && 32'(awq_count) + 2 <= 2 * Q;
 assign m_axi_awid    = '0;
-assign m_axi_awaddr  = w_addr;
-assign m_axi_awlen   = w_len;
+assign m_axi_awaddr  = awq_addr[awq_head];
+assign m_axi_awlen   = awq_len[awq_head];
 assign m_axi_awsize  = 3'(SIZE);
 assign m_axi_awburst = 2'b01;
 assign m_axi_awlock  = 1'b0;
 assign m_axi_awcache = cache;
 assign m_axi_awprot  = 3'b000;
-assign m_axi_awvalid = wr_busy && aw_left != 0;
-assign m_axi_wdata   = w_data[AXI_DATA_WIDTH-1:0];
+assign m_axi_awvalid = awq_count != 0;
+wire [VECTOR_BYTES*8-1:0] w_vector = wq_data[wq_head] >> (32'(w_beat) * AXI_DATA_WIDTH);
+assign m_axi_wdata   = w_vector[AXI_DATA_WIDTH-1:0];
 assign m_axi_wstrb   = '1;
-assign m_axi_wlast   = w_beat == w_first - 1 || 32'(w_beat) == BEATS - 1;
-assign m_axi_wvalid  = wr_busy && 32'(w_beat) < BEATS;
+assign m_axi_wlast   = w_beat == wq_first[wq_head] - 1 || 32'(w_beat) == BEATS - 1;
+assign m_axi_wvalid  = wq_count != 0;
 assign m_axi_bready  = 1'b1;
-assign wr_pending    = wr_busy || b_outstanding != 0;
+assign wr_pending    = wq_count != 0 || awq_count != 0 || b_outstanding != 0;
 
 reg [VECTOR_BYTES*8-1:0] packed_wr;
 always @* begin
@@ -235,48 +245,44 @@ always @* begin
     end
 end
 
-wire [AXI_ADDR_WIDTH-1:0] wr_byte = byte_address(s_wr_addr);
-wire [8:0]                wr_first = first_beats(wr_byte[11:0]);
-wire                      aw_go = m_axi_awvalid && m_axi_awready;
-wire                      w_go = m_axi_wvalid && m_axi_wready;
+wire wr_take = s_wr_valid && s_wr_ready;
+wire aw_go = m_axi_awvalid && m_axi_awready;
+wire w_go = m_axi_wvalid && m_axi_wready;
+wire w_vector_done = w_go && 32'(w_beat) == BEATS - 1;
 
 always @(posedge clk) begin
     if (rst) begin
-        wr_busy <= 1'b0;
-        aw_left <= '0;
+        wq_count <= '0;
+        wq_head <= '0;
+        wq_tail <= '0;
+        awq_count <= '0;
+        awq_head <= '0;
+        awq_tail <= '0;
         w_beat <= '0;
         b_outstanding <= '0;
     end else begin
         b_outstanding <= b_outstanding + 16'(aw_go) - 16'(m_axi_bvalid);
-        if (s_wr_valid && s_wr_ready) begin
-            wr_busy <= 1'b1;
-            w_beat <= '0;
-            w_first <= wr_first;
-            aw_left <= wr_first != 9'(BEATS) ? 2'd2 : 2'd1;
-            w_addr <= wr_byte;
-            w_len <= 8'(wr_first - 1);
-            w_split_addr <= wr_byte + AXI_ADDR_WIDTH'(wr_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
-            w_split_len <= 8'(9'(BEATS) - wr_first - 9'd1);
-            w_data <= packed_wr;
-        end else if (wr_busy) begin
-            if (aw_go) begin
-                aw_left <= aw_left - 1;
-                w_addr <= w_split_addr;
-                w_len <= w_split_len;
+        if (wr_take) begin
+            wq_data[wq_tail] <= packed_wr;
+            wq_first[wq_tail] <= wr_first;
+            wq_tail <= wq_tail + 1;
+            awq_addr[awq_tail[Q_BITS:0]] <= wr_byte;
+            awq_len[awq_tail[Q_BITS:0]] <= 8'(wr_first - 9'd1);
+            if (wr_split) begin
+                awq_addr[awq_tail + 1] <= wr_byte + AXI_ADDR_WIDTH'(wr_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
+                awq_len[awq_tail + 1] <= 8'(9'(BEATS) - wr_first - 9'd1);
             end
-            if (w_go) begin
-                w_beat <= w_beat + 1;
-                w_data <= w_data >> AXI_DATA_WIDTH;
-            end
-            if ((aw_left == 0 || (aw_left == 1 && aw_go)) &&
-                ((w_go && 32'(w_beat) == BEATS - 1) || 32'(w_beat) == BEATS)) begin
-                wr_busy <= 1'b0;
-            end
+            awq_tail <= awq_tail + (wr_split ? 2 : 1);
         end
+        if (aw_go) awq_head <= awq_head + 1;
+        awq_count <= awq_count + (wr_take ? (wr_split ? 2 : 1) : 0) - (Q_BITS+2)'(aw_go);
+        if (w_go) w_beat <= w_vector_done ? '0 : w_beat + 1;
+        if (w_vector_done) wq_head <= wq_head + 1;
+        wq_count <= wq_count + (Q_BITS+1)'(wr_take) - (Q_BITS+1)'(w_vector_done);
     end
 end
 
-wire unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, m_axi_rid, m_axi_rresp, m_axi_rlast, rd_shift};
+wire unused_ok = &{1'b0, m_axi_bid, m_axi_bresp, m_axi_rid, m_axi_rresp, m_axi_rlast, rd_shift, w_vector};
 
 endmodule
 
