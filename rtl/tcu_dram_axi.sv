@@ -157,7 +157,6 @@ reg [8:0]                rd_beat;
 wire [VECTOR_BYTES*8-1:0] rd_full = BEATS > 1 ?
     {m_axi_rdata, rd_shift[VECTOR_BYTES*8-1:AXI_DATA_WIDTH]} : (VECTOR_BYTES*8)'(m_axi_rdata);
 
-integer i;
 always @(posedge clk) begin
     m_rd_valid <= 1'b0;
     if (rst) begin
@@ -190,8 +189,8 @@ always @(posedge clk) begin
             if (32'(rd_beat) == BEATS - 1) begin
                 rd_beat <= '0;
                 m_rd_valid <= 1'b1;
-                for (i = 0; i < N; i = i + 1) begin
-                    m_rd_data[i*W +: W] <= rd_full[i*SW +: W];
+                for (int lane = 0; lane < N; lane = lane + 1) begin
+                    m_rd_data[lane*W +: W] <= rd_full[lane*SW +: W];
                 end
             end else begin
                 rd_beat <= rd_beat + 1;
@@ -240,8 +239,8 @@ assign wr_pending    = wq_count != 0 || awq_count != 0 || b_outstanding != 0;
 
 reg [VECTOR_BYTES*8-1:0] packed_wr;
 always @* begin
-    for (i = 0; i < N; i = i + 1) begin
-        packed_wr[i*SW +: SW] = SW'(signed'(s_wr_data[i*W +: W]));
+    for (int lane = 0; lane < N; lane = lane + 1) begin
+        packed_wr[lane*SW +: SW] = SW'(signed'(s_wr_data[lane*W +: W]));
     end
 end
 
