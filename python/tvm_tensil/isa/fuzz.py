@@ -23,7 +23,8 @@ from .instructions import (
     SIMDOp,
 )
 
-__all__ = ["random_instruction", "random_program", "power_on_preamble", "dump_epilogue"]
+__all__ = ["random_instruction", "random_program", "power_on_preamble", "dump_epilogue",
+           "hand_written_programs", "every_simd_op_program"]
 
 _DEPTHS = {"local": "local_depth", "acc": "accumulator_depth", "dram0": "dram0_depth", "dram1": "dram1_depth"}
 
@@ -112,3 +113,45 @@ def dump_epilogue(arch: Architecture) -> list[Instruction]:
     a, l = arch.accumulator_depth, arch.local_depth
     return [DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l), DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
             DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a)]
+
+
+def hand_written_programs(arch: Architecture) -> dict[str, str]:
+    """Small programs (assembly) that exercise each unit: for differential tests of a core."""
+    n = arch.array_size
+    relu = ["datamove dram0_to_local local=0 dram0=0 size=4", "datamove local_to_acc local=0 acc=0 size=4",
+            "simd zero dest=r1"] if arch.simd_registers_depth else []
+    relu += [f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}" for i in range(4)
+             if arch.simd_registers_depth]
+    return {
+        "matmul with bias and accumulate": f"""
+            datamove dram1_to_local local=0 dram1=0 size={n + 1}
+            loadweights local=0 size={n + 1}
+            datamove dram0_to_local local=16 dram0=3 size=6
+            matmul local=16 acc=2 size=6
+            matmul accumulate local=16 acc=2 size=6
+            matmul zeroes accumulate acc=8:2 size=3
+        """,
+        "relu via simd": "\n".join(relu),
+        "every datamove direction with strides": """
+            datamove dram0_to_local local=0:2 dram0=5:4 size=5
+            datamove local_to_acc local=0:2 acc=1 size=5
+            datamove dram1_to_local local=20 dram1=7 size=5
+            datamove local_to_acc_accumulate local=20 acc=1 size=5
+            datamove acc_to_local local=30:4 acc=1 size=5
+            datamove local_to_dram0 local=30:4 dram0=100:2 size=5
+            datamove local_to_dram1 local=20 dram1=200 size=5
+        """,
+    }
+
+
+def every_simd_op_program(arch: Architecture) -> list[Instruction]:
+    """Every SIMD op once, reading a register and the input, writing (and sometimes accumulating)."""
+    from .instructions import SIMD
+
+    r = min(1, arch.simd_registers_depth)
+    body: list[Instruction] = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 8), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 8)]
+    for op in SIMDOp:
+        body.append(SIMD(SIMDOp.MOVE, dest=r, left=0, read=True, acc_read=1))
+        body.append(SIMD(op, dest=r, left=0, right=r, acc_write=8 + int(op) % 8, acc_read=2,
+                         read=True, write=True, accumulate=op.value % 3 == 0))
+    return body

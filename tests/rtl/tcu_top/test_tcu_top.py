@@ -110,41 +110,15 @@ class Bench:
 
 @cocotb.test()
 async def hand_written_programs_and_every_simd_op(dut):
-    from tvm_tensil.isa import SIMD, DataMove, Direction, SIMDOp, assemble
+    from tvm_tensil.isa import assemble
+    from tvm_tensil.isa.fuzz import every_simd_op_program, hand_written_programs
 
     arch = arch_from_env()
     bench = Bench(dut, arch, 1)
     await bench.reset()
-    n = arch.array_size
-    texts = {
-        "matmul with bias and accumulate": f"""
-            datamove dram1_to_local local=0 dram1=0 size={n + 1}
-            loadweights local=0 size={n + 1}
-            datamove dram0_to_local local=16 dram0=3 size=6
-            matmul local=16 acc=2 size=6
-            matmul accumulate local=16 acc=2 size=6
-        """,
-        "relu": "\n".join(["datamove dram0_to_local local=0 dram0=0 size=4", "datamove local_to_acc local=0 acc=0 size=4",
-                           "simd zero dest=r1"] +
-                          [f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}" for i in range(4)]),
-        "every datamove direction with strides": """
-            datamove dram0_to_local local=0:2 dram0=5:4 size=5
-            datamove local_to_acc local=0:2 acc=1 size=5
-            datamove dram1_to_local local=20 dram1=7 size=5
-            datamove local_to_acc_accumulate local=20 acc=1 size=5
-            datamove acc_to_local local=30:4 acc=1 size=5
-            datamove local_to_dram0 local=30:4 dram0=100:2 size=5
-            datamove local_to_dram1 local=20 dram1=200 size=5
-        """,
-    }
-    for name, text in texts.items():
+    for name, text in hand_written_programs(arch).items():
         await bench.check(assemble(text, arch.layout).instructions(), name)
-    body = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 8), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 8)]
-    for op in SIMDOp:
-        body.append(SIMD(SIMDOp.MOVE, dest=1, left=0, read=True, acc_read=1))
-        body.append(SIMD(op, dest=1, left=0, right=1, acc_write=8 + int(op) % 8, acc_read=2, read=True, write=True,
-                         accumulate=op.value % 3 == 0))
-    await bench.check(body, "every simd op")
+    await bench.check(every_simd_op_program(arch), "every simd op")
 
 
 @cocotb.test()
