@@ -271,3 +271,14 @@ def test_batchnorm_after_gemm_folds_into_the_dense(compare):
     assert np.max(np.abs(tcu - cpu)) < 12 * 3 * 2 ** -9
     nodes = [n for p in report.partitions.values() for n in p["nodes"]]
     assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
+
+
+def test_standalone_bias_add(compare):
+    """A per-channel constant add that follows no conv: an identity depthwise conv with bias."""
+    b = OnnxBuilder(seed=20, grid=True)
+    rng = np.random.default_rng(20)
+    y = b.op("Add", [b.op("Relu", ["x"]), b.const(rng.integers(-16, 16, (1, 6, 1, 1)) / 16)])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 6, 4, 5]}, y), {"x": grid(rng, (1, 6, 4, 5))})
+    np.testing.assert_array_equal(tcu, cpu)
+    nodes = [n["op"] for p in report.partitions.values() for n in p["nodes"]]
+    assert "bias_add" in nodes and cpu_ops(report) == []
