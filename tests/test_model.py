@@ -1,7 +1,6 @@
 """Tensil model files: keys and units compatible with Tensil tools, errors, layout helpers."""
 
 import json
-import warnings
 
 import numpy as np
 import pytest

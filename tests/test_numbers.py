@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tvm_tensil.numbers import DATA_TYPES, FP8BP4, FP16BP8, FP32BP16, SaturationCounter, data_type
+from tvm_tensil.numbers import DATA_TYPES, FP8BP4, FP16BP8, SaturationCounter, data_type
 
 
 def sat(v, dt):

@@ -12,7 +12,7 @@ from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
 @cocotb.test()
 async def measure(dut):
     from tvm_tensil.arch import load_arch
-    from tvm_tensil.isa import Program, assemble
+    from tvm_tensil.isa import assemble
 
     arch = load_arch(os.environ["TCU_ARCH"])
     lay = arch.layout

@@ -110,7 +110,6 @@ def _cmd_emulate(args) -> int:
 
 def _cmd_compile(args) -> int:
     import onnx
-    import tvm  # noqa: F401 - heavy imports only for the commands that need them
     from tvm.relax.frontend.onnx import from_onnx
 
     from .byoc import driver as build_mod

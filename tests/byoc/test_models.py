@@ -5,7 +5,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
-from tvm_tensil.isa import (
-    SIMD, DataMove, Direction, InvalidInstruction, LoadWeights, MatMul, NoOp, Program, ProgramError,
-    SIMDOp, assemble,
-)
+from tvm_tensil.isa import DataMove, Direction, InvalidInstruction, Program, ProgramError, SIMDOp, assemble
 from tvm_tensil.runtime import Emulator
 
 ARCH = PRESETS["pynqz1"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
@@ -70,7 +69,6 @@ def _per_channel(const_shape: tuple, x_shape: tuple) -> bool:
 def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPattern]:
     """The Tensil patterns for ``arch``, generic first, fused last."""
     n = arch.array_size
-    dt = arch.data_type
 
     def reject(ctx: PatternCheckContext, reason: str) -> bool:
         return rejections.add(ctx.annotated_expr["root"], reason)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from .instructions import (
 )
 from .layout import InstructionLayout
 
-__all__ = ["Program", "ProgramFields", "ProgramError", "assemble_program"]
+__all__ = ["Program", "ProgramFields", "ProgramError"]
 
 
 class ProgramError(ValueError):
@@ -218,7 +218,3 @@ class Program:
             pc = int(np.argmax(bad))
             self.instruction(pc)  # raises, naming the instruction and the field
             raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
-
-
-def assemble_program(instructions: Sequence[Instruction], layout: InstructionLayout) -> Program:
-    return Program.from_instructions(instructions, layout)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import ConfigRegister, Direction, Opcode, SIMDOp
+from ..isa.instructions import ConfigRegister, Opcode, SIMDOp
 from ..isa.program import Program, ProgramError
 from ..numbers import SaturationCounter
 from .device import Device, RunStats

@@ -49,7 +49,6 @@ def epilogue(arch):
 
 async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
     n, w = arch.array_size, arch.data_type.width
-    lay = arch.layout
     words = [program.word(pc) for pc in range(len(program))]
     banks = {0: dram0, 1: dram1}
     queues = {0: [], 1: []}
