@@ -20,14 +20,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from tvm_tensil.arch import load_arch  # noqa: E402
-from tvm_tensil.rtl import core_parameters, rtl_sources  # noqa: E402
+from tvm_tensil.rtl import rtl_sources, top_parameters  # noqa: E402
 from tvm_tensil.rtl.toolchain import apply_verilator_env  # noqa: E402
-
-TOP_PARAMS = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
-              "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
-              "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
-              "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH"]
-
 
 def targets(arch, name: str, count: int) -> int:
     """The issue's throughput targets, as cycles."""
@@ -52,8 +46,7 @@ def main() -> None:
 
     apply_verilator_env()
     arch = load_arch(args.arch)
-    params = {k: v for k, v in core_parameters(arch).items() if k in TOP_PARAMS}
-    params["S_AXIS_DATA_WIDTH"] = 64
+    params = top_parameters(arch, stream_width=64)
     build = HERE.parent / "build" / "bench" / f"rtl_cycles_{args.arch}"
     runner = get_runner("verilator")
     runner.build(sources=rtl_sources(), hdl_toplevel="tcu_top", parameters=params, build_dir=build,

@@ -46,7 +46,7 @@ TARCH_KEYS = (
     "thread_queue_depth",
 )
 EXTENSION_KEY = "tvm_tensil"
-EXTENSION_FIELDS = ("name", "board", "clock_mhz", "axi_data_width")
+EXTENSION_FIELDS = ("name", "board", "part", "clock_mhz", "axi_data_width")
 
 # Allowed ranges, inclusive. Local/accumulator depths follow the Tensil reference
 # (up to 2**16 vectors); DRAM banks are addressed with at most 32 bits.
@@ -87,6 +87,8 @@ class Architecture:
     # -- ours: not part of a plain Tensil .tarch ----------------------------------------
     name: str | None = field(default=None, compare=False)
     board: str | None = field(default=None, compare=False)
+    # FPGA part of the board (e.g. xc7z020clg400-1): picks the synthesis family and capacities.
+    part: str | None = field(default=None, compare=False)
     clock_mhz: float | None = field(default=None, compare=False)
     axi_data_width: int | None = field(default=None, compare=False)
 
@@ -102,6 +104,11 @@ class Architecture:
             raise ArchitectureError(
                 f"{self._where()}key '{EXTENSION_KEY}.clock_mhz': {self.clock_mhz!r} is not a "
                 "clock rate; allowed: a number of MHz in (0, 2000]"
+            )
+        if self.part is not None and not (isinstance(self.part, str) and self.part.strip()):
+            raise ArchitectureError(
+                f"{self._where()}key '{EXTENSION_KEY}.part': {self.part!r} is not an FPGA part "
+                "name; give a string such as \"xc7z020clg400-1\""
             )
         if self.axi_data_width is not None and self.axi_data_width not in _AXI_WIDTHS:
             raise ArchitectureError(
@@ -239,6 +246,8 @@ class Architecture:
         lines = [f"architecture {self.name or '(unnamed)'}"]
         if self.board:
             lines.append(f"  board                {self.board}")
+        if self.part:
+            lines.append(f"  FPGA part            {self.part}")
         if self.clock_mhz:
             lines.append(f"  clock                {self.clock_mhz:g} MHz")
         if self.axi_data_width:

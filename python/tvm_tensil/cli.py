@@ -4,6 +4,7 @@
     tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
     tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
     tvm-tensil emulate model.tmodel --input x=x.npy -o out/
+    tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from .isa.asm import AsmError, assemble, disassemble
 from .isa.instructions import InvalidInstruction
 from .isa.program import Program, ProgramError
 from .model import ModelError, TensilModel
+from .rtl.synth import SynthesisError
 from .runtime import DeviceError, get_device
 
-_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError)
+_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError,
+                SynthesisError)
 
 
 def _cmd_arch(args) -> int:
@@ -168,6 +171,24 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_synth(args) -> int:
+    from .rtl.synth import device_for_part, synthesize
+
+    arch = load_arch(args.arch)
+    device = device_for_part(arch.part)
+    print(f"synthesising tcu_top for '{arch.name or args.arch}' with Yosys synth_xilinx "
+          f"({device.family if device else 'xc7'}); this takes minutes...", flush=True)
+    res = synthesize(arch, workdir=args.workdir)
+    used = {"LUT": res.lut + res.lut_ram, "FF": res.ff, "DSP": res.dsp, "BRAM36": res.bram36}
+    util = res.utilisation(device) if device else {}
+    for (label, value), key in zip(used.items(), ("lut", "ff", "dsp", "bram36")):
+        share = f"  {util[key]:6.1%} of {device.name}" if device else ""
+        print(f"  {label:<7}{value:>9g}{share}")
+    if device:
+        print("fits" if all(v <= 1 for v in util.values()) else f"does NOT fit {device.name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -212,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="emulator", help="device for the Tensil parts (default: emulator)")
     r.add_argument("-o", "--output", help="write the output to this .npy")
     r.set_defaults(func=_cmd_run)
+
+    y = sub.add_parser("synth", help="estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)")
+    y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
+    y.add_argument("--workdir", help="keep the Yosys script and log here")
+    y.set_defaults(func=_cmd_synth)
     return p
 
 

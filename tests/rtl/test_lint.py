@@ -6,19 +6,12 @@ import subprocess
 import pytest
 
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.rtl import core_parameters, rtl_sources
+from tvm_tensil.rtl import rtl_sources, top_parameters
 from tvm_tensil.rtl.toolchain import verilator_env
-
-TOP_PARAMS = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
-              "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
-              "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
-              "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH"]
-
 
 @pytest.mark.parametrize("preset", ["pynqz1", "ultra96v2", "pynqz1_12x12"])
 def test_core_lints_clean(preset):
-    params = core_parameters(PRESETS[preset])
-    args = [f"-G{k}={params[k]}" for k in TOP_PARAMS]
+    args = [f"-G{k}={v}" for k, v in top_parameters(PRESETS[preset]).items()]
     r = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", "tcu_top", *args,
                         *map(str, rtl_sources())], capture_output=True, text=True, env=verilator_env(), timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -27,8 +20,8 @@ def test_core_lints_clean(preset):
 
 def test_an_illegal_configuration_fails_at_elaboration():
     """A vector that is not a whole number of AXI beats stops elaboration with a message."""
-    params = core_parameters(PRESETS["pynqz1"].replace(array_size=2), axi_data_width=128)
-    args = [f"-G{k}={params[k]}" for k in TOP_PARAMS]
+    params = top_parameters(PRESETS["pynqz1"].replace(array_size=2), axi_data_width=128)
+    args = [f"-G{k}={v}" for k, v in params.items()]
     r = subprocess.run(["verilator", "--lint-only", "--top-module", "tcu_top", *args, *map(str, rtl_sources())],
                        capture_output=True, text=True, env=verilator_env(), timeout=600)
     assert r.returncode != 0 and "whole number of AXI beats" in r.stderr

@@ -43,6 +43,25 @@ def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> di
     }
 
 
+# The parameters tcu_top takes (core_parameters also has derived values its submodules use).
+TOP_PARAMETERS = (
+    "ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
+    "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
+    "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
+    "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH",
+)
+
+
+def top_parameters(
+    arch: Architecture, axi_data_width: int | None = None, stream_width: int | None = None
+) -> dict[str, int]:
+    """tcu_top's parameter values for ``arch``; the instruction stream defaults to the AXI width."""
+    p = core_parameters(arch, axi_data_width)
+    out = {k: p[k] for k in TOP_PARAMETERS}
+    out["S_AXIS_DATA_WIDTH"] = stream_width or out["AXI_DATA_WIDTH"]
+    return out
+
+
 def write_config_package(arch: Architecture, path: str | Path, name: str = "tcu_config_pkg") -> Path:
     """The parameters as ``package tcu_config_pkg; localparam int ARRAY_SIZE = 8; ...``."""
     params = core_parameters(arch)

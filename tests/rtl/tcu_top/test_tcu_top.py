@@ -160,19 +160,12 @@ async def invalid_instructions_raise_error_and_are_skipped(dut):
 
 def top_params(n, width, regs=1, local=64, acc=32, dram_bits=8, stride=4, bus=64, axi=64):
     from tvm_tensil.arch import Architecture
-    from tvm_tensil.rtl import core_parameters
+    from tvm_tensil.rtl import top_parameters
 
     dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[width]
     arch = Architecture(dtype, n, 1 << dram_bits, 1 << dram_bits, local, acc, simd_registers_depth=regs,
                         stride0_depth=stride, stride1_depth=stride)
-    p = core_parameters(arch, axi_data_width=axi)
-    keys = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
-            "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
-            "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
-            "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH"]
-    out = {k: p[k] for k in keys}
-    out["S_AXIS_DATA_WIDTH"] = bus
-    return out, {"TCU_STRIDE_DEPTH": str(stride)}
+    return top_parameters(arch, axi_data_width=axi, stream_width=bus), {"TCU_STRIDE_DEPTH": str(stride)}
 
 
 SWEEP = [(4, 16, 1, 64, 64)]

@@ -1,0 +1,64 @@
+"""Yosys synth_xilinx on the whole core: no latches, no check problems, resources that make sense.
+
+Mirrors python/tvm_tensil/rtl/synth.py. The presets' full table comes from
+benchmarks/rtl_resources.py (minutes per preset); CI synthesises a small architecture.
+"""
+
+import pytest
+
+from tvm_tensil.arch import PRESETS, Architecture
+from tvm_tensil.rtl.synth import SynthesisError, device_for_part, find_yosys, parse_stat, synthesize
+
+
+def test_a_small_core_synthesises_clean(tmp_path):
+    arch = Architecture("FP16BP8", 4, 256, 256, 256, 64, stride0_depth=4, stride1_depth=4, name="small")
+    res = synthesize(arch, workdir=tmp_path)  # raises on latches or check problems
+    assert res.latches == 0 and res.problems == 0
+    assert res.dsp >= 4 * 4, "every MAC of the array maps to a DSP"
+    assert res.bram36 >= 1, "local memory maps to block RAM"
+    assert res.lut > 0 and res.ff > 0
+    assert "End of script" in (tmp_path / "synth.log").read_text()
+
+
+@pytest.mark.parametrize("preset", ["pynqz1", "ultra96v2"])
+def test_presets_synthesise_clean(preset, tmp_path, full):
+    if not full:
+        pytest.skip("long: minutes per preset; run with --full (or benchmarks/rtl_resources.py)")
+    res = synthesize(PRESETS[preset], workdir=tmp_path)
+    util = res.utilisation(device_for_part(PRESETS[preset].part))
+    assert all(v <= 1 for v in util.values()), util
+
+
+def test_parse_stat_counts_resources_and_latches():
+    log = """
+   Number of cells:                 12
+     CARRY4                          3
+     DSP48E1                         2
+     FDRE                           10
+     FDSE                            1
+     LDCE                            1
+     LUT2                            4
+     LUT6                            5
+     RAM32M                          2
+     RAMB18E1                        1
+     RAMB36E1                        2
+
+   Estimated number of LCs:         9
+Found and reported 0 problems.
+"""
+    r = parse_stat(log)
+    assert (r.lut, r.lut_ram, r.ff, r.dsp, r.bram36, r.carry, r.latches) == (9, 8, 11, 2, 2.5, 3, 1)
+
+
+def test_presets_name_known_parts():
+    for name, arch in PRESETS.items():
+        assert device_for_part(arch.part) is not None, name
+    assert device_for_part("xc7z020clg400-1").family == "xc7"
+    assert device_for_part("xczu3eg-sbva484-1-i").family == "xcup"
+    assert device_for_part("lfe5u-25f") is None
+
+
+def test_missing_yosys_says_how_to_install(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SynthesisError, match="apt-get install yosys"):
+        find_yosys()
