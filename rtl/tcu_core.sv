@@ -7,10 +7,12 @@
  * TCU core: decoder and execution units, with the DRAM banks behind vector request ports
  * (tcu_dram_axi adapts them to AXI4).
  *
- * Program order: one instruction executes at a time; within it, vectors stream through the units
- * at one per cycle (MatMul: local memory -> array -> accumulators; DataMove local <-> accumulators;
- * LoadWeights), and the next instruction starts when every write of this one has landed. So the
- * result is exactly that of executing instructions one at a time (spec section 5).
+ * Program order with overlap: a compute engine (MatMul, LoadWeights, DataMove local <-> accumulators,
+ * SIMD) and a DRAM engine (DataMove DRAM <-> local) each run one instruction at a time, vectors
+ * streaming at one per cycle; instructions are dispatched in order, and one waits only while the other
+ * engine's instruction uses an overlapping local memory range and either of them writes it (see
+ * "dispatch" below and docs/rtl.md). So the result is exactly that of executing instructions one at
+ * a time (spec section 5). The program counter counts dispatched instructions.
  *
  * Invalid opcodes and DataMove directions raise `error` and are skipped. `timeout` rises when an
  * instruction runs longer than the timeout register (cycles, 0 = never). `tracepoint` rises while
@@ -137,28 +139,75 @@ wire f_valid_dm = f_flags == 4'd0 || f_flags == 4'd1 || f_flags == 4'd2 || f_fla
 wire f_known = f_opcode == OP_NOOP || f_opcode == OP_MATMUL || f_opcode == OP_LOADWEIGHTS ||
                f_opcode == OP_SIMD || f_opcode == OP_CONFIGURE || (f_opcode == OP_DATAMOVE && f_valid_dm);
 
-// -- state -------------------------------------------------------------------------------------
-localparam [2:0] S_IDLE = 3'd0, S_ISSUE = 3'd1, S_DRAIN = 3'd2;
-reg [2:0]  state;
+// -- dispatch ------------------------------------------------------------------------------------
+// Two engines take instructions in program order: the compute engine (MatMul, LoadWeights, DataMove
+// local <-> accumulators, and the SIMD pipeline beside it) and the DRAM engine (DataMove DRAM <->
+// local). An instruction is dispatched when its engine is free and it has no hazard with what the
+// other engine is doing: their local memory ranges may not overlap where either one writes. The
+// ranges are [address, address + (size - 1) * stride] (the whole memory if that wraps); nothing else
+// is shared (only the compute engine uses accumulators, only the DRAM engine uses DRAM). Configure
+// waits for both engines, so offsets never change under a move. The result is that of program order.
+wire f_is_simd    = f_opcode == OP_SIMD;
+wire f_is_dram    = f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b00;
+wire f_is_compute = f_opcode == OP_MATMUL || f_opcode == OP_LOADWEIGHTS ||
+                    (f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b11);
+wire [CB-1:0] f_n = f_opcode == OP_LOADWEIGHTS ? f_lw_count : f_count;
+wire f_lvalid = f_is_dram || (f_opcode == OP_MATMUL && !f_flags[1]) ||
+                (f_opcode == OP_LOADWEIGHTS && !f_flags[0]) || (f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b11);
+wire f_lwrite = f_is_dram ? !f_flags[0] : (f_opcode == OP_DATAMOVE && f_flags == 4'd12);
+localparam XB = 2 * CB;  // (size - 1) << stride without overflow (strides are at most 2^31)
+wire [XB-1:0] f_end = XB'(f_addr0) + (XB'(f_n - 1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS]);
+wire          f_wraps = f_end >= XB'(LOCAL_DEPTH);
+wire [CB-1:0] f_lo = f_wraps ? '0 : f_addr0;
+wire [CB-1:0] f_hi = f_wraps ? CB'(LOCAL_DEPTH - 1) : CB'(f_end);
+
+// What each engine's instruction does to local memory, while it is in flight.
+reg          c_lvalid, c_lwrite, d_lvalid, d_lwrite;
+reg [CB-1:0] c_lo, c_hi, d_lo, d_hi;
+wire hazard_c = c_lvalid && f_lvalid && (c_lwrite || f_lwrite) && f_lo <= c_hi && c_lo <= f_hi;
+wire hazard_d = d_lvalid && f_lvalid && (d_lwrite || f_lwrite) && f_lo <= d_hi && d_lo <= f_hi;
+
+// -- compute engine state -------------------------------------------------------------------------
+localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
+reg [1:0]  state;
 reg [3:0]  opcode, flags;
 reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
+// -- DRAM engine state ----------------------------------------------------------------------------
+reg [1:0]  d_state;
+reg [1:0]  d_flags;   // DataMove flags 0-3: bit 0 to DRAM, bit 1 DRAM1
+reg [CB-1:0] d_addr0, d_step0, d_addr1, d_step1, d_count, d_issued;
 
-// SIMD instructions stream through their own pipeline (see below); anything else waits for it.
-wire f_is_simd = f_opcode == OP_SIMD;
 wire simd_hazard;
 wire simd_pipe_empty;
-assign s_instr_ready = state == S_IDLE && !rst && (f_is_simd ? !simd_hazard : simd_pipe_empty);
+wire c_free = state == S_IDLE;
+wire d_free = d_state == S_IDLE;
+wire quiet_c, quiet_d;
+assign s_instr_ready = !rst && (
+    f_is_simd    ? c_free && !simd_hazard :
+    f_is_compute ? c_free && simd_pipe_empty && !hazard_d :
+    f_is_dram    ? d_free && !hazard_c :
+    f_opcode == OP_CONFIGURE ? c_free && d_free && simd_pipe_empty && quiet_c && quiet_d :
+    1'b1);
 wire start = s_instr_valid && s_instr_ready;
+wire start_c = start && f_known && f_is_compute;
+wire start_d = start && f_known && f_is_dram;
 
 // -- units ---------------------------------------------------------------------------------------
-// Local memory: port A reads (MatMul, LoadWeights, moves out of local), port B writes.
-reg           lm_a_en;
-reg  [LA-1:0] lm_a_addr;
+// Local memory: port A belongs to the compute engine (reads for MatMul, LoadWeights and moves to the
+// accumulators; writes of moves from them), port B to the DRAM engine (writes of DRAM reads, reads
+// for DRAM writes). The hazard rule keeps the two ports on different addresses.
+reg           lm_a_rd;
+reg  [LA-1:0] lm_a_raddr;
+reg           lm_a_we;
+reg  [LA-1:0] lm_a_waddr;
+reg  [V-1:0]  lm_a_wdata;
 wire [V-1:0]  lm_a_rdata;
+reg           lm_b_rd;
+reg  [LA-1:0] lm_b_raddr;
 reg           lm_b_we;
-reg  [LA-1:0] lm_b_addr;
+reg  [LA-1:0] lm_b_waddr;
 reg  [V-1:0]  lm_b_wdata;
-wire [V-1:0]  lm_b_rdata_unused;
+wire [V-1:0]  lm_b_rdata;
 
 tcu_ram #(
     .DEPTH(LOCAL_DEPTH),
@@ -167,8 +216,10 @@ tcu_ram #(
 )
 local_inst (
     .clk(clk),
-    .a_en(lm_a_en), .a_we(1'b0), .a_addr(lm_a_addr), .a_wdata({V{1'b0}}), .a_rdata(lm_a_rdata),
-    .b_en(lm_b_we), .b_we(lm_b_we), .b_addr(lm_b_addr), .b_wdata(lm_b_wdata), .b_rdata(lm_b_rdata_unused)
+    .a_en(lm_a_rd || lm_a_we), .a_we(lm_a_we), .a_addr(lm_a_we ? lm_a_waddr : lm_a_raddr),
+    .a_wdata(lm_a_wdata), .a_rdata(lm_a_rdata),
+    .b_en(lm_b_rd || lm_b_we), .b_we(lm_b_we), .b_addr(lm_b_we ? lm_b_waddr : lm_b_raddr),
+    .b_wdata(lm_b_wdata), .b_rdata(lm_b_rdata)
 );
 
 // Accumulators
@@ -235,6 +286,7 @@ simd_inst (
     .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
 );
 
+
 // -- delay lines: what each issued read becomes when its data arrives --------------------------
 // MatMul: the local read's data reaches the array one cycle after issue; the accumulator address
 // of each issued vector waits in a FIFO until the array's output for it appears (order kept).
@@ -242,10 +294,10 @@ localparam MM_FIFO_BITS = $clog2(N + 4);
 reg                    mm_read_valid;
 reg [AA-1:0]           mm_fifo [0:(1 << MM_FIFO_BITS)-1];
 reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
-// Moves and LoadWeights: one cycle of read latency.
+// Compute moves and LoadWeights: one cycle of read latency.
 reg          rd1_valid;
-reg [CB-1:0] rd1_addr;        // where the data goes (accumulator, local or DRAM address)
-reg [1:0]    rd1_kind;        // 0: to array weights, 1: to accumulators, 2: to local, 3: to DRAM
+reg [CB-1:0] rd1_addr;        // where the data goes (accumulator or local address)
+reg [1:0]    rd1_kind;        // 0: to array weights, 1: to accumulators, 2: to local
 reg          rd1_zero;
 reg          rd1_accumulate;
 // SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
@@ -264,53 +316,62 @@ reg          p3_write, p3_acc;
 reg [AA-1:0] p3_waddr;
 reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
 
-// DRAM reads: requests issued and responses still expected.
-reg [CB-1:0] dram_rd_issued, dram_rd_received;
-wire         dram_bank1 = flags == 4'd2 || flags == 4'd3;
-wire         dram_rd_ready = dram_bank1 ? m_dram1_rd_ready : m_dram0_rd_ready;
-wire         dram_rd_resp = dram_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
-wire [V-1:0] dram_rd_data = dram_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
-wire         dram_wr_ready = dram_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
+// -- DRAM engine -------------------------------------------------------------------------------------
+// DRAM -> local: requests one per cycle as the bank takes them, responses (in order) written to local
+// memory. Local -> DRAM: local reads feed a small queue, so reads keep going while the bank takes
+// vectors. The engine's next instruction starts when every response and write response is in.
+wire         d_to_dram = d_flags[0];   // flags 1, 3
+wire         d_bank1 = d_flags[1];     // flags 2, 3
+reg [CB-1:0] d_rd_issued, d_rd_received, d_base, d_step;
+wire         dram_rd_ready = d_bank1 ? m_dram1_rd_ready : m_dram0_rd_ready;
+wire         dram_rd_resp = d_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
+wire [V-1:0] dram_rd_data = d_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
+wire         dram_wr_ready = d_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
+reg          d_rd1_valid;      // a local read for DRAM is on port B's output
+reg [CB-1:0] d_rd1_addr;
 
-// DRAM writes: a small queue, so that local reads keep going while the bank takes vectors.
 localparam WQ_BITS = 2;
 localparam WQ = 1 << WQ_BITS;
 reg [CB-1:0]      wq_addr [0:WQ-1];
 reg [V-1:0]       wq_data [0:WQ-1];
 reg [WQ_BITS:0]   wq_count;
 reg [WQ_BITS-1:0] wq_head, wq_tail;
-wire              wq_push = rd1_valid && rd1_kind == 2'd3;
+wire              wq_push = d_rd1_valid;
 wire              wq_pop = wq_count != 0 && dram_wr_ready;
 wire [CB-1:0]     dram_wr_addr = wq_addr[wq_head];
 
-assign m_dram0_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd0 && issued < count;
-assign m_dram1_rd_valid = state == S_ISSUE && opcode == OP_DATAMOVE && flags == 4'd2 && issued < count;
-assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(addr1);
-assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(addr1);
-assign m_dram0_wr_valid = wq_count != 0 && !dram_bank1;
-assign m_dram1_wr_valid = wq_count != 0 && dram_bank1;
+wire d_issuing = d_state == S_ISSUE && d_issued < d_count;
+// A local read for DRAM issues only when the queue has room for it and the one in flight.
+wire to_dram_space = 32'(wq_count) + 32'(wq_push) + 1 < WQ;
+wire d_issue_now = d_issuing && (d_to_dram ? to_dram_space : dram_rd_ready);
+
+assign m_dram0_rd_valid = d_issuing && !d_to_dram && !d_bank1;
+assign m_dram1_rd_valid = d_issuing && !d_to_dram && d_bank1;
+assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(d_addr1);
+assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(d_addr1);
+assign m_dram0_wr_valid = wq_count != 0 && !d_bank1;
+assign m_dram1_wr_valid = wq_count != 0 && d_bank1;
 assign m_dram0_wr_addr  = DRAM0_DEPTH_BITS'(dram_wr_addr);
 assign m_dram1_wr_addr  = DRAM1_DEPTH_BITS'(dram_wr_addr);
 assign m_dram0_wr_data  = wq_data[wq_head];
 assign m_dram1_wr_data  = wq_data[wq_head];
 
-// -- issue ----------------------------------------------------------------------------------------
-// Reads issued this cycle (combinational), registered into the delay lines below.
+// Local addresses of DRAM read responses: the k-th response goes to base + k * step.
+wire [CB-1:0] d_resp_addr = d_base + d_rd_received * d_step;
+wire          d_resp = dram_rd_resp && d_state != S_IDLE && d_rd_received != d_rd_issued;
+
+always @* begin
+    lm_b_rd = d_issue_now && d_to_dram;
+    lm_b_raddr = LA'(d_addr0);
+end
+
+// -- compute engine issue --------------------------------------------------------------------------
 wire issuing = state == S_ISSUE && issued < count;
 wire is_mm   = opcode == OP_MATMUL;
 wire is_lw   = opcode == OP_LOADWEIGHTS;
-wire is_simd = opcode == OP_SIMD;
-wire dm_from_local = opcode == OP_DATAMOVE && (flags == 4'd1 || flags == 4'd3 || flags == 4'd13 || flags == 4'd15);
+wire dm_local_to_acc = opcode == OP_DATAMOVE && (flags == 4'd13 || flags == 4'd15);
 wire dm_acc_to_local = opcode == OP_DATAMOVE && flags == 4'd12;
-wire dm_dram_to_local = opcode == OP_DATAMOVE && (flags == 4'd0 || flags == 4'd2);
-wire dm_to_dram = opcode == OP_DATAMOVE && (flags == 4'd1 || flags == 4'd3);
-
-// A move to DRAM issues a local read only when the queue has room for it and the one in flight.
-wire to_dram_space = 32'(wq_count) + 32'(wq_push) + 1 < WQ;
-wire issue_now = issuing && (
-    is_mm || is_lw || dm_acc_to_local ||
-    (dm_from_local && (!dm_to_dram || to_dram_space)) ||
-    (dm_dram_to_local && dram_rd_ready));
+wire issue_now = issuing;
 
 // The instruction's operand0 as decoded (the loop moves addr0 along).
 reg  [CB-1:0] rd_base, rd_step;
@@ -319,20 +380,20 @@ reg  [CB-1:0] rd_base, rd_step;
 wire [CB-1:0] lw_addr = rd_base + (count - 1 - issued) * rd_step;
 
 always @* begin
-    lm_a_en = 1'b0;
-    lm_a_addr = LA'(addr0);
+    lm_a_rd = 1'b0;
+    lm_a_raddr = LA'(addr0);
     acc_rd_valid = 1'b0;
     acc_rd_addr = AA'(addr1);
     if (issue_now) begin
         if (is_mm && !flags[1]) begin
-            lm_a_en = 1'b1;
+            lm_a_rd = 1'b1;
         end
         if (is_lw && !flags[0]) begin
-            lm_a_en = 1'b1;
-            lm_a_addr = LA'(lw_addr);
+            lm_a_rd = 1'b1;
+            lm_a_raddr = LA'(lw_addr);
         end
-        if (dm_from_local) begin
-            lm_a_en = 1'b1;
+        if (dm_local_to_acc) begin
+            lm_a_rd = 1'b1;
         end
         if (dm_acc_to_local) begin
             acc_rd_valid = 1'b1;
@@ -356,20 +417,21 @@ assign simd_hazard = f_flags[0] && ((acc_wr_valid && acc_wr_accumulate) ||
                                     pending_write(acc_wr_valid && simd_acc_wr, 1'b1, acc_wr_addr, f_simd_read));
 assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(acc_wr_valid && simd_acc_wr);
 
-// Everything of this instruction has landed.
-wire quiet = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid && !acc_busy && wq_count == 0 &&
-             simd_pipe_empty &&
-             dram_rd_issued == dram_rd_received && !dram0_wr_pending && !dram1_wr_pending && !acc_wr_valid &&
-             !lm_b_we && !arr_w_valid;
+// Everything an engine started has landed.
+assign quiet_c = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid &&
+                 !acc_busy && simd_pipe_empty && !acc_wr_valid && !lm_a_we && !arr_w_valid;
+assign quiet_d = d_rd_issued == d_rd_received && !d_rd1_valid && wq_count == 0 && !lm_b_we &&
+                 !dram0_wr_pending && !dram1_wr_pending;
 
-assign idle = state == S_IDLE && !s_instr_valid && quiet;
+assign idle = !s_instr_valid && c_free && d_free && quiet_c && quiet_d;
 
-reg [31:0] timeout_limit, tracepoint_pc, sample_interval, busy_cycles;
+reg [31:0] timeout_limit, tracepoint_pc, sample_interval, c_busy_cycles, d_busy_cycles;
 assign tracepoint = program_counter == tracepoint_pc;
 
 always @(posedge clk) begin
     // Defaults: single-cycle strobes.
     acc_wr_valid <= 1'b0;
+    lm_a_we <= 1'b0;
     lm_b_we <= 1'b0;
     arr_w_valid <= 1'b0;
     arr_in_valid <= 1'b0;
@@ -377,6 +439,9 @@ always @(posedge clk) begin
 
     if (rst) begin
         state <= S_IDLE;
+        d_state <= S_IDLE;
+        c_lvalid <= 1'b0;
+        d_lvalid <= 1'b0;
         program_counter <= '0;
         error <= 1'b0;
         timeout <= 1'b0;
@@ -392,37 +457,24 @@ always @(posedge clk) begin
         mm_wr_ptr <= '0;
         mm_rd_ptr <= '0;
         rd1_valid <= 1'b0;
+        d_rd1_valid <= 1'b0;
         p1_valid <= 1'b0;
         simd_acc_wr <= 1'b0;
         wq_count <= '0;
         wq_head <= '0;
         wq_tail <= '0;
-        dram_rd_issued <= '0;
-        dram_rd_received <= '0;
-        busy_cycles <= '0;
+        d_rd_issued <= '0;
+        d_rd_received <= '0;
+        c_busy_cycles <= '0;
+        d_busy_cycles <= '0;
     end else begin
         saturated <= saturated | arr_saturated | acc_saturated | simd_saturated;
 
-        // ---- instruction start -------------------------------------------------------------
+        // ---- dispatch: the program counter counts dispatched instructions ---------------------
         if (start) begin
-            opcode <= f_opcode;
-            flags <= f_flags;
-            addr0 <= f_addr0;
-            step0 <= f_step0;
-            addr1 <= f_addr1;
-            step1 <= f_step1;
-            count <= f_opcode == OP_LOADWEIGHTS ? f_lw_count : f_count;
-            issued <= '0;
-            dram_rd_issued <= '0;
-            dram_rd_received <= '0;
-            busy_cycles <= '0;
+            program_counter <= program_counter + 1;
             if (!f_known) begin
                 error <= 1'b1;  // skipped; the program counter still advances
-                program_counter <= program_counter + 1;
-            end else if (f_opcode == OP_NOOP) begin
-                program_counter <= program_counter + 1;
-            end else if (f_is_simd) begin
-                // Into the SIMD pipeline; retired (program counter) when it leaves the ALU.
             end else if (f_opcode == OP_CONFIGURE) begin
                 case (f_args[3:0])
                     4'd0:  dram0_offset <= 32'(f_args >> 4);
@@ -431,33 +483,69 @@ always @(posedge clk) begin
                     4'd5:  dram1_cache <= 4'(f_args >> 4);
                     4'd8:  timeout_limit <= 32'(f_args >> 4);
                     4'd9:  tracepoint_pc <= 32'(f_args >> 4);
+                    4'd10: program_counter <= 32'(f_args >> 4);
                     4'd11: sample_interval <= 32'(f_args >> 4);
                     default: error <= 1'b1;
                 endcase
-                program_counter <= f_args[3:0] == 4'd10 ? 32'(f_args >> 4) : program_counter + 1;
-            end else begin
-                state <= S_ISSUE;
             end
         end
-
-        // ---- issue one vector per cycle ---------------------------------------------------------
-        if (state != S_IDLE) begin
-            busy_cycles <= busy_cycles + 1;
-            if (timeout_limit != 0 && busy_cycles >= timeout_limit) timeout <= 1'b1;
+        if (start_c) begin
+            state <= S_ISSUE;
+            opcode <= f_opcode;
+            flags <= f_flags;
+            addr0 <= f_addr0;
+            step0 <= f_step0;
+            addr1 <= f_addr1;
+            step1 <= f_step1;
+            count <= f_n;
+            issued <= '0;
+            c_busy_cycles <= '0;
+            c_lvalid <= f_lvalid;
+            c_lwrite <= f_lwrite;
+            c_lo <= f_lo;
+            c_hi <= f_hi;
         end
+        if (start_d) begin
+            d_state <= S_ISSUE;
+            d_flags <= f_flags[1:0];
+            d_addr0 <= f_addr0;
+            d_step0 <= f_step0;
+            d_addr1 <= f_addr1;
+            d_step1 <= f_step1;
+            d_count <= f_count;
+            d_issued <= '0;
+            d_rd_issued <= '0;
+            d_rd_received <= '0;
+            d_base <= f_addr0;
+            d_step <= f_step0;
+            d_busy_cycles <= '0;
+            d_lvalid <= 1'b1;
+            d_lwrite <= !f_flags[0];
+            d_lo <= f_lo;
+            d_hi <= f_hi;
+        end
+
+        // ---- timeout: an engine busy with one instruction for longer than the limit --------------
+        if (state != S_IDLE) c_busy_cycles <= c_busy_cycles + 1;
+        if (d_state != S_IDLE) d_busy_cycles <= d_busy_cycles + 1;
+        if (timeout_limit != 0 && ((state != S_IDLE && c_busy_cycles >= timeout_limit) ||
+                                   (d_state != S_IDLE && d_busy_cycles >= timeout_limit))) begin
+            timeout <= 1'b1;
+        end
+
+        // ---- compute engine: one vector per cycle -------------------------------------------------
         if (issue_now) begin
             issued <= issued + 1;
             addr0 <= addr0 + step0;
             addr1 <= addr1 + step1;
-            if (dm_dram_to_local) dram_rd_issued <= dram_rd_issued + 1;
         end
         if (state == S_ISSUE && issued == count) state <= S_DRAIN;
-        if (state == S_DRAIN && quiet) begin
+        if (state == S_DRAIN && quiet_c) begin
             state <= S_IDLE;
-            program_counter <= program_counter + 1;
+            c_lvalid <= 1'b0;
         end
 
-        // ---- MatMul: local data -> array -> accumulators ------------------------------------------
+        // MatMul: local data -> array -> accumulators
         mm_read_valid <= issue_now && is_mm;
         if (issue_now && is_mm) begin
             mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= AA'(addr1);
@@ -475,11 +563,11 @@ always @(posedge clk) begin
             mm_rd_ptr <= mm_rd_ptr + 1;
         end
 
-        // ---- moves and LoadWeights: one cycle after the read ------------------------------------
-        rd1_valid <= issue_now && (is_lw || dm_from_local || dm_acc_to_local);
+        // Moves and LoadWeights: one cycle after the read
+        rd1_valid <= issue_now && (is_lw || dm_local_to_acc || dm_acc_to_local);
         rd1_zero <= is_lw && flags[0];
         rd1_accumulate <= flags == 4'd15;
-        rd1_kind <= is_lw ? 2'd0 : (dm_to_dram ? 2'd3 : (dm_from_local ? 2'd1 : 2'd2));
+        rd1_kind <= is_lw ? 2'd0 : (dm_local_to_acc ? 2'd1 : 2'd2);
         rd1_addr <= dm_acc_to_local ? addr0 : addr1;
         if (rd1_valid) begin
             case (rd1_kind)
@@ -493,27 +581,42 @@ always @(posedge clk) begin
                     acc_wr_data <= lm_a_rdata;
                     acc_wr_accumulate <= rd1_accumulate;
                 end
-                2'd2: begin
-                    lm_b_we <= 1'b1;
-                    lm_b_addr <= LA'(rd1_addr);
-                    lm_b_wdata <= acc_rd_data;
-                end
                 default: begin
-                    wq_addr[wq_tail] <= rd1_addr;
-                    wq_data[wq_tail] <= lm_a_rdata;
-                    wq_tail <= wq_tail + 1;
+                    lm_a_we <= 1'b1;
+                    lm_a_waddr <= LA'(rd1_addr);
+                    lm_a_wdata <= acc_rd_data;
                 end
             endcase
         end
+
+        // ---- DRAM engine ---------------------------------------------------------------------------
+        if (d_issue_now) begin
+            d_issued <= d_issued + 1;
+            d_addr0 <= d_addr0 + d_step0;
+            d_addr1 <= d_addr1 + d_step1;
+            if (!d_to_dram) d_rd_issued <= d_rd_issued + 1;
+        end
+        if (d_state == S_ISSUE && d_issued == d_count) d_state <= S_DRAIN;
+        if (d_state == S_DRAIN && quiet_d) begin
+            d_state <= S_IDLE;
+            d_lvalid <= 1'b0;
+        end
+        // Local -> DRAM: port B's data one cycle after the read, into the queue.
+        d_rd1_valid <= d_issue_now && d_to_dram;
+        d_rd1_addr <= d_addr1;
+        if (d_rd1_valid) begin
+            wq_addr[wq_tail] <= d_rd1_addr;
+            wq_data[wq_tail] <= lm_b_rdata;
+            wq_tail <= wq_tail + 1;
+        end
         if (wq_pop) wq_head <= wq_head + 1;
         wq_count <= wq_count + (WQ_BITS+1)'(wq_push) - (WQ_BITS+1)'(wq_pop);
-
-        // ---- DRAM reads: responses arrive in order -----------------------------------------------
-        if (dram_rd_resp && state != S_IDLE && dram_rd_received != dram_rd_issued) begin
+        // DRAM -> local: responses arrive in order.
+        if (d_resp) begin
             lm_b_we <= 1'b1;
-            lm_b_addr <= LA'(addr0_rd);
+            lm_b_waddr <= LA'(d_resp_addr);
             lm_b_wdata <= dram_rd_data;
-            dram_rd_received <= dram_rd_received + 1;
+            d_rd_received <= d_rd_received + 1;
         end
 
         // ---- SIMD pipeline --------------------------------------------------------------------
@@ -541,29 +644,24 @@ always @(posedge clk) begin
         p3_acc <= p2_acc;
         p3_waddr <= p2_waddr;
         simd_acc_wr <= 1'b0;
-        if (simd_out_valid) begin
-            program_counter <= program_counter + 1;
-            if (p3_write) begin
-                acc_wr_valid <= 1'b1;
-                acc_wr_addr <= p3_waddr;
-                acc_wr_data <= simd_out_data;
-                acc_wr_accumulate <= p3_acc;
-                simd_acc_wr <= 1'b1;
-            end
+        if (simd_out_valid && p3_write) begin
+            acc_wr_valid <= 1'b1;
+            acc_wr_addr <= p3_waddr;
+            acc_wr_data <= simd_out_data;
+            acc_wr_accumulate <= p3_acc;
+            simd_acc_wr <= 1'b1;
         end
     end
 end
 
-// Local addresses of DRAM read responses: the k-th response goes to addr0 + k * step0.
-wire [CB-1:0] addr0_rd = rd_base + dram_rd_received * rd_step;
 always @(posedge clk) begin
-    if (start) begin
+    if (start_c) begin
         rd_base <= f_addr0;
         rd_step <= f_step0;
     end
 end
 
-wire unused_ok = &{1'b0, lm_b_rdata_unused, dram_wr_addr, lw_addr, addr0_rd, is_simd, arr_in_ready, acc_rd_data_valid, sample_interval,
+wire unused_ok = &{1'b0, dram_wr_addr, rd1_addr, d_resp_addr, lw_addr, arr_in_ready, acc_rd_data_valid, sample_interval,
                    f_op1[OPERAND1_BITS-1:0], f_op0, f_op2, dram0_wr_pending, dram1_wr_pending};
 
 endmodule

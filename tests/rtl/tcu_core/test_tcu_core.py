@@ -150,6 +150,56 @@ async def every_simd_op(dut):
     await check_program(dut, arch, every_simd_op_program(arch), rng, "every simd op")
 
 
+# Each pair: a DRAM move and a compute instruction, dependent (the later one must wait) or not (they
+# overlap). Addresses are in a 64-vector local memory.
+OVERLAP_PROGRAM = """
+    datamove dram1_to_local local=0 dram1=0 size={w}
+    loadweights local=0 size={w}
+    datamove dram0_to_local local=8 dram0=0 size=8
+    matmul local=8 acc=0 size=8
+    datamove dram0_to_local local=16 dram0=8 size=8
+    matmul local=8 acc=8 size=8
+    datamove local_to_dram0 local=16 dram0=100 size=8
+    datamove acc_to_local local=16 acc=8 size=8
+    datamove local_to_dram0 local=16 dram0=120 size=8
+    datamove dram0_to_local local=40 dram0=16 size=8
+    datamove acc_to_local local=44 acc=0 size=8
+    datamove dram0_to_local local=24:2 dram0=30 size=6
+    matmul local=25:2 acc=16 size=6
+    datamove local_to_dram1 local=32 dram1=60 size=8
+    datamove local_to_acc local=33 acc=20 size=4
+    simd max read write dest=out left=in right=r1 acc_write=1 acc_read=1
+    datamove dram1_to_local local=56 dram1=40 size=8
+    simd add read write dest=out left=in right=in acc_write=2 acc_read=2
+"""
+
+
+@cocotb.test()
+async def dram_moves_overlap_compute_only_without_hazards(dut):
+    """Read-after-write, write-after-read and write-after-write on local memory between the engines
+    give the program-order result, and independent DRAM moves do run beside compute."""
+    from tvm_tensil.isa import assemble
+
+    arch = arch_from_env()
+    rng = random.Random(4)
+    await reset(dut)
+    both_busy = 0
+
+    async def watch():
+        nonlocal both_busy
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(dut.state.value) != 0 and int(dut.d_state.value) != 0:
+                both_busy += 1
+
+    watcher = cocotb.start_soon(watch())
+    body = assemble(OVERLAP_PROGRAM.format(w=arch.array_size + 1), arch.layout).instructions()
+    await check_program(dut, arch, body, rng, "overlap and hazards")
+    watcher.cancel()
+    assert both_busy >= 8, f"the engines overlapped for only {both_busy} cycles"
+
+
 @cocotb.test()
 async def random_programs(dut):
     from tvm_tensil.isa.fuzz import random_instruction
