@@ -58,15 +58,18 @@ module tcu_core #
     input  wire                              s_instr_valid,
     output wire                              s_instr_ready,
 
-    // DRAM0: vector reads (responses in request order) and writes
+    // DRAM0: reads of runs of consecutive vectors (responses in request order) and vector writes
+    // (the first of a run carries its length), so that tcu_dram_axi can make long bursts
     output wire                              m_dram0_rd_valid,
     input  wire                              m_dram0_rd_ready,
     output wire [DRAM0_DEPTH_BITS-1:0]       m_dram0_rd_addr,
+    output wire [31:0]                       m_dram0_rd_count,
     input  wire                              s_dram0_rd_valid,
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_dram0_rd_data,
     output wire                              m_dram0_wr_valid,
     input  wire                              m_dram0_wr_ready,
     output wire [DRAM0_DEPTH_BITS-1:0]       m_dram0_wr_addr,
+    output wire [31:0]                       m_dram0_wr_run,
     output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_dram0_wr_data,
     input  wire                              dram0_wr_pending,
 
@@ -74,11 +77,13 @@ module tcu_core #
     output wire                              m_dram1_rd_valid,
     input  wire                              m_dram1_rd_ready,
     output wire [DRAM1_DEPTH_BITS-1:0]       m_dram1_rd_addr,
+    output wire [31:0]                       m_dram1_rd_count,
     input  wire                              s_dram1_rd_valid,
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_dram1_rd_data,
     output wire                              m_dram1_wr_valid,
     input  wire                              m_dram1_wr_ready,
     output wire [DRAM1_DEPTH_BITS-1:0]       m_dram1_wr_addr,
+    output wire [31:0]                       m_dram1_wr_run,
     output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_dram1_wr_data,
     input  wire                              dram1_wr_pending,
 
@@ -87,6 +92,11 @@ module tcu_core #
     output reg  [3:0]                        dram0_cache,
     output reg  [31:0]                       dram1_offset,
     output reg  [3:0]                        dram1_cache,
+    output reg  [31:0]                       sample_interval,
+
+    // Valid/ready pairs per unit (valid in the even bit): array, accumulators, dataflow, DRAM1,
+    // DRAM0, local port B, local port A, instruction; the sample stream's bits 32..47 (spec section 8)
+    output wire [15:0]                       activity,
 
     // Status
     output reg  [31:0]                       program_counter,
@@ -328,11 +338,12 @@ wire         dram_rd_resp = d_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
 wire [V-1:0] dram_rd_data = d_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
 wire         dram_wr_ready = d_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
 reg          d_rd1_valid;      // a local read for DRAM is on port B's output
-reg [CB-1:0] d_rd1_addr;
+reg [CB-1:0] d_rd1_addr, d_rd1_run;
 
 localparam WQ_BITS = 2;
 localparam WQ = 1 << WQ_BITS;
 reg [CB-1:0]      wq_addr [0:WQ-1];
+reg [CB-1:0]      wq_run [0:WQ-1];
 reg [V-1:0]       wq_data [0:WQ-1];
 reg [WQ_BITS:0]   wq_count;
 reg [WQ_BITS-1:0] wq_head, wq_tail;
@@ -341,6 +352,9 @@ wire              wq_pop = wq_count != 0 && dram_wr_ready;
 wire [CB-1:0]     dram_wr_addr = wq_addr[wq_head];
 
 wire d_issuing = d_state == S_ISSUE && d_issued < d_count;
+// With DRAM stride 1 the whole move is one run: a single read request, or a write run announced
+// with its first vector; with a larger stride every vector is a run of its own.
+wire d_runs = d_step1 == 1;
 // A local read for DRAM issues only when the queue has room for it and the one in flight.
 wire to_dram_space = 32'(wq_count) + 32'(wq_push) + 1 < WQ;
 wire d_issue_now = d_issuing && (d_to_dram ? to_dram_space : dram_rd_ready);
@@ -349,6 +363,10 @@ assign m_dram0_rd_valid = d_issuing && !d_to_dram && !d_bank1;
 assign m_dram1_rd_valid = d_issuing && !d_to_dram && d_bank1;
 assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(d_addr1);
 assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(d_addr1);
+assign m_dram0_rd_count = d_runs ? d_count : 32'd1;
+assign m_dram1_rd_count = d_runs ? d_count : 32'd1;
+assign m_dram0_wr_run   = wq_run[wq_head];
+assign m_dram1_wr_run   = wq_run[wq_head];
 assign m_dram0_wr_valid = wq_count != 0 && !d_bank1;
 assign m_dram1_wr_valid = wq_count != 0 && d_bank1;
 assign m_dram0_wr_addr  = DRAM0_DEPTH_BITS'(dram_wr_addr);
@@ -425,7 +443,20 @@ assign quiet_d = d_rd_issued == d_rd_received && !d_rd1_valid && wq_count == 0 &
 
 assign idle = !s_instr_valid && c_free && d_free && quiet_c && quiet_d;
 
-reg [31:0] timeout_limit, tracepoint_pc, sample_interval, c_busy_cycles, d_busy_cycles;
+reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles, d_busy_cycles;
+
+wire d0_rd_fire = m_dram0_rd_valid && m_dram0_rd_ready, d0_wr_fire = m_dram0_wr_valid && m_dram0_wr_ready;
+wire d1_rd_fire = m_dram1_rd_valid && m_dram1_rd_ready, d1_wr_fire = m_dram1_wr_valid && m_dram1_wr_ready;
+assign activity = {
+    s_instr_ready, s_instr_valid,                                              // instruction
+    1'b1, lm_a_rd || lm_a_we,                                                  // local port A
+    1'b1, lm_b_rd || lm_b_we,                                                  // local port B
+    d0_rd_fire || d0_wr_fire, m_dram0_rd_valid || m_dram0_wr_valid || s_dram0_rd_valid,  // DRAM0
+    d1_rd_fire || d1_wr_fire, m_dram1_rd_valid || m_dram1_wr_valid || s_dram1_rd_valid,  // DRAM1
+    issue_now || d_issue_now, state != S_IDLE || d_state != S_IDLE,            // dataflow
+    1'b1, acc_wr_valid || acc_rd_valid,                                        // accumulators
+    arr_in_ready, arr_in_valid || arr_w_valid                                  // array
+};
 assign tracepoint = program_counter == tracepoint_pc;
 
 always @(posedge clk) begin
@@ -591,10 +622,15 @@ always @(posedge clk) begin
 
         // ---- DRAM engine ---------------------------------------------------------------------------
         if (d_issue_now) begin
-            d_issued <= d_issued + 1;
-            d_addr0 <= d_addr0 + d_step0;
-            d_addr1 <= d_addr1 + d_step1;
-            if (!d_to_dram) d_rd_issued <= d_rd_issued + 1;
+            if (!d_to_dram && d_runs) begin
+                d_issued <= d_count;
+                d_rd_issued <= d_count;
+            end else begin
+                d_issued <= d_issued + 1;
+                d_addr0 <= d_addr0 + d_step0;
+                d_addr1 <= d_addr1 + d_step1;
+                if (!d_to_dram) d_rd_issued <= d_rd_issued + 1;
+            end
         end
         if (d_state == S_ISSUE && d_issued == d_count) d_state <= S_DRAIN;
         if (d_state == S_DRAIN && quiet_d) begin
@@ -604,8 +640,10 @@ always @(posedge clk) begin
         // Local -> DRAM: port B's data one cycle after the read, into the queue.
         d_rd1_valid <= d_issue_now && d_to_dram;
         d_rd1_addr <= d_addr1;
+        d_rd1_run <= !d_runs ? 32'd1 : (d_issued == 0 ? d_count : 32'd0);
         if (d_rd1_valid) begin
             wq_addr[wq_tail] <= d_rd1_addr;
+            wq_run[wq_tail] <= d_rd1_run;
             wq_data[wq_tail] <= lm_b_rdata;
             wq_tail <= wq_tail + 1;
         end
@@ -661,7 +699,7 @@ always @(posedge clk) begin
     end
 end
 
-wire unused_ok = &{1'b0, dram_wr_addr, rd1_addr, d_resp_addr, lw_addr, arr_in_ready, acc_rd_data_valid, sample_interval,
+wire unused_ok = &{1'b0, dram_wr_addr, rd1_addr, d_resp_addr, lw_addr, arr_in_ready, acc_rd_data_valid,
                    f_op1[OPERAND1_BITS-1:0], f_op0, f_op2, dram0_wr_pending, dram1_wr_pending};
 
 endmodule

@@ -4,14 +4,16 @@
 `default_nettype none
 
 /*
- * One DRAM bank as an AXI4 master: the core's vector requests become bursts.
+ * One DRAM bank as an AXI4 master: the core's runs of consecutive vectors become bursts.
  *
  * A vector is ARRAY_SIZE scalars of STORAGE_BYTES bytes (little-endian; an 18-bit scalar is
- * sign-extended to 4 bytes) at byte address offset * 64 KiB + vector * VECTOR_BYTES, one burst of
- * VECTOR_BYTES / bus bytes beats (INCR), split in two where it would cross a 4 KiB boundary
- * (AXI forbids that; it happens for vectors like 24 bytes). Reads: up to MAX_OUTSTANDING bursts in
- * flight, data returned in request order. Writes: address and data channels run independently;
- * `wr_pending` stays high until every write response has arrived.
+ * sign-extended to 4 bytes) at byte address offset * 64 KiB + vector * VECTOR_BYTES. A run of
+ * consecutive vectors becomes INCR bursts of up to 256 beats that never cross a 4 KiB boundary (AXI
+ * forbids that), so a DataMove with DRAM stride 1 streams at the bus width with a handful of
+ * requests. Reads: a request names the first vector and the run length; up to MAX_OUTSTANDING bursts
+ * in flight, data returned in order, one vector per BEATS beats. Writes: vectors come one by one, the
+ * first of a run carrying the run length; address and data channels run independently; `wr_pending`
+ * stays high until every write response has arrived.
  */
 module tcu_dram_axi #
 (
@@ -44,6 +46,7 @@ module tcu_dram_axi #
     input  wire                             s_rd_valid,
     output wire                             s_rd_ready,
     input  wire [DEPTH_BITS-1:0]            s_rd_addr,
+    input  wire [31:0]                      s_rd_count,     // vectors in the run, at least 1
     output reg                              m_rd_valid,
     output reg  [ARRAY_SIZE*DATA_WIDTH-1:0] m_rd_data,
 
@@ -51,6 +54,7 @@ module tcu_dram_axi #
     input  wire                             s_wr_valid,
     output wire                             s_wr_ready,
     input  wire [DEPTH_BITS-1:0]            s_wr_addr,
+    input  wire [31:0]                      s_wr_run,       // first vector of a run: its length; else 0
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0] s_wr_data,
     output wire                             wr_pending,
 
@@ -124,33 +128,33 @@ function automatic [AXI_ADDR_WIDTH-1:0] byte_address(input [DEPTH_BITS-1:0] vect
     byte_address = (AXI_ADDR_WIDTH'(offset) << 16) + AXI_ADDR_WIDTH'(vector) * AXI_ADDR_WIDTH'(VECTOR_BYTES);
 endfunction
 
-// A vector at byte address a: the beats of its first burst (up to the 4 KiB boundary).
-function automatic [8:0] first_beats(input [11:0] a);
+localparam BB = 40;  // beats of a run: up to 2^32 vectors of up to 256 beats
+
+// The next burst of a run at byte address a with `left` beats to go: up to 256 beats, up to the 4 KiB boundary.
+function automatic [8:0] burst_beats(input [11:0] a, input [BB-1:0] left);
     logic [12:0] room;
-    room = 13'd4096 - 13'(a[11:0]);
-    first_beats = 32'(room) >= VECTOR_BYTES ? 9'(BEATS) : 9'(32'(room) / BUS_BYTES);
+    room = (13'd4096 - 13'(a)) >> SIZE;
+    burst_beats = left < BB'(room) ? (left < BB'(256) ? 9'(left) : 9'd256) : (room < 13'd256 ? 9'(room) : 9'd256);
 endfunction
 
 // -- reads ------------------------------------------------------------------------------------------
 reg [OUT_BITS:0]         rd_outstanding;
-reg                      ar_valid, ar_split;
-reg [AXI_ADDR_WIDTH-1:0] ar_addr, ar_split_addr;
-reg [7:0]                ar_len, ar_split_len;
+reg                      ar_active;
+reg [AXI_ADDR_WIDTH-1:0] ar_addr;
+reg [BB-1:0]             ar_left;
+wire [8:0]               ar_beats = burst_beats(ar_addr[11:0], ar_left);
 
 assign m_axi_arid    = '0;
 assign m_axi_araddr  = ar_addr;
-assign m_axi_arlen   = ar_len;
+assign m_axi_arlen   = 8'(ar_beats - 9'd1);
 assign m_axi_arsize  = 3'(SIZE);
 assign m_axi_arburst = 2'b01;
 assign m_axi_arlock  = 1'b0;
 assign m_axi_arcache = cache;
 assign m_axi_arprot  = 3'b000;
-assign m_axi_arvalid = ar_valid && rd_outstanding < (OUT_BITS+1)'(MAX_OUTSTANDING);
-assign s_rd_ready    = !ar_valid && !rst;
+assign m_axi_arvalid = ar_active && rd_outstanding < (OUT_BITS+1)'(MAX_OUTSTANDING);
+assign s_rd_ready    = !ar_active && !rst;
 assign m_axi_rready  = 1'b1;
-
-wire [AXI_ADDR_WIDTH-1:0] rd_byte = byte_address(s_rd_addr);
-wire [8:0]                rd_first = first_beats(rd_byte[11:0]);
 
 reg [VECTOR_BYTES*8-1:0] rd_shift;
 reg [8:0]                rd_beat;
@@ -162,26 +166,18 @@ always @(posedge clk) begin
     if (rst) begin
         rd_outstanding <= '0;
         rd_beat <= '0;
-        ar_valid <= 1'b0;
-        ar_split <= 1'b0;
+        ar_active <= 1'b0;
     end else begin
         rd_outstanding <= rd_outstanding + (OUT_BITS+1)'(m_axi_arvalid && m_axi_arready)
                                          - (OUT_BITS+1)'(m_axi_rvalid && m_axi_rlast);
         if (s_rd_valid && s_rd_ready) begin
-            ar_valid <= 1'b1;
-            ar_addr <= rd_byte;
-            ar_len <= 8'(rd_first - 1);
-            ar_split <= rd_first != 9'(BEATS);
-            ar_split_addr <= rd_byte + AXI_ADDR_WIDTH'(rd_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
-            ar_split_len <= 8'(9'(BEATS) - rd_first - 9'd1);
+            ar_active <= s_rd_count != 0;
+            ar_addr <= byte_address(s_rd_addr);
+            ar_left <= BB'(s_rd_count) * BB'(BEATS);
         end else if (m_axi_arvalid && m_axi_arready) begin
-            if (ar_split) begin
-                ar_addr <= ar_split_addr;
-                ar_len <= ar_split_len;
-                ar_split <= 1'b0;
-            end else begin
-                ar_valid <= 1'b0;
-            end
+            ar_addr <= ar_addr + (AXI_ADDR_WIDTH'(ar_beats) << SIZE);
+            ar_left <= ar_left - BB'(ar_beats);
+            if (ar_left == BB'(ar_beats)) ar_active <= 1'b0;
         end
         // A vector is BEATS beats, whichever bursts they came in.
         if (m_axi_rvalid) begin
@@ -200,42 +196,44 @@ always @(posedge clk) begin
 end
 
 // -- writes -----------------------------------------------------------------------------------------
-// Vectors wait in a data queue (W beats stream from its head) and their bursts in an address queue,
-// so AW and W run independently and a new vector is taken while earlier beats are still going out.
+// Vectors wait in a data queue and beats stream from its head. The first vector of a run starts the
+// address generator, which issues the run's bursts and queues each burst's length for the data side
+// (it needs them for WLAST); so AW and W run independently.
 localparam Q_BITS = 2;
 localparam Q = 1 << Q_BITS;
+localparam L_BITS = 3;
+localparam L = 1 << L_BITS;
 reg [VECTOR_BYTES*8-1:0] wq_data [0:Q-1];
-reg [8:0]                wq_first [0:Q-1];    // beats of the vector's first burst
 reg [Q_BITS:0]           wq_count;
 reg [Q_BITS-1:0]         wq_head, wq_tail;
-reg [AXI_ADDR_WIDTH-1:0] awq_addr [0:2*Q-1];
-reg [7:0]                awq_len [0:2*Q-1];
-reg [Q_BITS+1:0]         awq_count;
-reg [Q_BITS:0]           awq_head, awq_tail;
-reg [8:0]                w_beat;
+reg                      aw_active;
+reg [AXI_ADDR_WIDTH-1:0] aw_addr;
+reg [BB-1:0]             aw_left;
+wire [8:0]               aw_beats = burst_beats(aw_addr[11:0], aw_left);
+reg [8:0]                wl_len [0:L-1];       // beats of the bursts issued, for WLAST
+reg [L_BITS:0]           wl_count;
+reg [L_BITS-1:0]         wl_head, wl_tail;
+reg [8:0]                w_beat;               // beat within the vector
+reg [8:0]                w_burst_beat;         // beat within the burst
 reg [15:0]               b_outstanding;
 
-wire [AXI_ADDR_WIDTH-1:0] wr_byte = byte_address(s_wr_addr);
-wire [8:0]                wr_first = first_beats(wr_byte[11:0]);
-wire                      wr_split = wr_first != 9'(BEATS);
-
-assign s_wr_ready    = !rst && 32'(wq_count) < Q && 32'(awq_count) + 2 <= 2 * Q;
+assign s_wr_ready    = !rst && 32'(wq_count) < Q && (s_wr_run == 0 || !aw_active);
 assign m_axi_awid    = '0;
-assign m_axi_awaddr  = awq_addr[awq_head];
-assign m_axi_awlen   = awq_len[awq_head];
+assign m_axi_awaddr  = aw_addr;
+assign m_axi_awlen   = 8'(aw_beats - 9'd1);
 assign m_axi_awsize  = 3'(SIZE);
 assign m_axi_awburst = 2'b01;
 assign m_axi_awlock  = 1'b0;
 assign m_axi_awcache = cache;
 assign m_axi_awprot  = 3'b000;
-assign m_axi_awvalid = awq_count != 0;
+assign m_axi_awvalid = aw_active && 32'(wl_count) < L;
 wire [VECTOR_BYTES*8-1:0] w_vector = wq_data[wq_head] >> (32'(w_beat) * AXI_DATA_WIDTH);
 assign m_axi_wdata   = w_vector[AXI_DATA_WIDTH-1:0];
 assign m_axi_wstrb   = '1;
-assign m_axi_wlast   = w_beat == wq_first[wq_head] - 1 || 32'(w_beat) == BEATS - 1;
-assign m_axi_wvalid  = wq_count != 0;
+assign m_axi_wlast   = w_burst_beat == wl_len[wl_head] - 9'd1;
+assign m_axi_wvalid  = wq_count != 0 && wl_count != 0;
 assign m_axi_bready  = 1'b1;
-assign wr_pending    = wq_count != 0 || awq_count != 0 || b_outstanding != 0;
+assign wr_pending    = wq_count != 0 || aw_active || wl_count != 0 || b_outstanding != 0;
 
 reg [VECTOR_BYTES*8-1:0] packed_wr;
 always @* begin
@@ -248,34 +246,45 @@ wire wr_take = s_wr_valid && s_wr_ready;
 wire aw_go = m_axi_awvalid && m_axi_awready;
 wire w_go = m_axi_wvalid && m_axi_wready;
 wire w_vector_done = w_go && 32'(w_beat) == BEATS - 1;
+wire w_burst_done = w_go && m_axi_wlast;
 
 always @(posedge clk) begin
     if (rst) begin
         wq_count <= '0;
         wq_head <= '0;
         wq_tail <= '0;
-        awq_count <= '0;
-        awq_head <= '0;
-        awq_tail <= '0;
+        aw_active <= 1'b0;
+        wl_count <= '0;
+        wl_head <= '0;
+        wl_tail <= '0;
         w_beat <= '0;
+        w_burst_beat <= '0;
         b_outstanding <= '0;
     end else begin
         b_outstanding <= b_outstanding + 16'(aw_go) - 16'(m_axi_bvalid);
         if (wr_take) begin
             wq_data[wq_tail] <= packed_wr;
-            wq_first[wq_tail] <= wr_first;
             wq_tail <= wq_tail + 1;
-            awq_addr[awq_tail[Q_BITS:0]] <= wr_byte;
-            awq_len[awq_tail[Q_BITS:0]] <= 8'(wr_first - 9'd1);
-            if (wr_split) begin
-                awq_addr[awq_tail + 1] <= wr_byte + AXI_ADDR_WIDTH'(wr_first) * AXI_ADDR_WIDTH'(BUS_BYTES);
-                awq_len[awq_tail + 1] <= 8'(9'(BEATS) - wr_first - 9'd1);
-            end
-            awq_tail <= awq_tail + (wr_split ? 2 : 1);
         end
-        if (aw_go) awq_head <= awq_head + 1;
-        awq_count <= awq_count + (wr_take ? (wr_split ? 2 : 1) : 0) - (Q_BITS+2)'(aw_go);
-        if (w_go) w_beat <= w_vector_done ? '0 : w_beat + 1;
+        if (wr_take && s_wr_run != 0) begin
+            aw_active <= 1'b1;
+            aw_addr <= byte_address(s_wr_addr);
+            aw_left <= BB'(s_wr_run) * BB'(BEATS);
+        end else if (aw_go) begin
+            aw_addr <= aw_addr + (AXI_ADDR_WIDTH'(aw_beats) << SIZE);
+            aw_left <= aw_left - BB'(aw_beats);
+            if (aw_left == BB'(aw_beats)) aw_active <= 1'b0;
+        end
+        if (aw_go) begin
+            wl_len[wl_tail] <= aw_beats;
+            wl_tail <= wl_tail + 1;
+        end
+        wl_count <= wl_count + (L_BITS+1)'(aw_go) - (L_BITS+1)'(w_burst_done);
+        if (w_burst_done) wl_head <= wl_head + 1;
+        if (w_go) begin
+            w_beat <= w_vector_done ? '0 : w_beat + 1;
+            w_burst_beat <= w_burst_done ? '0 : w_burst_beat + 1;
+        end
         if (w_vector_done) wq_head <= wq_head + 1;
         wq_count <= wq_count + (Q_BITS+1)'(wr_take) - (Q_BITS+1)'(w_vector_done);
     end

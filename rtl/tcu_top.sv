@@ -130,8 +130,16 @@ module tcu_top #
     input  wire                          m_axi_dram1_rvalid,
     output wire                          m_axi_dram1_rready,
 
+    // Samples (spec section 8): a 64-bit word every `sample interval` cycles (Configure register
+    // 11; 0 = off): program counter (all ones when idle), then the units' valid/ready pairs
+    output wire [63:0]                   m_axis_sample_tdata,
+    output wire                          m_axis_sample_tvalid,
+    input  wire                          m_axis_sample_tready,
+    output wire                          m_axis_sample_tlast,
+
     // Status
     output wire [31:0]                   program_counter,
+    output wire [15:0]                   activity,
     output wire                          idle,
     output wire                          error,
     output wire                          timeout,
@@ -161,8 +169,10 @@ wire d1_rd_valid, d1_rd_ready, d1_rd_resp, d1_wr_valid, d1_wr_ready, d1_wr_pendi
 wire [DRAM0_DEPTH_BITS-1:0] d0_rd_addr, d0_wr_addr;
 wire [DRAM1_DEPTH_BITS-1:0] d1_rd_addr, d1_wr_addr;
 wire [V-1:0] d0_rd_data, d0_wr_data, d1_rd_data, d1_wr_data;
+wire [31:0] d0_rd_count, d0_wr_run, d1_rd_count, d1_wr_run;
 wire [31:0] dram0_offset, dram1_offset;
 wire [3:0] dram0_cache, dram1_cache;
+wire [31:0] sample_interval;
 
 tcu_core #(
     .ARRAY_SIZE(ARRAY_SIZE), .DATA_WIDTH(DATA_WIDTH), .BINARY_POINT(BINARY_POINT),
@@ -177,15 +187,16 @@ tcu_core #(
 core_inst (
     .clk(clk), .rst(rst),
     .s_instr_data(instr_data), .s_instr_valid(instr_valid), .s_instr_ready(instr_ready),
-    .m_dram0_rd_valid(d0_rd_valid), .m_dram0_rd_ready(d0_rd_ready), .m_dram0_rd_addr(d0_rd_addr),
+    .m_dram0_rd_valid(d0_rd_valid), .m_dram0_rd_ready(d0_rd_ready), .m_dram0_rd_addr(d0_rd_addr), .m_dram0_rd_count(d0_rd_count),
     .s_dram0_rd_valid(d0_rd_resp), .s_dram0_rd_data(d0_rd_data),
-    .m_dram0_wr_valid(d0_wr_valid), .m_dram0_wr_ready(d0_wr_ready), .m_dram0_wr_addr(d0_wr_addr),
+    .m_dram0_wr_valid(d0_wr_valid), .m_dram0_wr_ready(d0_wr_ready), .m_dram0_wr_addr(d0_wr_addr), .m_dram0_wr_run(d0_wr_run),
     .m_dram0_wr_data(d0_wr_data), .dram0_wr_pending(d0_wr_pending),
-    .m_dram1_rd_valid(d1_rd_valid), .m_dram1_rd_ready(d1_rd_ready), .m_dram1_rd_addr(d1_rd_addr),
+    .m_dram1_rd_valid(d1_rd_valid), .m_dram1_rd_ready(d1_rd_ready), .m_dram1_rd_addr(d1_rd_addr), .m_dram1_rd_count(d1_rd_count),
     .s_dram1_rd_valid(d1_rd_resp), .s_dram1_rd_data(d1_rd_data),
-    .m_dram1_wr_valid(d1_wr_valid), .m_dram1_wr_ready(d1_wr_ready), .m_dram1_wr_addr(d1_wr_addr),
+    .m_dram1_wr_valid(d1_wr_valid), .m_dram1_wr_ready(d1_wr_ready), .m_dram1_wr_addr(d1_wr_addr), .m_dram1_wr_run(d1_wr_run),
     .m_dram1_wr_data(d1_wr_data), .dram1_wr_pending(d1_wr_pending),
     .dram0_offset(dram0_offset), .dram0_cache(dram0_cache), .dram1_offset(dram1_offset), .dram1_cache(dram1_cache),
+    .sample_interval(sample_interval), .activity(activity),
     .program_counter(program_counter), .idle(idle), .error(error), .timeout(timeout),
     .tracepoint(tracepoint), .saturated(saturated)
 );
@@ -197,9 +208,9 @@ tcu_dram_axi #(
 )
 dram0_inst (
     .clk(clk), .rst(rst), .offset(dram0_offset), .cache(dram0_cache),
-    .s_rd_valid(d0_rd_valid), .s_rd_ready(d0_rd_ready), .s_rd_addr(d0_rd_addr),
+    .s_rd_valid(d0_rd_valid), .s_rd_ready(d0_rd_ready), .s_rd_addr(d0_rd_addr), .s_rd_count(d0_rd_count),
     .m_rd_valid(d0_rd_resp), .m_rd_data(d0_rd_data),
-    .s_wr_valid(d0_wr_valid), .s_wr_ready(d0_wr_ready), .s_wr_addr(d0_wr_addr),
+    .s_wr_valid(d0_wr_valid), .s_wr_ready(d0_wr_ready), .s_wr_addr(d0_wr_addr), .s_wr_run(d0_wr_run),
     .s_wr_data(d0_wr_data), .wr_pending(d0_wr_pending),
     .m_axi_awid(m_axi_dram0_awid),
     .m_axi_awaddr(m_axi_dram0_awaddr),
@@ -245,9 +256,9 @@ tcu_dram_axi #(
 )
 dram1_inst (
     .clk(clk), .rst(rst), .offset(dram1_offset), .cache(dram1_cache),
-    .s_rd_valid(d1_rd_valid), .s_rd_ready(d1_rd_ready), .s_rd_addr(d1_rd_addr),
+    .s_rd_valid(d1_rd_valid), .s_rd_ready(d1_rd_ready), .s_rd_addr(d1_rd_addr), .s_rd_count(d1_rd_count),
     .m_rd_valid(d1_rd_resp), .m_rd_data(d1_rd_data),
-    .s_wr_valid(d1_wr_valid), .s_wr_ready(d1_wr_ready), .s_wr_addr(d1_wr_addr),
+    .s_wr_valid(d1_wr_valid), .s_wr_ready(d1_wr_ready), .s_wr_addr(d1_wr_addr), .s_wr_run(d1_wr_run),
     .s_wr_data(d1_wr_data), .wr_pending(d1_wr_pending),
     .m_axi_awid(m_axi_dram1_awid),
     .m_axi_awaddr(m_axi_dram1_awaddr),
@@ -285,6 +296,41 @@ dram1_inst (
     .m_axi_rvalid(m_axi_dram1_rvalid),
     .m_axi_rready(m_axi_dram1_rready)
 );
+
+// -- sample stream ---------------------------------------------------------------------------------
+// A sample is taken every `sample_interval` cycles; one the receiver has not taken yet is kept (AXI-
+// Stream data may not change while valid) and the samples due meanwhile are dropped, counted in
+// `samples_dropped` so that a host can tell a gap from an idle core.
+reg  [31:0] sample_count;
+reg  [63:0] sample_data;
+reg         sample_valid;
+reg  [31:0] samples_dropped;
+wire        sample_due = sample_interval != 0 && sample_count + 1 >= sample_interval;
+
+always @(posedge clk) begin
+    if (rst) begin
+        sample_count <= '0;
+        sample_valid <= 1'b0;
+        samples_dropped <= '0;
+    end else begin
+        if (m_axis_sample_tready) sample_valid <= 1'b0;
+        sample_count <= sample_due || sample_interval == 0 ? '0 : sample_count + 1;
+        if (sample_due) begin
+            if (sample_valid && !m_axis_sample_tready) begin
+                samples_dropped <= samples_dropped + 1;
+            end else begin
+                sample_valid <= 1'b1;
+                sample_data <= {16'd0, activity, idle ? 32'hFFFFFFFF : program_counter};
+            end
+        end
+    end
+end
+
+assign m_axis_sample_tdata = sample_data;
+assign m_axis_sample_tvalid = sample_valid;
+assign m_axis_sample_tlast = 1'b1;
+
+wire unused_samples_dropped = &{1'b0, samples_dropped};
 
 endmodule
 

@@ -1,4 +1,5 @@
-"""cocotb bench for benchmarks/rtl_cycles.py: cycles from an instruction's acceptance to its retirement."""
+"""cocotb bench for benchmarks/rtl_cycles.py: cycles from the first instruction's acceptance until the
+core is idle again (every write landed, write responses included)."""
 
 import json
 import os
@@ -32,6 +33,12 @@ async def measure(dut):
         "dram0_to_local_4KiB": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_dram0_4KiB": f"datamove local_to_dram0 local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_acc_256": "datamove local_to_acc local=0x0 acc=0x0 size=256",
+        # A DRAM load into one half of local memory beside a MatMul on the other: they overlap.
+        "dram0_to_local_4KiB_beside_matmul_256": f"datamove dram0_to_local local=0x1000 dram0=0x0 size={vectors_4k}\n"
+                                                 "matmul local=0x0 acc=0x0 size=256",
+        # The MatMul reads what the load writes: it waits (read-after-write interlock).
+        "dram0_to_local_4KiB_then_dependent_matmul": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}\n"
+                                                     f"matmul local=0x0 acc=0x0 size={vectors_4k}",
         # ReLU as compiled: each vector read and written in place, no dependency between them.
         "simd_x64_independent": "\n".join(f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}"
                                            for i in range(64)),
@@ -48,7 +55,7 @@ async def measure(dut):
             stream += bytes(lay.instruction_bytes)
         start_pc = int(dut.program_counter.value)
         await source.send(stream)
-        # From the first instruction's acceptance to the retirement of the last real one.
+        # From the first instruction's acceptance until everything has landed.
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
@@ -59,7 +66,7 @@ async def measure(dut):
             await RisingEdge(dut.clk)
             cycles += 1
             await ReadOnly()
-            if int(dut.program_counter.value) >= start_pc + count:
+            if int(dut.program_counter.value) >= start_pc + count and int(dut.idle.value):
                 break
         results[name] = {"cycles": cycles, "instructions": count}
         while not (int(dut.idle.value) and source.empty()):

@@ -1,7 +1,7 @@
 """tcu_core against the emulator: hand-written and random programs, DRAM compared word for word.
 
-DRAM banks are Python models behind the core's vector ports, answering in order after random
-delays and with random backpressure. A preamble zeroes weights, accumulators, local memory and
+DRAM banks are Python models behind the core's vector ports (reads name a run of consecutive
+vectors), answering in order after random delays and with random backpressure. A preamble zeroes weights, accumulators, local memory and
 SIMD registers (the emulator's power-on state); an epilogue copies local memory and accumulators out to DRAM,
 so the comparison covers every memory.
 """
@@ -80,9 +80,11 @@ async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
             if q and q[0][0] <= cycle:
                 q.pop(0)
             if int(getattr(dut, f"m_dram{b}_rd_valid").value) and int(getattr(dut, f"m_dram{b}_rd_ready").value):
+                # A run of consecutive vectors, answered one by one after random delays.
                 addr = int(getattr(dut, f"m_dram{b}_rd_addr").value)
-                last = q[-1][0] if q else cycle
-                q.append((max(last, cycle) + rng.randint(1, 4), addr))
+                for k in range(int(getattr(dut, f"m_dram{b}_rd_count").value)):
+                    last = q[-1][0] if q else cycle
+                    q.append((max(last, cycle) + rng.randint(1, 4), (addr + k) % len(banks[b])))
             if int(getattr(dut, f"m_dram{b}_wr_valid").value) and int(getattr(dut, f"m_dram{b}_wr_ready").value):
                 addr = int(getattr(dut, f"m_dram{b}_wr_addr").value)
                 banks[b][addr] = unpack(int(getattr(dut, f"m_dram{b}_wr_data").value), n, w)

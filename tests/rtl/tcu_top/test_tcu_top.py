@@ -12,7 +12,7 @@ import pytest
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
-from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
 DRAM0_OFFSET, DRAM1_OFFSET = 1, 3  # in 64 KiB units
 
@@ -156,6 +156,57 @@ async def invalid_instructions_raise_error_and_are_skipped(dut):
     await bench.reset()  # reset clears the flag and returns to idle
     await ReadOnly()
     assert int(dut.error.value) == 0 and int(dut.idle.value) == 1 and int(dut.program_counter.value) == 0
+
+
+@cocotb.test()
+async def timeout_tracepoint_and_sample_stream(dut):
+    """Configure's timeout, tracepoint and sample interval registers (spec sections 5 and 8)."""
+    from tvm_tensil.isa import ConfigRegister, Configure, MatMul, Program
+
+    arch = arch_from_env()
+    bench = Bench(dut, arch, 4)
+    sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_sample"), dut.clk, dut.rst)
+    await bench.reset()
+    lay = arch.layout
+    long_matmul = MatMul(0, 0, 30, zeroes=True)  # 30 vectors: longer than 20 cycles
+
+    # No timeout set (the bench configures 0): the flag stays low.
+    await bench.run(Program.from_instructions([long_matmul], lay))
+    assert int(dut.timeout.value) == 0
+    # A 20-cycle timeout: the long instruction raises it, it stays up, the program still completes.
+    await bench.run(Program.from_instructions([Configure(ConfigRegister.TIMEOUT, 20), long_matmul], lay))
+    assert int(dut.timeout.value) == 1
+    await bench.reset()
+    assert int(dut.timeout.value) == 0
+
+    # Tracepoint: up exactly while the program counter equals the register.
+    seen = []
+
+    async def watch():
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(dut.tracepoint.value):
+                seen.append(int(dut.program_counter.value))
+
+    watcher = cocotb.start_soon(watch())
+    await bench.run(Program.from_instructions([Configure(ConfigRegister.TRACEPOINT, 5), long_matmul, long_matmul,
+                                               Configure(ConfigRegister.SAMPLE_INTERVAL, 7), long_matmul,
+                                               long_matmul, Configure(ConfigRegister.SAMPLE_INTERVAL, 0)], lay))
+    watcher.cancel()
+    assert seen and set(seen) == {5}, seen
+
+    # Samples every 7 cycles while the two MatMuls ran: program counter, array activity.
+    words = []
+    while not sink.empty():
+        frame = await sink.recv()
+        words.append(int.from_bytes(bytes(frame.tdata), "little"))
+    assert len(words) >= 60 // 7, len(words)
+    pcs = [w & 0xFFFFFFFF for w in words]
+    assert all(pc == 0xFFFFFFFF or 7 <= pc <= 11 for pc in pcs), pcs
+    array_valid = [(w >> 32) & 1 for w in words]
+    assert sum(array_valid) >= len(words) // 2, "the array was busy in most samples"
+    assert all((w >> 48) == 0 for w in words)
 
 
 def top_params(n, width, regs=1, local=64, acc=32, dram_bits=8, stride=4, bus=64, axi=64):
