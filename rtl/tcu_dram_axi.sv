@@ -158,8 +158,14 @@ assign m_axi_rready  = 1'b1;
 
 reg [VECTOR_BYTES*8-1:0] rd_shift;
 reg [8:0]                rd_beat;
-wire [VECTOR_BYTES*8-1:0] rd_full = BEATS > 1 ?
-    {m_axi_rdata, rd_shift[VECTOR_BYTES*8-1:AXI_DATA_WIDTH]} : (VECTOR_BYTES*8)'(m_axi_rdata);
+wire [VECTOR_BYTES*8-1:0] rd_full;  // the vector once this beat is in
+generate
+    if (BEATS > 1) begin : g_rd_beats
+        assign rd_full = {m_axi_rdata, rd_shift[VECTOR_BYTES*8-1:AXI_DATA_WIDTH]};
+    end else begin : g_rd_beat
+        assign rd_full = m_axi_rdata;
+    end
+endgenerate
 
 always @(posedge clk) begin
     m_rd_valid <= 1'b0;

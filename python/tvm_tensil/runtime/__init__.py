@@ -26,6 +26,7 @@ __all__ = [
 # name -> "module:Class"; modules are imported on first use (a board needs pynq, etc.).
 DEVICES: dict[str, str] = {
     "emulator": "tvm_tensil.runtime.emulator:Emulator",
+    "verilator": "tvm_tensil.runtime.verilator:Verilator",
 }
 DEFAULT_DEVICE = "emulator"
 ENV_VAR = "TVM_TENSIL_DEVICE"

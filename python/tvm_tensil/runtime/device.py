@@ -16,7 +16,8 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.program import Program
+from ..isa.instructions import Opcode
+from ..isa.program import Program, ProgramError
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 
 __all__ = ["Device", "RunStats", "SaturationWarning", "DeviceError"]
@@ -40,6 +41,21 @@ class RunStats:
     saturations: dict[str, int] = field(default_factory=dict)  # clipped scalars by opcode
     cycles: int | None = None  # devices that model time report cycles
     seconds: float = 0.0  # wall time of the run
+    busy: dict[str, int] = field(default_factory=dict)  # cycles each unit was busy (RTL devices)
+
+    @classmethod
+    def for_program(cls, f) -> "RunStats":
+        """Instructions and vectors per opcode of a decoded program (``Program.fields()``)."""
+        stats = cls(instructions=len(f))
+        counts = np.bincount(f.opcode, minlength=16)
+        sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
+                         np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
+                                  (f.opcode == Opcode.SIMD).astype(np.int64)))
+        vectors = np.bincount(f.opcode, weights=sizes, minlength=16)
+        for op in Opcode:
+            stats.per_opcode[op.name.lower()] = int(counts[int(op)])
+            stats.vectors[op.name.lower()] = int(vectors[int(op)])
+        return stats
 
     @property
     def saturated(self) -> int:
@@ -49,6 +65,8 @@ class RunStats:
         parts = [f"{self.instructions} instructions in {self.seconds:.3f} s"]
         if self.cycles is not None:
             parts.append(f"{self.cycles} cycles")
+            if self.busy:
+                parts.append("busy: " + ", ".join(f"{k} {v / max(self.cycles, 1):.0%}" for k, v in self.busy.items()))
         ops = ", ".join(f"{k} {v}" for k, v in sorted(self.per_opcode.items()) if v)
         lines = [", ".join(parts), f"  by opcode: {ops or 'none'}"]
         if self.saturated:
@@ -85,6 +103,21 @@ class Device(ABC):
         """Return the device to its power-on state (override if it keeps more)."""
 
     # -- shared helpers ----------------------------------------------------------------------
+    def checked_fields(self, program: Program):
+        """The program's decoded fields, after every check a device makes before running anything."""
+        if program.layout.arch != self.arch:
+            raise ProgramError(f"{program.name} was encoded for another architecture than this {self.name} device's")
+        f = program.fields()
+        program.validate(f)
+        lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
+        if lut.size:
+            raise ProgramError(
+                f"{program.name}: pc {int(lut[0])}: LoadLUT: the TCU has no lookup tables "
+                "(no architecture parameter provides them); remove the instruction",
+                pc=int(lut[0]),
+            )
+        return f
+
     def _check_range(self, bank: int, base: int, size: int) -> None:
         if bank not in (0, 1):
             raise ValueError(f"DRAM bank must be 0 or 1, got {bank!r}")

@@ -23,9 +23,6 @@ from .device import Device, RunStats
 
 __all__ = ["Emulator"]
 
-_OPCODE_NAMES = {int(o): o.name.lower() for o in Opcode}
-
-
 class Emulator(Device):
     """Bit-exact TCU model. DRAM banks are numpy arrays in the data type's storage format."""
 
@@ -72,32 +69,11 @@ class Emulator(Device):
 
     # -- execution -------------------------------------------------------------------------------
     def execute(self, program: Program) -> RunStats:
-        if program.layout.arch != self.arch:
-            raise ProgramError(
-                f"{program.name} was encoded for another architecture than this emulator's"
-            )
         start = time.perf_counter()
-        f = program.fields()
-        program.validate(f)
-        lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
-        if lut.size:
-            raise ProgramError(
-                f"{program.name}: pc {int(lut[0])}: LoadLUT: the TCU has no lookup tables "
-                "(no architecture parameter provides them); remove the instruction",
-                pc=int(lut[0]),
-            )
+        f = self.checked_fields(program)
         counters = {name: SaturationCounter() for name in ("matmul", "datamove", "simd")}
         self._run(f, counters)
-
-        stats = RunStats(instructions=len(f))
-        counts = np.bincount(f.opcode, minlength=16)
-        sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
-                         np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
-                                  (f.opcode == Opcode.SIMD).astype(np.int64)))
-        vectors = np.bincount(f.opcode, weights=sizes, minlength=16)
-        for code, name in _OPCODE_NAMES.items():
-            stats.per_opcode[name] = int(counts[code])
-            stats.vectors[name] = int(vectors[code])
+        stats = RunStats.for_program(f)
         stats.saturations = {k: c.count for k, c in counters.items()}
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats

@@ -1,0 +1,117 @@
+"""The Verilated core as a shared library: build (cached) and a ctypes binding.
+
+The harness (``src/sim/tcu_sim.cc``) wraps ``tcu_top`` with AXI slave models of DRAM0/DRAM1 backed
+by buffers Python owns, and runs whole programs in C++. One build per architecture: the cache key
+is the top's parameters, the RTL and harness sources and the Verilator version, so editing the RTL
+or changing a parameter rebuilds, and nothing else does. The cache lives in ``$TVM_TENSIL_CACHE``
+(default ``~/.cache/tvm_tensil``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..arch import Architecture
+from .params import top_parameters
+from .toolchain import RTL_DIR, rtl_sources, verilator_env, verilator_root
+
+HARNESS = RTL_DIR.parent / "src" / "sim" / "tcu_sim.cc"
+LIBRARY = "libtcusim.so"
+UNITS = ("array", "accumulators", "dataflow", "dram1", "dram0", "local_port_b", "local_port_a", "instruction")
+
+
+class SimulationBuildError(RuntimeError):
+    """Verilator could not build the core."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TVM_TENSIL_CACHE") or Path.home() / ".cache" / "tvm_tensil")
+
+
+def build_key(arch: Architecture, trace: bool = False) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(top_parameters(arch), sort_keys=True).encode())
+    for path in [*rtl_sources(), HARNESS]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    from importlib.metadata import version
+
+    h.update(version("verilator").encode())
+    h.update(b"fst" if trace else b"")
+    return h.hexdigest()[:16]
+
+
+def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
+    """The shared library for ``arch``, built on first use (a minute or two) and cached."""
+    name = f"{arch.name or 'custom'}-{build_key(arch, trace)}"
+    folder = cache_root() / "verilator" / name
+    lib = folder / LIBRARY
+    if lib.exists():
+        return lib
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same model
+        if lib.exists():
+            return lib
+        if not quiet:
+            print(f"tvm_tensil: building the Verilator model of the core for '{arch.name or 'custom'}' "
+                  f"(first use; cached in {folder})...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        obj = folder / "obj"
+        shutil.rmtree(obj, ignore_errors=True)
+        params = [f"-G{k}={v}" for k, v in top_parameters(arch).items()]
+        jobs = str(max(1, min(4, os.cpu_count() or 1)))
+        cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", jobs, "-O3",
+               "--top-module", "tcu_top", *params, "-Mdir", str(obj), "-o", LIBRARY,
+               "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared", "-MAKEFLAGS", "OPT_FAST=-O2",
+               *(["--trace-fst"] if trace else []), *map(str, rtl_sources()), str(HARNESS)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=verilator_env())
+        if r.returncode != 0 or not (obj / LIBRARY).exists():
+            raise SimulationBuildError(
+                f"Verilator could not build the core for '{arch.name or 'custom'}':\n"
+                + (r.stderr or r.stdout)[-3000:])
+        tmp = folder / (LIBRARY + ".tmp")
+        shutil.copy2(obj / LIBRARY, tmp)
+        os.replace(tmp, lib)  # atomic: a half-written library is never seen
+        shutil.rmtree(obj, ignore_errors=True)
+        if not quiet:
+            print(f"tvm_tensil: built in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return lib
+
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def load(arch: Architecture, trace: bool = False) -> ctypes.CDLL:
+    """The harness library for ``arch`` with its C API typed."""
+    path = str(build(arch, trace))
+    if path in _LIBS:
+        return _LIBS[path]
+    lib = ctypes.CDLL(path)
+    p, u32, u64 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64
+    lib.tcu_sim_new.restype = p
+    lib.tcu_sim_new.argtypes = [p, u64, p, u64, u32, u32, u32, u32, ctypes.c_char_p]
+    lib.tcu_sim_free.argtypes = [p]
+    lib.tcu_sim_run.restype = ctypes.c_int
+    lib.tcu_sim_run.argtypes = [p, p, u64, u32, u64, u64]
+    lib.tcu_sim_message.restype = ctypes.c_char_p
+    lib.tcu_sim_message.argtypes = [p]
+    for fn in ("tcu_sim_cycles",):
+        getattr(lib, fn).restype = u64
+        getattr(lib, fn).argtypes = [p]
+    for fn in ("tcu_sim_program_counter", "tcu_sim_activity", "tcu_sim_flags"):
+        getattr(lib, fn).restype = u32
+        getattr(lib, fn).argtypes = [p]
+    lib.tcu_sim_counters.argtypes = [p, ctypes.POINTER(u64), ctypes.POINTER(u64)]
+    lib.tcu_sim_memory_state.argtypes = [p, ctypes.POINTER(u64)]
+    _LIBS[path] = lib
+    return lib
