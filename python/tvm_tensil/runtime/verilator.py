@@ -142,14 +142,14 @@ class Verilator(Device):
 
     def _fail(self, program: Program, rc: int, head: int) -> None:
         msg = self.lib.tcu_sim_message(self._handle).decode()
-        pc = int(self.lib.tcu_sim_program_counter(self._handle)) - head
+        pc = min(int(self.lib.tcu_sim_program_counter(self._handle)) - head, len(program))  # not the padding
         act = int(self.lib.tcu_sim_activity(self._handle))
         waiting = [u for i, u in enumerate(sim.UNITS) if (act >> (2 * i)) & 1 and not (act >> (2 * i + 1)) & 1]
         busy = [u for i, u in enumerate(sim.UNITS) if (act >> (2 * i)) & 1]
         mem = (ctypes.c_uint64 * 6)()
         self.lib.tcu_sim_memory_state(self._handle, mem)
         memory = "; ".join(f"DRAM{b}: {mem[3*b]} read bursts, {mem[3*b+1]} write bursts, {mem[3*b+2]} responses pending"
-                           for b in (0, 1))
+                           for b in (0, 1) if mem[3 * b] or mem[3 * b + 1] or mem[3 * b + 2]) or "no DRAM traffic pending"
         state = (f"program counter {pc} of {len(program)} (instructions dispatched); "
                  f"units with work: {', '.join(busy) or 'none'}; waiting on a handshake: "
                  f"{', '.join(waiting) or 'none'}; {memory}")

@@ -1,0 +1,129 @@
+"""The "verilator" device (python/tvm_tensil/runtime/verilator.py, src/sim/tcu_sim.cc): the RTL core
+bit-identical with the emulator on random programs and whole compiled models; hangs, bad addresses
+and bad options give clear errors; the build is cached.
+
+`pytest --full` runs 5000 random programs per architecture and more architectures.
+"""
+
+import numpy as np
+import pytest
+
+from tvm_tensil.arch import Architecture
+from tvm_tensil.isa import DataMove, Direction, Program
+from tvm_tensil.isa.instructions import ConfigRegister, Configure
+from tvm_tensil.runtime import DeviceError, Emulator, get_device
+from tvm_tensil.runtime.differential import compare, random_programs, report, shrink
+
+TINY = Architecture("FP16BP8", 4, 256, 256, 64, 32, stride0_depth=4, stride1_depth=4, name="diff_4x4")
+FULL_ARCHS = [
+    Architecture("FP32BP16", 8, 256, 256, 128, 64, simd_registers_depth=2, stride0_depth=8, stride1_depth=8,
+                 name="diff_8x8_fp32", axi_data_width=128),
+    Architecture("FP16BP8", 12, 512, 512, 128, 64, stride0_depth=4, stride1_depth=4, name="diff_12x12"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return get_device("verilator", TINY)
+
+
+def run_differential(arch, count, seed):
+    emu = Emulator(arch)
+    # Half the programs with a slow memory, half with an instant one: different overlaps, same bits.
+    devices = [get_device("verilator", arch), get_device("verilator", arch, read_latency=0, write_latency=0)]
+    failures = []
+    for i, body, dram in random_programs(arch, count, seed=seed):
+        rtl = devices[i % 2]
+        diff = compare(emu, rtl, body, dram)
+        if diff is not None:
+            failures.append(report(emu, rtl, body, dram, diff))
+            break
+    assert not failures, failures[0]
+
+
+def test_random_programs_match_the_emulator(full):
+    run_differential(TINY, 5000 if full else 500, seed=1)
+
+
+@pytest.mark.parametrize("arch", FULL_ARCHS, ids=lambda a: a.name)
+def test_random_programs_match_the_emulator_on_more_architectures(arch, full):
+    if not full:
+        pytest.skip("builds another core per architecture: run with --full")
+    run_differential(arch, 2000, seed=2)
+
+
+def test_shrink_finds_the_shortest_failing_program():
+    body = list(range(40))
+    # "Differs" whenever 7 and 23 are both still in the program.
+    assert shrink(body, lambda t: 7 in t and 23 in t) == [7, 23]
+
+
+def test_stats_report_cycles_and_unit_activity(tiny):
+    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 32),
+                                      DataMove(Direction.LOCAL_TO_DRAM1, 0, 100, 32)], TINY.layout)
+    tiny.reset()
+    stats = tiny.execute(prog)
+    assert stats.instructions == 2 and stats.vectors["datamove"] == 64
+    # 32 vectors each way over a 64-bit bus, plus the default read latency: a few hundred cycles.
+    assert 64 <= stats.cycles < 1000
+    assert stats.busy["dram0"] >= 32 and stats.busy["dram1"] >= 32 and stats.busy["array"] == 0
+    assert "cycles" in stats.summary()
+
+
+def test_a_hang_names_the_program_counter_and_the_waiting_unit():
+    dev = get_device("verilator", TINY, read_latency=10**6, stall_limit=500)
+    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
+    with pytest.raises(DeviceError, match=r"hung \(no progress for 500 cycles\).*program counter 1 of 1.*DRAM0: 1 read bursts"):
+        dev.execute(prog)
+    # The device reset itself: the next program (no DRAM reads) runs on a clean core.
+    dev.write_dram(0, 10, np.full((4, 4), 5))
+    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], TINY.layout))
+    assert (dev.read_dram(0, 10, 4) == 0).all()
+
+
+def test_an_address_outside_the_dram_buffer_is_an_error(tiny):
+    prog = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, 7),
+                                      DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
+    with pytest.raises(DeviceError, match="DRAM0 access at byte .* outside its buffer"):
+        tiny.execute(prog)
+
+
+def test_bad_options_are_rejected():
+    with pytest.raises(DeviceError, match="read_latency"):
+        get_device("verilator", TINY, read_latency=-1)
+    with pytest.raises(DeviceError, match="max_reads"):
+        get_device("verilator", TINY, max_reads=0)
+
+
+def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
+    from tvm_tensil.rtl import sim
+
+    path = sim.build(TINY)
+    assert sim.build(TINY) == path and path.exists()
+    assert "building" not in capsys.readouterr().err  # built once (by the fixtures above), reused
+    other = TINY.replace(local_depth=128)
+    assert sim.build_key(other) != sim.build_key(TINY)
+
+
+@pytest.mark.parametrize("model", ["mlp", "small_cnn", "resnet20v2"])
+def test_compiled_models_are_bit_identical_on_the_rtl(model):
+    """The same executable under both devices: outputs equal bit for bit, cycles reported."""
+    tvm = pytest.importorskip("tvm")
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    import zoo
+    from tvm_tensil.runtime import bridge
+
+    onnx_model, shape = {"mlp": (zoo.mlp(batch=2), (2, 64)), "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+                         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
+    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    outs = {}
+    for name in ("emulator", "verilator"):
+        with tvm_tensil.device(name):
+            outs[name] = vm["main"](x).numpy()
+    assert np.array_equal(outs["emulator"], outs["verilator"])
+    assert all(s.cycles and s.cycles > s.instructions for s in bridge.last_run_stats().values())
