@@ -108,7 +108,18 @@ def _cmd_emulate(args) -> int:
         np.save(path, value)
         print(f"{name}: {tuple(value.shape)} -> {path}")
     print(dev.last_stats.summary())
+    if dev.last_stats.cycles is not None:
+        print(_timing(dev.last_stats, model.arch))
     return 0
+
+
+def _timing(stats, arch) -> str:
+    """Cycles as latency at the architecture's clock, for devices that count cycles."""
+    if stats is None or stats.cycles is None:
+        return ""
+    if not arch.clock_mhz:
+        return f"  {stats.cycles} cycles (no clock in the architecture: add tvm_tensil.clock_mhz for a latency)"
+    return f"  {stats.cycles} cycles = {stats.cycles / arch.clock_mhz / 1000:.3f} ms at {arch.clock_mhz:g} MHz"
 
 
 def _cmd_compile(args) -> int:
@@ -168,6 +179,8 @@ def _cmd_run(args) -> int:
             print(f"output {i}: {value.shape}\n{value}")
     for sym, stats in bridge.last_run_stats().items():
         print(f"{sym} on {args.device}: {stats.summary()}")
+        if stats.cycles is not None:
+            print(_timing(stats, bridge.PARTITIONS[sym].compiled.arch))
     return 0
 
 

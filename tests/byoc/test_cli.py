@@ -46,3 +46,18 @@ def test_compile_errors_are_one_line(tmp_path):
     assert r.returncode == 2 and "unknown architecture 'nosuch'" in r.stderr
     r = cli("run", str(tmp_path / "missing.so"))
     assert r.returncode == 2 and "no compiled model" in r.stderr
+
+
+def test_run_on_the_rtl_device_prints_cycles_and_latency(tmp_path):
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32))
+    r = cli("compile", str(tmp_path / "mlp.onnx"), "--arch", "pynqz1", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    outs = {}
+    for dev in ("emulator", "verilator"):
+        r = cli("run", str(tmp_path / "out" / "mlp.so"), "--input", str(tmp_path / "x.npy"), "--device", dev,
+                "-o", str(tmp_path / f"{dev}.npy"))
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs[dev] = np.load(tmp_path / f"{dev}.npy")
+    assert " cycles = " in r.stdout and "ms at 150 MHz" in r.stdout, r.stdout
+    np.testing.assert_array_equal(outs["emulator"], outs["verilator"])
