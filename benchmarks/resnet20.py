@@ -1,10 +1,12 @@
-"""ResNet-20 v2 through tvm_tensil: compile time, instructions, estimated cycles, emulator time.
+"""ResNet-20 v2 through tvm_tensil: compile time, instructions, cycles on the RTL core, emulator time.
 
-    python benchmarks/resnet20.py [--arch pynqz1 ...]
+    python benchmarks/resnet20.py [--arch pynqz1 ...] [--no-rtl]
 
-Writes benchmarks/results/resnet20.json. Cycles come from the compiler's latency model
-(compiler/latency.py: no overlap between instructions), not from hardware; the published
-Tensil figures (21 / 14 / 4 ms on the three benchmark boards) are listed beside them.
+For each architecture: the compiler's estimate (compiler/latency.py), the cycles measured on the
+Verilated core ("verilator" device, default memory timing of docs/verilator.md), the latency they
+mean at 150 MHz and at the preset's clock, the simulation's speed and wall time, the MAC-bound limit
+(total MACs / N^2 cycles) and the published Tensil figures (21 / 14 / 4 ms on the three benchmark
+boards). Writes benchmarks/results/resnet20.json.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", nargs="*", default=["pynqz1", "arty_a7_35", "pynqz1_12x12", "ultra96v2_300mhz"])
     p.add_argument("--runs", type=int, default=2, help="emulator runs to time")
+    p.add_argument("--no-rtl", action="store_true", help="skip the Verilator device")
     args = p.parse_args()
 
     model = zoo.resnet20v2()
@@ -68,6 +71,27 @@ def main() -> None:
             "emulator_seconds": round(min(times), 2),
             "cpu_ops": [o["op"] for o in report.cpu_ops],
         }
+        row["mac_bound_ms_at_clock"] = round(row["mac_bound_cycles"] / (arch.clock_mhz * 1e3), 3)
+        if not args.no_rtl:
+            from tvm_tensil.runtime import bridge
+
+            with tvm_tensil.device("verilator"):
+                vm["main"](x)  # first run on the device also builds the Verilated core (cached)
+                t0 = time.perf_counter()
+                vm["main"](x)
+                wall = time.perf_counter() - t0
+            stats = bridge.last_run_stats()
+            rtl = sum(stats[sym].cycles for sym in report.partitions)
+            sim_s = sum(stats[sym].seconds for sym in report.partitions)
+            row.update({
+                "rtl_cycles": rtl,
+                "rtl_ms_at_150mhz": round(rtl / 150e3, 3),
+                "rtl_ms_at_clock": round(rtl / (arch.clock_mhz * 1e3), 3),
+                "rtl_wall_seconds": round(wall, 2),
+                "sim_cycles_per_second": round(rtl / sim_s),
+                "latency_model_error": round((cycles - rtl) / rtl, 4),
+                "mac_utilisation": round(row["mac_bound_cycles"] / rtl, 3),
+            })
         results.append(row)
         print(json.dumps(row))
     out = {"model": "resnet20v2 (random weights)", "macs": macs, "results": results,

@@ -64,6 +64,12 @@ _INT_RANGES = {
 }
 _AXI_WIDTHS = (32, 64, 128, 256, 512)
 
+# DRAM timing seen by the core, in core cycles: the Verilator device's memory model and the
+# compiler's latency model share it. Assumed defaults, not measurements of a board
+# (docs/verilator.md): first read beat 32 cycles after the request, write response 16 cycles after
+# the last beat, up to 8 read bursts in flight.
+MEMORY_TIMING = {"read_latency": 32, "write_latency": 16, "max_reads": 8}
+
 
 class ArchitectureError(ValueError):
     """An architecture file or value is invalid; the message names the key and the fix."""

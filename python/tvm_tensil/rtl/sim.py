@@ -52,7 +52,9 @@ def build_key(arch: Architecture, trace: bool = False) -> str:
 
 def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
     """The shared library for ``arch``, built on first use (a minute or two) and cached."""
-    name = f"{arch.name or 'custom'}-{build_key(arch, trace)}"
+    # Named by the key alone (plus the array size for people browsing): two architectures with the
+    # same parameters under different names share one build.
+    name = f"{arch.array_size}x{arch.array_size}-{build_key(arch, trace)}"
     folder = cache_root() / "verilator" / name
     lib = folder / LIBRARY
     if lib.exists():

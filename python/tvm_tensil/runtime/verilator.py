@@ -14,16 +14,16 @@ import time
 
 import numpy as np
 
-from ..arch import Architecture
+from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import ConfigRegister, Configure
 from ..isa.program import Program
 from ..rtl import sim
 from .device import Device, DeviceError, RunStats
 
 # Defaults of the memory model: assumptions, not measurements of a board (docs/verilator.md).
-DEFAULT_READ_LATENCY = 32
-DEFAULT_WRITE_LATENCY = 16
-DEFAULT_MAX_READS = 8
+DEFAULT_READ_LATENCY = MEMORY_TIMING["read_latency"]
+DEFAULT_WRITE_LATENCY = MEMORY_TIMING["write_latency"]
+DEFAULT_MAX_READS = MEMORY_TIMING["max_reads"]
 
 
 class Verilator(Device):

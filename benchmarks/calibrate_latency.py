@@ -1,0 +1,103 @@
+"""Calibrate the compiler's latency model (compiler/latency.py) against the Verilated core, and
+report its error on every model of the zoo.
+
+    python benchmarks/calibrate_latency.py [--arch pynqz1]
+
+1. Single-instruction programs of several sizes run on the "verilator" device (default memory
+   timing); each fixed overhead in ``latency.COSTS`` is fitted as the median of measured minus the
+   model's size-dependent part. The fitted values are printed beside the ones in use.
+2. The zoo's models (MLP, small CNN, ResNet-20 v2) are compiled and run on the device; estimated and
+   measured cycles and the error are recorded.
+
+Writes benchmarks/results/latency_calibration.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "models"))
+
+from tvm_tensil.arch import MEMORY_TIMING, load_arch  # noqa: E402
+from tvm_tensil.compiler import latency  # noqa: E402
+from tvm_tensil.isa import assemble  # noqa: E402
+from tvm_tensil.runtime import get_device  # noqa: E402
+
+
+def measure(dev, arch, text):
+    """Cycles of ``text`` minus those of an empty program (the device's Configure preamble)."""
+    dev.reset()
+    empty = dev.execute(assemble("noop", arch.layout)).cycles - 1
+    dev.reset()
+    return dev.execute(assemble(text, arch.layout)).cycles - empty
+
+
+def fit(dev, arch) -> dict:
+    n = arch.array_size
+    bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or 64))
+    rl, wl = MEMORY_TIMING["read_latency"], MEMORY_TIMING["write_latency"]
+    sizes = [1, 8, 64, 256]
+    cases = {
+        "mm": (lambda s: f"matmul local=0 acc=0 size={s}", lambda s: s + n),
+        "lw": (lambda s: f"loadweights local=0 size={min(s, n + 1)}", lambda s: min(s, n + 1)),
+        "move": (lambda s: f"datamove local_to_acc local=0 acc=0 size={s}", lambda s: s),
+        "read": (lambda s: f"datamove dram0_to_local local=0 dram0=0 size={s}", lambda s: rl + s * bpv),
+        "write": (lambda s: f"datamove local_to_dram0 local=0 dram0=0 size={s}", lambda s: s * bpv + wl),
+    }
+    fitted = {}
+    for key, (text, model) in cases.items():
+        fitted[key] = round(statistics.median(measure(dev, arch, text(s)) - model(s) for s in sizes))
+    return fitted
+
+
+def zoo_errors(arch_name: str) -> list[dict]:
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    import zoo
+    from tvm_tensil.runtime import bridge
+
+    rows = []
+    for name, model, shape in [("mlp", zoo.mlp(batch=4), (4, 64)), ("small_cnn", zoo.small_cnn(), (1, 3, 16, 16)),
+                               ("resnet20v2", zoo.resnet20v2(), (1, 3, 32, 32))]:
+        ex = tvm_tensil.build(from_onnx(model, keep_params_in_input=False), target="tensil", arch=arch_name)
+        report = tvm_tensil.last_report()
+        x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+        with tvm_tensil.device("verilator"):
+            relax.VirtualMachine(ex, tvm.cpu())["main"](x)
+        stats = bridge.last_run_stats()  # every partition run in this process: keep this model's
+        measured = sum(stats[sym].cycles for sym in report.partitions)
+        estimated = report.total_cycles
+        rows.append({"model": name, "estimated_cycles": estimated, "measured_cycles": measured,
+                     "error": round((estimated - measured) / measured, 4)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="pynqz1")
+    args = p.parse_args()
+    arch = load_arch(args.arch)
+    dev = get_device("verilator", arch)
+    fitted = fit(dev, arch)
+    print("fitted overheads:", fitted, "in use:", {k: latency.COSTS[k] for k in fitted})
+    rows = zoo_errors(args.arch)
+    out = {"arch": args.arch, "memory_timing": MEMORY_TIMING, "fitted_costs": fitted,
+           "costs_in_use": latency.COSTS, "models": rows, "date": time.strftime("%Y-%m-%d")}
+    dest = HERE / "results" / "latency_calibration.json"
+    dest.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
