@@ -170,6 +170,9 @@ TcuSim* tcu_sim_new(uint8_t* dram0, uint64_t dram0_bytes, uint8_t* dram1, uint64
     auto* s = new TcuSim();
     s->ctx = std::make_unique<VerilatedContext>();
     s->ctx->randReset(0);  // memories power on as zeros, like the emulator
+#if VM_TRACE_FST
+    if (fst_path && *fst_path) s->ctx->traceEverOn(true);  // before the model exists
+#endif
     s->top = std::make_unique<Vtcu_top>(s->ctx.get(), "tcu_top");
     uint8_t* data[2] = {dram0, dram1};
     uint64_t bytes[2] = {dram0_bytes, dram1_bytes};
@@ -183,7 +186,6 @@ TcuSim* tcu_sim_new(uint8_t* dram0, uint64_t dram0_bytes, uint8_t* dram1, uint64
     }
 #if VM_TRACE_FST
     if (fst_path && *fst_path) {
-        s->ctx->traceEverOn(true);
         s->trace = std::make_unique<VerilatedFstC>();
         s->top->trace(s->trace.get(), 99);
         s->trace->open(fst_path);

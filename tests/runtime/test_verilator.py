@@ -88,6 +88,14 @@ def test_an_address_outside_the_dram_buffer_is_an_error(tiny):
         tiny.execute(prog)
 
 
+def test_a_waveform_is_written_on_request(tmp_path):
+    dev = get_device("verilator", TINY, fst=str(tmp_path / "run.fst"))
+    dev.execute(Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], TINY.layout))
+    dev.close()  # the trace is complete once the core is freed
+    data = (tmp_path / "run.fst").read_bytes()
+    assert data[:1] == b"\x00" and len(data) > 200  # an FST header block, then the signals
+
+
 def test_bad_options_are_rejected():
     with pytest.raises(DeviceError, match="read_latency"):
         get_device("verilator", TINY, read_latency=-1)
