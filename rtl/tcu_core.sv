@@ -190,11 +190,15 @@ reg [CB-1:0] d_addr0, d_step0, d_addr1, d_step1, d_count, d_issued;
 wire simd_hazard;
 wire simd_pipe_empty;
 wire c_free = state == S_IDLE;
+// A MatMul may follow a MatMul as soon as the earlier one has issued its last vector: both stream
+// through the array in order and carry their own accumulator address and flag, so nothing waits for
+// the array to drain (the accumulators forward writes for accumulate chains).
+wire mm_follows = f_opcode == OP_MATMUL && opcode == OP_MATMUL && state != S_IDLE && issued == count;
 wire d_free = d_state == S_IDLE;
 wire quiet_c, quiet_d;
 assign s_instr_ready = !rst && (
     f_is_simd    ? c_free && !simd_hazard :
-    f_is_compute ? c_free && simd_pipe_empty && !hazard_d :
+    f_is_compute ? (c_free || mm_follows) && simd_pipe_empty && !hazard_d :
     f_is_dram    ? d_free && !hazard_c :
     f_opcode == OP_CONFIGURE ? c_free && d_free && simd_pipe_empty && quiet_c && quiet_d :
     1'b1);
@@ -301,8 +305,8 @@ simd_inst (
 // MatMul: the local read's data reaches the array one cycle after issue; the accumulator address
 // of each issued vector waits in a FIFO until the array's output for it appears (order kept).
 localparam MM_FIFO_BITS = $clog2(N + 4);
-reg                    mm_read_valid;
-reg [AA-1:0]           mm_fifo [0:(1 << MM_FIFO_BITS)-1];
+reg                    mm_read_valid, mm_read_zero;
+reg [AA:0]             mm_fifo [0:(1 << MM_FIFO_BITS)-1];   // {accumulate, accumulator address}
 reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
 // Compute moves and LoadWeights: one cycle of read latency.
 reg          rd1_valid;
@@ -570,27 +574,28 @@ always @(posedge clk) begin
             addr0 <= addr0 + step0;
             addr1 <= addr1 + step1;
         end
-        if (state == S_ISSUE && issued == count) state <= S_DRAIN;
-        if (state == S_DRAIN && quiet_c) begin
+        if (state == S_ISSUE && issued == count && !start_c) state <= S_DRAIN;
+        if (state == S_DRAIN && quiet_c && !start_c) begin
             state <= S_IDLE;
             c_lvalid <= 1'b0;
         end
 
         // MatMul: local data -> array -> accumulators
         mm_read_valid <= issue_now && is_mm;
+        mm_read_zero <= flags[1];
         if (issue_now && is_mm) begin
-            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= AA'(addr1);
+            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[0], AA'(addr1)};
             mm_wr_ptr <= mm_wr_ptr + 1;
         end
         if (mm_read_valid) begin
             arr_in_valid <= 1'b1;
-            arr_in_data <= flags[1] ? {V{1'b0}} : lm_a_rdata;
+            arr_in_data <= mm_read_zero ? {V{1'b0}} : lm_a_rdata;
         end
         if (arr_out_valid) begin
             acc_wr_valid <= 1'b1;
-            acc_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]];
+            acc_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA-1:0];
             acc_wr_data <= arr_out_data;
-            acc_wr_accumulate <= flags[0];
+            acc_wr_accumulate <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA];
             mm_rd_ptr <= mm_rd_ptr + 1;
         end
 

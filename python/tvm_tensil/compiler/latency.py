@@ -11,6 +11,7 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
 (constants in ``COSTS``):
 
 - MatMul ``size + N + mm``, LoadWeights ``size + lw``, local <-> accumulators ``size + move``;
+  a MatMul right after a MatMul starts once the earlier one has issued its vectors (``size + 1``);
 - SIMD: one per cycle behind the compute engine; a SIMD reading what the previous one wrote waits
   for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
@@ -53,6 +54,7 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
 
     dispatch = 0  # cycle at which the previous instruction dispatched
     c_end = d_end = simd_end = 0
+    c_issued, c_was_mm = 0, False  # when the compute engine's last instruction issued its last vector
     c_range = d_range = None  # (lo, hi, writes) of each engine's last instruction
     last_simd_write, last_simd_time = -1, -10
     finish = 0
@@ -76,11 +78,14 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
             k = lw_size[i] if op == Opcode.LOADWEIGHTS else size[i]
             zeros = (op == Opcode.MATMUL and fl & 2) or (op == Opcode.LOADWEIGHTS and fl & 1)
             r = _range(a0[i], s0[i], k, depth, writes=op == Opcode.DATAMOVE and fl == 12)
-            start = max(ready, c_end, simd_end)
+            # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
+            follows = op == Opcode.MATMUL and c_was_mm
+            start = max(ready, c_issued if follows else c_end, simd_end)
             if not zeros and d_end > start and conflicts(r, d_range):
                 start = d_end
             cost = k + (n + c["mm"] if op == Opcode.MATMUL else c["lw"] if op == Opcode.LOADWEIGHTS else c["move"])
             c_end, c_range = start + cost, (None if zeros else r)
+            c_issued, c_was_mm = start + k + 1, op == Opcode.MATMUL
             busy[Opcode(op).name.lower()] += cost
             finish = max(finish, c_end)
         elif op == Opcode.DATAMOVE:
