@@ -5,6 +5,7 @@
     tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
     tvm-tensil emulate model.tmodel --input x=x.npy -o out/
     tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
+    tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock   # a simulated board (device "sim-board")
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arch import PRESETS, ArchitectureError, load_arch
+from .arch import MEMORY_TIMING, PRESETS, ArchitectureError, load_arch
 from .isa.asm import AsmError, assemble, disassemble
 from .isa.instructions import InvalidInstruction
 from .isa.program import Program, ProgramError
@@ -202,6 +203,22 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+def _cmd_serve(args) -> int:
+    from .driver.simboard import SimBoardServer
+
+    arch = load_arch(args.arch)
+    server = SimBoardServer(arch, args.socket, memory_bytes=args.memory, read_latency=args.read_latency,
+                            write_latency=args.write_latency, stall_limit=args.stall_limit)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # clean up (socket file) on terminate
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -246,6 +263,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="emulator", help="device for the Tensil parts (default: emulator)")
     r.add_argument("-o", "--output", help="write the output to this .npy")
     r.set_defaults(func=_cmd_run)
+
+    v = sub.add_parser("serve", help="run a simulated board: the Verilated core behind shared memory and a socket")
+    v.add_argument("--arch", required=True, help="preset name or .tarch path")
+    v.add_argument("--socket", required=True, help="Unix socket path to listen on")
+    v.add_argument("--memory", type=int, help="bytes of board memory (default: both DRAM windows)")
+    v.add_argument("--read-latency", type=int, default=MEMORY_TIMING["read_latency"],
+                   help="DRAM read latency in cycles (default %(default)s)")
+    v.add_argument("--write-latency", type=int, default=MEMORY_TIMING["write_latency"],
+                   help="DRAM write response latency in cycles (default %(default)s)")
+    v.add_argument("--stall-limit", type=int, default=1_000_000,
+                   help="cycles without progress before a run is reported hung (default 1000000)")
+    v.set_defaults(func=_cmd_serve)
 
     y = sub.add_parser("synth", help="estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)")
     y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")

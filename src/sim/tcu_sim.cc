@@ -56,6 +56,10 @@ struct TcuSim {
     uint64_t unit_valid[kUnits] = {};
     uint64_t unit_fire[kUnits] = {};
     std::string message;
+    // The program being streamed (tcu_sim_start): owned by the caller until the run ends.
+    const uint8_t* program = nullptr;
+    uint64_t program_bytes = 0, program_pos = 0, last_progress = 0;
+    uint32_t stream_bytes = 8;
 #if VM_TRACE_FST
     std::unique_ptr<VerilatedFstC> trace;
 #endif
@@ -214,13 +218,26 @@ void tcu_sim_free(TcuSim* s) {
     delete s;
 }
 
-// Run a program: stream `bytes` of instructions (whole bus beats) and clock until the core is idle.
-// Returns 0 when done, 1 when nothing progressed for `stall_limit` cycles (hang), 2 on a DRAM access
-// outside a buffer, 3 when `max_cycles` passed. tcu_sim_message() says more.
-int tcu_sim_run(TcuSim* s, const uint8_t* program, uint64_t bytes, uint32_t stream_bytes,
-                uint64_t stall_limit, uint64_t max_cycles) {
+// Start streaming a program (`bytes` of whole stream beats; the buffer must live until the run ends).
+void tcu_sim_start(TcuSim* s, const uint8_t* program, uint64_t bytes, uint32_t stream_bytes) {
+    s->program = program;
+    s->program_bytes = bytes;
+    s->program_pos = 0;
+    s->stream_bytes = stream_bytes;
+    s->last_progress = s->cycle;
+}
+
+// Clock until the program has streamed and the core is idle. Returns 0 when done, 1 when nothing
+// progressed for `stall_limit` cycles (hang), 2 on a DRAM access outside a buffer, 3 when `max_cycles`
+// passed in this call (0: no limit): call again to go on. tcu_sim_message() says more.
+int tcu_sim_continue(TcuSim* s, uint64_t stall_limit, uint64_t max_cycles) {
     auto* t = s->top.get();
-    uint64_t pos = 0, start = s->cycle, last_progress = s->cycle;
+    const uint8_t* program = s->program;
+    const uint64_t bytes = s->program_bytes;
+    const uint32_t stream_bytes = s->stream_bytes;
+    uint64_t& pos = s->program_pos;
+    uint64_t start = s->cycle;
+    uint64_t& last_progress = s->last_progress;  // a hang may span several calls
     uint32_t last_pc = t->program_counter;
     s->message.clear();
     for (;;) {
@@ -274,6 +291,13 @@ int tcu_sim_run(TcuSim* s, const uint8_t* program, uint64_t bytes, uint32_t stre
             return 3;
         }
     }
+}
+
+// Start and run to the end in one call (see tcu_sim_continue for the return codes).
+int tcu_sim_run(TcuSim* s, const uint8_t* program, uint64_t bytes, uint32_t stream_bytes,
+                uint64_t stall_limit, uint64_t max_cycles) {
+    tcu_sim_start(s, program, bytes, stream_bytes);
+    return tcu_sim_continue(s, stall_limit, max_cycles);
 }
 
 const char* tcu_sim_message(TcuSim* s) { return s->message.c_str(); }

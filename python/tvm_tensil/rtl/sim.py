@@ -105,6 +105,9 @@ def load(arch: Architecture, trace: bool = False) -> ctypes.CDLL:
     lib.tcu_sim_free.argtypes = [p]
     lib.tcu_sim_run.restype = ctypes.c_int
     lib.tcu_sim_run.argtypes = [p, p, u64, u32, u64, u64]
+    lib.tcu_sim_start.argtypes = [p, p, u64, u32]
+    lib.tcu_sim_continue.restype = ctypes.c_int
+    lib.tcu_sim_continue.argtypes = [p, u64, u64]
     lib.tcu_sim_message.restype = ctypes.c_char_p
     lib.tcu_sim_message.argtypes = [p]
     for fn in ("tcu_sim_cycles",):

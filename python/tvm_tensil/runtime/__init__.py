@@ -27,6 +27,8 @@ __all__ = [
 DEVICES: dict[str, str] = {
     "emulator": "tvm_tensil.runtime.emulator:Emulator",
     "verilator": "tvm_tensil.runtime.verilator:Verilator",
+    "sim-board": "tvm_tensil.runtime.sim_board:SimBoard",
+    "pynq": "tvm_tensil.runtime.pynq:Pynq",
 }
 DEFAULT_DEVICE = "emulator"
 ENV_VAR = "TVM_TENSIL_DEVICE"

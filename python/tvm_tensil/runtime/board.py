@@ -1,0 +1,52 @@
+"""What the board devices share: a ``Device`` on top of the driver (``tvm_tensil.driver``).
+
+The devices differ only in their transport: ``pynq`` (a real board) and ``sim-board`` (a
+``tvm-tensil serve`` process). The driver code between is the same object.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..arch import Architecture
+from ..driver import Driver, Transport
+from ..isa.program import Program
+from .device import Device, RunStats
+
+
+class BoardDevice(Device):
+    """A TCU reached through a transport; DRAM windows live in memory shared with the core."""
+
+    def __init__(self, arch: Architecture, transport: Transport, timeout: float = 60.0):
+        super().__init__(arch)
+        self.transport = transport
+        self.driver = Driver(arch, transport, timeout=timeout)
+
+    def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
+        self._check_range(bank, base, np.asarray(vectors).shape[0] if np.ndim(vectors) == 2 else 0)
+        self.driver.write(bank, base, vectors)
+
+    def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
+        self._check_range(bank, base, size)
+        return self.driver.read(bank, base, size)
+
+    def execute(self, program: Program) -> RunStats:
+        start = time.perf_counter()
+        f = self.checked_fields(program)
+        measured = self.driver.run(program)
+        stats = RunStats.for_program(f)
+        stats.cycles = measured.get("cycles")
+        stats.seconds = time.perf_counter() - start
+        self.last_stats = stats
+        return stats
+
+    def close(self) -> None:
+        self.driver.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass

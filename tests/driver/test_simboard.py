@@ -1,0 +1,177 @@
+"""The board path without a board: driver -> shared memory -> `tvm-tensil serve` process -> Verilated
+core (python/tvm_tensil/driver/simboard.py), bit-identical with the emulator, and its failure cases."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from tvm_tensil.arch import Architecture
+from tvm_tensil.driver import Driver, DriverError
+from tvm_tensil.driver.simboard import SimBoardTransport
+from tvm_tensil.isa import DataMove, Direction, MatMul, Program
+from tvm_tensil.runtime import DeviceError, Emulator, get_device
+from tvm_tensil.runtime.differential import compare, random_programs
+
+ARCH = Architecture("FP16BP8", 4, 256, 256, 64, 32, stride0_depth=4, stride1_depth=4, name="board_4x4")
+
+
+def start_server(arch, *extra):
+    folder = tempfile.mkdtemp(prefix="tvm_tensil_test_")
+    sock = os.path.join(folder, "board.sock")
+    tarch = os.path.join(folder, "arch.tarch")
+    with open(tarch, "w") as f:
+        f.write(arch.to_json())
+    proc = subprocess.Popen([sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock, *extra],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not os.path.exists(sock):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    return proc, sock
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, sock = start_server(ARCH)
+    yield sock
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_random_programs_match_the_emulator_over_shared_memory(server):
+    dev = get_device("sim-board", ARCH, socket_path=server)
+    emu = Emulator(ARCH)
+    for i, body, dram in random_programs(ARCH, 60, seed=7):
+        diff = compare(emu, dev, body, dram)
+        assert diff is None, f"program {i}: {diff}"
+    dev.close()
+
+
+def test_driver_layout_preamble_padding_and_probe(server):
+    """What the PYNQ transport shares with this one: 64 KiB windows, Configure offsets, NoOp padding,
+    the completion probe."""
+    transport = SimBoardTransport(ARCH, server)
+    driver = Driver(ARCH, transport, probe=True)
+    for buf in driver.dram:
+        assert buf.physical_address % (1 << 16) == 0 and buf.physical_address > 0
+    assert driver.dram[1].physical_address >= driver.dram[0].physical_address + driver.dram[0].array.size
+    program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 3, 2),
+                                         MatMul(0, 0, 2, accumulate=False),
+                                         DataMove(Direction.LOCAL_TO_DRAM1, 0, 9, 2)], ARCH.layout)
+    stream = driver.stream_bytes_for(program)
+    assert len(stream) % transport.stream_bytes == 0
+    words = Program(stream, ARCH.layout).instructions()
+    head = [(w.register, w.value) for w in words[:3]]
+    assert head[0] == (0, driver.dram[0].physical_address >> 16)  # DRAM0 offset
+    assert head[1] == (4, driver.dram[1].physical_address >> 16)  # DRAM1 offset
+    assert words[3:6] == program.instructions()
+    last = ARCH.dram0_depth - 1
+    assert words[6:8] == [DataMove(Direction.DRAM0_TO_LOCAL, ARCH.local_depth - 1, last, 1),
+                          DataMove(Direction.LOCAL_TO_DRAM0, ARCH.local_depth - 1, last - 1, 1)]
+    assert all(type(w).__name__ == "NoOp" for w in words[8:])
+    # The probe's two vectors are the driver's; the rest of DRAM0 is the user's.
+    with pytest.raises(DriverError, match="last two hold the completion probe"):
+        driver.write(0, ARCH.dram0_depth - 2, np.zeros((1, 4)))
+    data = np.arange(8).reshape(2, 4) * 256
+    driver.write(0, 3, data)
+    driver.run(program)
+    assert (driver.read(1, 9, 2) == driver.read(0, 3, 2)).all()  # copied through local memory
+    driver.run(program)  # a second run: a fresh marker, the probe still completes
+    transport.close()
+
+
+def test_an_oversized_input_is_rejected_before_anything_is_written(server):
+    dev = get_device("sim-board", ARCH, socket_path=server)
+    dev.write_dram(1, 250, np.full((6, 4), 7))
+    with pytest.raises(ValueError, match="outside the bank"):
+        dev.write_dram(1, 250, np.full((7, 4), 9))
+    assert (dev.read_dram(1, 250, 6) == 7).all()
+    dev.close()
+
+
+def test_a_second_client_waits_until_the_first_leaves(server):
+    first = SimBoardTransport(ARCH, server)
+    with pytest.raises(DriverError, match="cannot reach"):
+        SimBoardTransport(ARCH, server, connect_timeout=1.0)  # queued: no greeting while the first is on
+    first.close()
+    second = SimBoardTransport(ARCH, server, connect_timeout=30)  # served once the first is gone
+    second.close()
+
+
+def test_the_server_survives_a_client_killed_mid_run(server):
+    # A client that streams a long program and is killed while it runs.
+    script = f"""
+import sys, time
+from tvm_tensil.arch import Architecture
+from tvm_tensil.driver import Driver
+from tvm_tensil.driver.simboard import SimBoardTransport
+from tvm_tensil.isa import MatMul, Program
+arch = Architecture.from_dict({ARCH.to_dict()!r})
+driver = Driver(arch, SimBoardTransport(arch, {server!r}))
+program = Program.from_instructions([MatMul(0, 0, 30, zeroes=True)] * 200000, arch.layout)
+driver.transport.stream(driver.stream_bytes_for(program))
+print("streaming", flush=True)
+time.sleep(60)
+"""
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert client.stdout.readline().strip() == "streaming"
+    time.sleep(0.5)
+    client.send_signal(signal.SIGKILL)
+    client.wait(10)
+    # The next client gets a fresh core and correct results.
+    dev = get_device("sim-board", ARCH, socket_path=server)
+    emu = Emulator(ARCH)
+    for i, body, dram in random_programs(ARCH, 5, seed=11):
+        assert compare(emu, dev, body, dram) is None
+    dev.close()
+
+
+def test_a_hung_core_times_out_with_a_clear_error_and_the_server_recovers():
+    proc, sock = start_server(ARCH, "--read-latency", "1000000000", "--stall-limit", "2000000000")
+    try:
+        dev = get_device("sim-board", ARCH, socket_path=sock, timeout=3.0)
+        program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], ARCH.layout)
+        start = time.monotonic()
+        with pytest.raises(DeviceError, match="did not complete within 3 s"):
+            dev.execute(program)
+        assert time.monotonic() - start < 30
+        # The server dropped that run and serves the next client.
+        SimBoardTransport(ARCH, sock, connect_timeout=30).close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_server_for_another_architecture_is_refused(server):
+    other = ARCH.replace(local_depth=128)
+    with pytest.raises(DriverError, match="runs architecture 'board_4x4'"):
+        SimBoardTransport(other, server)
+
+
+@pytest.mark.parametrize("model", ["small_cnn", "resnet20v2"])
+def test_models_run_bit_identical_through_the_simulated_board(model):
+    """Driver -> shared memory -> server process -> Verilated core, against the in-process emulator."""
+    tvm = pytest.importorskip("tvm")
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    import zoo
+
+    onnx_model, shape = {"small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+                         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
+    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
+    x = tvm.runtime.tensor(np.random.default_rng(3).standard_normal(shape).astype(np.float32))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    outs = {}
+    for name in ("emulator", "sim-board"):
+        with tvm_tensil.device(name):
+            outs[name] = vm["main"](x).numpy()
+    assert np.array_equal(outs["emulator"], outs["sim-board"])
