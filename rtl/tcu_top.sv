@@ -5,8 +5,9 @@
 
 /*
  * The Tensil compute unit (spec section 8): an AXI4-Stream instruction input, two AXI4 masters for
- * DRAM0 (activations) and DRAM1 (weights), status outputs. Active-high synchronous reset (invert an
- * active-low board reset outside).
+ * DRAM0 (activations) and DRAM1 (weights), status outputs, the sample stream. Active-low synchronous
+ * reset `rst_n` (the spec's, and what AXI infrastructure and Vivado block designs use); the modules
+ * inside take an active-high `rst`.
  *
  * Parameters come from a .tarch through tvm_tensil.rtl.params.core_parameters(arch).
  */
@@ -48,7 +49,7 @@ module tcu_top #
 )
 (
     input  wire                          clk,
-    input  wire                          rst,
+    input  wire                          rst_n,
 
     // Instructions
     input  wire [S_AXIS_DATA_WIDTH-1:0]  s_axis_instr_tdata,
@@ -146,6 +147,8 @@ module tcu_top #
     output wire                          tracepoint,
     output wire                          saturated
 );
+
+wire rst = !rst_n;
 
 localparam INSTRUCTION_BITS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS + 8;
 localparam V = ARRAY_SIZE * DATA_WIDTH;

@@ -18,13 +18,13 @@ async def measure(dut):
     arch = load_arch(os.environ["TCU_ARCH"])
     lay = arch.layout
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst)
+    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False)
     for b in (0, 1):
-        AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst, size=1 << 22)
-    dut.rst.value = 1
+        AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst_n, reset_active_level=False, size=1 << 22)
+    dut.rst_n.value = 0
     for _ in range(4):
         await RisingEdge(dut.clk)
-    dut.rst.value = 0
+    dut.rst_n.value = 1
     vectors_4k = 4096 // arch.vector_bytes
     n = arch.array_size
     cases = {

@@ -6,6 +6,7 @@
     tvm-tensil emulate model.tmodel --input x=x.npy -o out/
     tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
     tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock   # a simulated board (device "sim-board")
+    tvm-tensil selftest --device pynq --arch pynqz1        # first thing to run on a new board
 """
 
 from __future__ import annotations
@@ -219,6 +220,21 @@ def _cmd_serve(args) -> int:
     return 0
 
 
+def _cmd_selftest(args) -> int:
+    from .driver.selftest import run_selftest
+
+    options = {}
+    if args.bitstream:
+        options["bitstream"] = args.bitstream
+    dev = get_device(args.device, args.arch, **options)
+    try:
+        return 0 if run_selftest(dev, model=not args.no_model) else 1
+    finally:
+        close = getattr(dev, "close", None)
+        if close:
+            close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -275,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--stall-limit", type=int, default=1_000_000,
                    help="cycles without progress before a run is reported hung (default 1000000)")
     v.set_defaults(func=_cmd_serve)
+
+    t = sub.add_parser("selftest", help="check a board (or any device) step by step: DRAM, a move, a matmul, a model")
+    t.add_argument("--device", default="pynq", help="device to test (default: pynq)")
+    t.add_argument("--arch", default="pynqz1", help="preset name or .tarch path the bitstream was built for")
+    t.add_argument("--bitstream", help="overlay .bit to load (pynq; default: the one loaded)")
+    t.add_argument("--no-model", action="store_true", help="skip the compiled-model step")
+    t.set_defaults(func=_cmd_selftest)
 
     y = sub.add_parser("synth", help="estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)")
     y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")

@@ -201,9 +201,9 @@ TcuSim* tcu_sim_new(uint8_t* dram0, uint64_t dram0_bytes, uint8_t* dram1, uint64
     t->m_axis_sample_tready = 1;
     t->s_axis_instr_tvalid = 0;
     t->s_axis_instr_tlast = 0;
-    t->rst = 1;
+    t->rst_n = 0;
     for (int i = 0; i < 4; ++i) tick(s);
-    t->rst = 0;
+    t->rst_n = 1;
     tick(s);
     s->cycle = 0;
     return s;

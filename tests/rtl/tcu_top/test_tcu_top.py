@@ -41,18 +41,18 @@ class Bench:
         self.dut, self.arch = dut, arch
         self.rng = random.Random(seed)
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst)
-        self.rams = [AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst, size=1 << 20) for b in (0, 1)]
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False)
+        self.rams = [AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst_n, reset_active_level=False, size=1 << 20) for b in (0, 1)]
         for ram in self.rams:
             for ch in (ram.read_if.r_channel, ram.write_if.b_channel, ram.read_if.ar_channel):
                 ch.set_pause_generator(iter(lambda: self.rng.random() < 0.2, None))
         self.vector_bytes = arch.array_size * arch.data_type.storage_bytes
 
     async def reset(self):
-        self.dut.rst.value = 1
+        self.dut.rst_n.value = 0
         for _ in range(4):
             await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
+        self.dut.rst_n.value = 1
         await RisingEdge(self.dut.clk)
 
     def load(self, bank, data):
@@ -165,7 +165,7 @@ async def timeout_tracepoint_and_sample_stream(dut):
 
     arch = arch_from_env()
     bench = Bench(dut, arch, 4)
-    sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_sample"), dut.clk, dut.rst)
+    sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_sample"), dut.clk, dut.rst_n, reset_active_level=False)
     await bench.reset()
     lay = arch.layout
     long_matmul = MatMul(0, 0, 30, zeroes=True)  # 30 vectors: longer than 20 cycles
