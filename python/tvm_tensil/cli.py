@@ -235,6 +235,21 @@ def _cmd_selftest(args) -> int:
             close()
 
 
+def _cmd_ip(args) -> int:
+    from .rtl.params import write_vivado_params
+
+    arch = load_arch(args.arch)
+    if not arch.part:
+        raise ArchitectureError(f"architecture '{arch.name}' names no FPGA part: add tvm_tensil.part to the .tarch")
+    out = Path(args.output)
+    params = write_vivado_params(arch, out / "params.tcl")
+    here = Path(__file__).resolve().parents[2] / "rtl" / "vivado"
+    print(f"wrote {params}\nthen, with Vivado:\n"
+          f"  vivado -mode batch -source {here / 'package_ip.tcl'} -tclargs {params} {out}\n"
+          f"  vivado -mode batch -source {here / 'block_design.tcl'} -tclargs {params} {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
     sub = p.add_subparsers(dest="command", required=True)
@@ -298,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--bitstream", help="overlay .bit to load (pynq; default: the one loaded)")
     t.add_argument("--no-model", action="store_true", help="skip the compiled-model step")
     t.set_defaults(func=_cmd_selftest)
+
+    i = sub.add_parser("ip", help="Vivado parameters for packaging the core and a Zynq block design (docs/boards.md)")
+    i.add_argument("--arch", required=True, help="preset name or .tarch path")
+    i.add_argument("-o", "--output", required=True, help="output folder (params.tcl; Vivado writes here too)")
+    i.set_defaults(func=_cmd_ip)
 
     y = sub.add_parser("synth", help="estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)")
     y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
