@@ -29,6 +29,8 @@ def targets(arch, name: str, count: int) -> int:
     bus = (arch.axi_data_width or 64) // 8
     if name == "matmul_256":
         return 256 + n  # one vector per cycle after the array fills
+    if name == "matmul_256_twice":
+        return 512 + n
     if name == "loadweights":
         return n + 1  # one vector per cycle
     if name == "dram0_to_local_4KiB_beside_matmul_256":

@@ -30,6 +30,8 @@ async def measure(dut):
     cases = {
         "matmul_256": "matmul local=0x0 acc=0x0 size=256",
         "loadweights": f"loadweights local=0x0 size={n + 1}",
+        # A second MatMul streams in behind the first without waiting for the array to drain.
+        "matmul_256_twice": "matmul local=0x0 acc=0x0 size=256\nmatmul local=0x100 acc=0x100 size=256",
         "dram0_to_local_4KiB": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_dram0_4KiB": f"datamove local_to_dram0 local=0x0 dram0=0x0 size={vectors_4k}",
         "local_to_acc_256": "datamove local_to_acc local=0x0 acc=0x0 size=256",
