@@ -1,4 +1,5 @@
-"""Shared test helpers: a hand-assembled one-layer Tensil model (dense + bias + ReLU)."""
+"""Shared test helpers: a hand-assembled one-layer Tensil model (dense + bias + ReLU), and one
+compiled model run under several devices."""
 
 import numpy as np
 
@@ -36,3 +37,21 @@ def dense_relu_model(arch: Architecture, weights: np.ndarray, bias: np.ndarray, 
         outputs=[TensorEntry("y", y_base, batch)],
         extras={"inputs": {"x": {"shape": [batch, n]}}, "outputs": {"y": {"shape": [batch, n]}}},
     )
+
+
+def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> dict:
+    """Build ``onnx_model`` with tvm_tensil and run the same executable under each device."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+
+    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch=arch)
+    x = tvm.runtime.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    outs = {}
+    for name in devices:
+        with tvm_tensil.device(name):
+            outs[name] = vm["main"](x).numpy()
+    return outs

@@ -158,20 +158,11 @@ def test_a_server_for_another_architecture_is_refused(server):
 @pytest.mark.parametrize("model", ["small_cnn", "resnet20v2"])
 def test_models_run_bit_identical_through_the_simulated_board(model):
     """Driver -> shared memory -> server process -> Verilated core, against the in-process emulator."""
-    tvm = pytest.importorskip("tvm")
-    from tvm import relax
-    from tvm.relax.frontend.onnx import from_onnx
+    from helpers import outputs_on_devices
 
-    import tvm_tensil
     import zoo
 
     onnx_model, shape = {"small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
                          "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
-    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
-    x = tvm.runtime.tensor(np.random.default_rng(3).standard_normal(shape).astype(np.float32))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    outs = {}
-    for name in ("emulator", "sim-board"):
-        with tvm_tensil.device(name):
-            outs[name] = vm["main"](x).numpy()
+    outs = outputs_on_devices(onnx_model, shape, ("emulator", "sim-board"), seed=3)
     assert np.array_equal(outs["emulator"], outs["sim-board"])

@@ -116,22 +116,13 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 @pytest.mark.parametrize("model", ["mlp", "small_cnn", "resnet20v2"])
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
     """The same executable under both devices: outputs equal bit for bit, cycles reported."""
-    tvm = pytest.importorskip("tvm")
-    from tvm import relax
-    from tvm.relax.frontend.onnx import from_onnx
+    from helpers import outputs_on_devices
 
-    import tvm_tensil
     import zoo
     from tvm_tensil.runtime import bridge
 
     onnx_model, shape = {"mlp": (zoo.mlp(batch=2), (2, 64)), "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
                          "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
-    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
-    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    outs = {}
-    for name in ("emulator", "verilator"):
-        with tvm_tensil.device(name):
-            outs[name] = vm["main"](x).numpy()
+    outs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
     assert np.array_equal(outs["emulator"], outs["verilator"])
     assert all(s.cycles and s.cycles > s.instructions for s in bridge.last_run_stats().values())

@@ -27,7 +27,7 @@ import numpy as np
 from ..arch import Architecture
 from ..isa.instructions import ConfigRegister, Configure, DataMove, Direction
 from ..isa.program import Program
-from ..runtime.device import DeviceError
+from ..runtime.device import DeviceError, as_vectors
 
 WINDOW_ALIGN = 1 << 16  # Configure offsets count 64 KiB units
 
@@ -110,10 +110,10 @@ class Driver:
                               f"{depth} vectors" + (" (the last two hold the completion probe)" if reserved else ""))
 
     def write(self, bank: int, base: int, vectors: np.ndarray) -> None:
-        vectors = np.asarray(vectors)
-        n = self.arch.array_size
-        if vectors.ndim != 2 or vectors.shape[1] != n:
-            raise DriverError(f"DRAM writes take (k, {n}) arrays of vectors, got shape {vectors.shape}")
+        try:
+            vectors = as_vectors(vectors, self.arch.array_size)
+        except ValueError as e:
+            raise DriverError(str(e)) from None
         self._check(bank, base, vectors.shape[0])
         self._views[bank][base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
 

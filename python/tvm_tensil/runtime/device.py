@@ -20,7 +20,15 @@ from ..isa.instructions import Opcode
 from ..isa.program import Program, ProgramError
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 
-__all__ = ["Device", "RunStats", "SaturationWarning", "DeviceError"]
+__all__ = ["Device", "HostDramDevice", "RunStats", "SaturationWarning", "DeviceError", "as_vectors"]
+
+
+def as_vectors(vectors, n: int) -> np.ndarray:
+    """``vectors`` as a (k, n) array, or ValueError naming the shape expected."""
+    vectors = np.asarray(vectors)
+    if vectors.ndim != 2 or vectors.shape[1] != n:
+        raise ValueError(f"DRAM writes take (k, {n}) arrays of vectors, got shape {vectors.shape}")
+    return vectors
 
 
 class DeviceError(RuntimeError):
@@ -205,3 +213,30 @@ class Device(ABC):
             cpad = model.channels_padded(name, outputs=True)
             outputs[name] = vectors_to_tensor(values, shape, n, cpad) if shape is not None else values
         return outputs
+
+
+class HostDramDevice(Device):
+    """A device whose DRAM banks are host numpy arrays ``dram0``/``dram1`` of (depth, N) scalars in
+    the data type's storage format (the emulator's, and the Verilator harness's, which reads them in
+    place)."""
+
+    dram0: np.ndarray
+    dram1: np.ndarray
+
+    def _make_banks(self) -> None:
+        # np.zeros maps pages lazily: untouched DRAM costs no memory. Little-endian, as in DRAM.
+        store = np.dtype(self.arch.data_type.storage).newbyteorder("<")
+        self.dram0 = np.zeros((self.arch.dram0_depth, self.arch.array_size), dtype=store)
+        self.dram1 = np.zeros((self.arch.dram1_depth, self.arch.array_size), dtype=store)
+
+    def _bank(self, bank: int) -> np.ndarray:
+        return self.dram0 if bank == 0 else self.dram1
+
+    def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
+        vectors = as_vectors(vectors, self.arch.array_size)
+        self._check_range(bank, base, vectors.shape[0])
+        self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
+
+    def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
+        self._check_range(bank, base, size)
+        return self.arch.data_type.sign_extend(self._bank(bank)[base : base + size].astype(np.int64))

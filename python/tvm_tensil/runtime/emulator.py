@@ -19,22 +19,19 @@ from ..arch import Architecture
 from ..isa.instructions import ConfigRegister, Opcode, SIMDOp
 from ..isa.program import Program, ProgramError
 from ..numbers import SaturationCounter
-from .device import Device, RunStats
+from .device import HostDramDevice, RunStats
 
 __all__ = ["Emulator"]
 
-class Emulator(Device):
+class Emulator(HostDramDevice):
     """Bit-exact TCU model. DRAM banks are numpy arrays in the data type's storage format."""
 
     name = "emulator"
 
     def __init__(self, arch: Architecture):
         super().__init__(arch)
-        dt = arch.data_type
         n = arch.array_size
-        # np.zeros maps pages lazily: untouched DRAM costs no memory.
-        self.dram0 = np.zeros((arch.dram0_depth, n), dtype=dt.storage)
-        self.dram1 = np.zeros((arch.dram1_depth, n), dtype=dt.storage)
+        self._make_banks()
         self.local = np.zeros((arch.local_depth, n), dtype=np.int64)
         self.acc = np.zeros((arch.accumulator_depth, n), dtype=np.int64)
         self.reset()
@@ -49,23 +46,6 @@ class Emulator(Device):
         self.config = {r: 0 for r in ConfigRegister}
         self.config[ConfigRegister.TIMEOUT] = 100
         self.config[ConfigRegister.TRACEPOINT] = 0xFFFFFFFF
-
-    # -- DRAM access ---------------------------------------------------------------------------
-    def _bank(self, bank: int) -> np.ndarray:
-        return self.dram0 if bank == 0 else self.dram1
-
-    def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
-        vectors = np.asarray(vectors)
-        n = self.arch.array_size
-        if vectors.ndim != 2 or vectors.shape[1] != n:
-            raise ValueError(f"DRAM writes take (k, {n}) arrays of vectors, got shape {vectors.shape}")
-        self._check_range(bank, base, vectors.shape[0])
-        self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
-
-    def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
-        self._check_range(bank, base, size)
-        raw = self._bank(bank)[base : base + size].astype(np.int64)
-        return self.arch.data_type.sign_extend(raw)
 
     # -- execution -------------------------------------------------------------------------------
     def execute(self, program: Program) -> RunStats:

@@ -18,7 +18,7 @@ from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import ConfigRegister, Configure
 from ..isa.program import Program
 from ..rtl import sim
-from .device import Device, DeviceError, RunStats
+from .device import DeviceError, HostDramDevice, RunStats
 
 # Defaults of the memory model: assumptions, not measurements of a board (docs/verilator.md).
 DEFAULT_READ_LATENCY = MEMORY_TIMING["read_latency"]
@@ -26,7 +26,7 @@ DEFAULT_WRITE_LATENCY = MEMORY_TIMING["write_latency"]
 DEFAULT_MAX_READS = MEMORY_TIMING["max_reads"]
 
 
-class Verilator(Device):
+class Verilator(HostDramDevice):
     """The Verilated RTL core behind the device interface."""
 
     name = "verilator"
@@ -53,11 +53,7 @@ class Verilator(Device):
         self.stall_limit, self.max_cycles, self.fst = stall_limit, max_cycles, fst
         self.bus_bytes = (arch.axi_data_width or 64) // 8
         self.lib = sim.load(arch, trace=bool(fst))
-        dt = arch.data_type
-        n = arch.array_size
-        # The harness addresses these in place: storage format, little-endian, vector after vector.
-        self.dram0 = np.zeros((arch.dram0_depth, n), dtype=np.dtype(dt.storage).newbyteorder("<"))
-        self.dram1 = np.zeros((arch.dram1_depth, n), dtype=np.dtype(dt.storage).newbyteorder("<"))
+        self._make_banks()  # the harness reads and writes these in place
         self._handle = None
         self.reset()
 
@@ -80,23 +76,6 @@ class Verilator(Device):
             self.close()
         except Exception:  # interpreter shutdown
             pass
-
-    # -- DRAM ----------------------------------------------------------------------------------
-    def _bank(self, bank: int) -> np.ndarray:
-        return self.dram0 if bank == 0 else self.dram1
-
-    def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
-        vectors = np.asarray(vectors)
-        n = self.arch.array_size
-        if vectors.ndim != 2 or vectors.shape[1] != n:
-            raise ValueError(f"DRAM writes take (k, {n}) arrays of vectors, got shape {vectors.shape}")
-        self._check_range(bank, base, vectors.shape[0])
-        self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
-
-    def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
-        self._check_range(bank, base, size)
-        raw = self._bank(bank)[base : base + size].astype(np.int64)
-        return self.arch.data_type.sign_extend(raw)
 
     # -- execution -----------------------------------------------------------------------------
     def counters(self) -> tuple[dict[str, int], dict[str, int]]:
