@@ -214,7 +214,7 @@ def _cmd_serve(args) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # clean up (socket file) on terminate
     try:
-        server.serve_forever()
+        server.serve_forever(max_clients=1 if args.once else None)
     except KeyboardInterrupt:
         pass
     return 0
@@ -305,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DRAM write response latency in cycles (default %(default)s)")
     v.add_argument("--stall-limit", type=int, default=1_000_000,
                    help="cycles without progress before a run is reported hung (default 1000000)")
+    v.add_argument("--once", action="store_true", help="exit when the first client disconnects (private servers)")
     v.set_defaults(func=_cmd_serve)
 
     t = sub.add_parser("selftest", help="check a board (or any device) step by step: DRAM, a move, a matmul, a model")

@@ -166,3 +166,26 @@ def test_models_run_bit_identical_through_the_simulated_board(model):
                          "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "sim-board"), seed=3)
     assert np.array_equal(outs["emulator"], outs["sim-board"])
+
+
+def test_a_private_server_ends_with_its_client():
+    """device("sim-board") without a socket starts its own server, which must not outlive the process."""
+    script = f"""
+import os
+from tvm_tensil.arch import Architecture
+from tvm_tensil.runtime import get_device
+dev = get_device("sim-board", Architecture.from_dict({ARCH.to_dict()!r}))
+print(dev.transport.process.pid, flush=True)
+os._exit(0)  # no cleanup of any kind
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    pid = int(r.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError("the private server outlived its client")

@@ -253,7 +253,8 @@ class SimBoardTransport(Transport):
         sock = os.path.join(folder, "board.sock")
         tarch = os.path.join(folder, "arch.tarch")
         Path(tarch).write_text(arch.to_json())
-        cmd = [sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock]
+        # --once: the server ends with its one client, even if this process dies without closing it.
+        cmd = [sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock, "--once"]
         for key, value in options.items():
             cmd += [f"--{key.replace('_', '-')}", str(value)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
