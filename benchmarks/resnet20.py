@@ -80,9 +80,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 vm["main"](x)
                 wall = time.perf_counter() - t0
-            stats = bridge.last_run_stats()
-            rtl = sum(stats[sym].cycles for sym in report.partitions)
-            sim_s = sum(stats[sym].seconds for sym in report.partitions)
+            stats = bridge.last_run_stats(report).values()
+            rtl = sum(s.cycles for s in stats)
+            sim_s = sum(s.seconds for s in stats)
             row.update({
                 "rtl_cycles": rtl,
                 "rtl_ms_at_150mhz": round(rtl / 150e3, 3),

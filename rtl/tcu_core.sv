@@ -388,12 +388,11 @@ always @* begin
 end
 
 // -- compute engine issue --------------------------------------------------------------------------
-wire issuing = state == S_ISSUE && issued < count;
+wire issue_now = state == S_ISSUE && issued < count;  // the compute engine issues a vector every cycle
 wire is_mm   = opcode == OP_MATMUL;
 wire is_lw   = opcode == OP_LOADWEIGHTS;
 wire dm_local_to_acc = opcode == OP_DATAMOVE && (flags == 4'd13 || flags == 4'd15);
 wire dm_acc_to_local = opcode == OP_DATAMOVE && flags == 4'd12;
-wire issue_now = issuing;
 
 // The instruction's operand0 as decoded (the loop moves addr0 along).
 reg  [CB-1:0] rd_base, rd_step;

@@ -6,6 +6,16 @@ from pathlib import Path
 from tvm_tensil.rtl.toolchain import RTL_DIR, apply_verilator_env
 
 BUILD_ROOT = Path(__file__).resolve().parents[1] / "build" / "rtl"
+DATA_TYPES_BY_WIDTH = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}
+
+
+def sweep_arch(n: int, width: int, regs: int = 1):
+    """A small architecture for an RTL sweep point: memories and DRAM kept small so that random
+    programs hit the same addresses often, and the dumps stay short."""
+    from tvm_tensil.arch import Architecture
+
+    return Architecture(DATA_TYPES_BY_WIDTH[width], n, 256, 256, 64, 32, simd_registers_depth=regs,
+                        stride0_depth=4, stride1_depth=4)
 
 
 def run_cocotb(toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None,

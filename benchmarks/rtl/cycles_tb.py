@@ -12,10 +12,11 @@ from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
 
 @cocotb.test()
 async def measure(dut):
-    from tvm_tensil.arch import load_arch
     from tvm_tensil.isa import assemble
+    from tvm_tensil.isa.program import pad_to_beats
+    from tvm_tensil.rtl.testbench import arch_from_env
 
-    arch = load_arch(os.environ["TCU_ARCH"])
+    arch = arch_from_env()
     lay = arch.layout
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False)
@@ -52,9 +53,7 @@ async def measure(dut):
     for name, text in cases.items():
         prog = assemble(text, lay)
         count = len(prog)
-        stream = prog.data
-        while len(stream) % beat:
-            stream += bytes(lay.instruction_bytes)
+        stream = pad_to_beats(prog.data, beat, lay.instruction_bytes)
         start_pc = int(dut.program_counter.value)
         await source.send(stream)
         # From the first instruction's acceptance until everything has landed.

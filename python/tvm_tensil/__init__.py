@@ -38,6 +38,7 @@ def last_report():
     return importlib.import_module("tvm_tensil.byoc.driver").LAST_REPORT
 
 
-def last_run_stats():
-    """Per partition, the statistics of its most recent run on a device."""
-    return _bridge.last_run_stats()
+def last_run_stats(report=None):
+    """Per partition, the statistics of its most recent run on a device (only ``report``'s
+    partitions if a build report is given, e.g. ``last_report()`` after a build)."""
+    return _bridge.last_run_stats(report)

@@ -243,7 +243,9 @@ def _cmd_ip(args) -> int:
         raise ArchitectureError(f"architecture '{arch.name}' names no FPGA part: add tvm_tensil.part to the .tarch")
     out = Path(args.output)
     params = write_vivado_params(arch, out / "params.tcl")
-    here = Path(__file__).resolve().parents[2] / "rtl" / "vivado"
+    from .rtl.toolchain import RTL_DIR
+
+    here = RTL_DIR / "vivado"
     print(f"wrote {params}\nthen, with Vivado:\n"
           f"  vivado -mode batch -source {here / 'package_ip.tcl'} -tclargs {params} {out}\n"
           f"  vivado -mode batch -source {here / 'block_design.tcl'} -tclargs {params} {out}")

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.rtl.params import TOP_PARAMETERS, core_parameters, top_parameters, write_config_package, write_vivado_params
+from tvm_tensil.rtl.params import TOP_PARAMETERS, core_parameters, top_parameters, write_vivado_params
 
 
 def test_parameters_follow_the_architecture_and_its_layout():
@@ -26,8 +26,6 @@ def test_top_parameters_are_what_tcu_top_takes():
 
 
 def test_generated_files(tmp_path):
-    pkg = write_config_package(PRESETS["pynqz1"], tmp_path / "tcu_config_pkg.sv").read_text()
-    assert "package tcu_config_pkg;" in pkg and "localparam int ARRAY_SIZE = 8;" in pkg
     tcl = write_vivado_params(PRESETS["ultra96v2"], tmp_path / "params.tcl").read_text()
     assert "set TCU_PART {xczu3eg-sbva484-1-i}" in tcl and "ARRAY_SIZE 16" in tcl and "S_AXIS_DATA_WIDTH 128" in tcl
 

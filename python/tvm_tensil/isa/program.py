@@ -218,3 +218,11 @@ class Program:
             pc = int(np.argmax(bad))
             self.instruction(pc)  # raises, naming the instruction and the field
             raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
+
+
+def pad_to_beats(stream: bytes, beat_bytes: int, instruction_bytes: int) -> bytes:
+    """``stream`` followed by whole NoOps (all-zero instructions) up to a whole number of bus beats:
+    zero bytes alone would leave part of an instruction waiting in the core's input (spec section 7)."""
+    while len(stream) % beat_bytes:
+        stream += bytes(instruction_bytes)
+    return stream

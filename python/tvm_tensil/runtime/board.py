@@ -13,7 +13,7 @@ import numpy as np
 from ..arch import Architecture
 from ..driver import Driver, Transport
 from ..isa.program import Program
-from .device import Device, RunStats
+from .device import Device, RunStats, as_vectors
 
 
 class BoardDevice(Device):
@@ -25,8 +25,9 @@ class BoardDevice(Device):
         self.driver = Driver(arch, transport, timeout=timeout)
 
     def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
-        self._check_range(bank, base, np.asarray(vectors).shape[0] if np.ndim(vectors) == 2 else 0)
-        self.driver.write(bank, base, vectors)
+        vectors = as_vectors(vectors, self.arch.array_size)
+        self._check_range(bank, base, vectors.shape[0])  # ValueError, as on every device
+        self.driver.write(bank, base, vectors)  # and the driver's own window (the probe's vectors)
 
     def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
         self._check_range(bank, base, size)

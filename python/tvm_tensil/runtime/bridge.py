@@ -98,6 +98,9 @@ def invoke(symbol: str, *tensors) -> int:
     return 0
 
 
-def last_run_stats() -> dict[str, RunStats]:
-    """The most recent run's statistics of every partition in this process."""
-    return {k: p.last_stats for k, p in PARTITIONS.items() if p.last_stats is not None}
+def last_run_stats(report=None) -> dict[str, RunStats]:
+    """The most recent run's statistics of every partition in this process, or only of the
+    partitions of ``report`` (a ``BuildReport``: one build's partitions)."""
+    keep = None if report is None else set(report.partitions)
+    return {k: p.last_stats for k, p in PARTITIONS.items()
+            if p.last_stats is not None and (keep is None or k in keep)}

@@ -50,6 +50,8 @@ class RunStats:
     cycles: int | None = None  # devices that model time report cycles
     seconds: float = 0.0  # wall time of the run
     busy: dict[str, int] = field(default_factory=dict)  # cycles each unit was busy (RTL devices)
+    # Devices that only have the core's sticky saturation flag (no counts) set this instead.
+    saturation_flag: bool = False
 
     @classmethod
     def for_program(cls, f) -> "RunStats":
@@ -80,6 +82,8 @@ class RunStats:
         if self.saturated:
             sat = ", ".join(f"{k} {v}" for k, v in self.saturations.items() if v)
             lines.append(f"  saturated scalars: {self.saturated} ({sat})")
+        elif self.saturation_flag:
+            lines.append("  saturated scalars: some (the core's flag is set; it does not count them)")
         else:
             lines.append("  saturated scalars: 0")
         return "\n".join(lines)
@@ -195,13 +199,16 @@ class Device(ABC):
         stats = self.execute(model.program)
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
-        if warn_saturation and stats.saturated:
+        if warn_saturation and (stats.saturated or stats.saturation_flag):
+            how_many = (f"{stats.saturated} values saturated" if stats.saturated else
+                        "values saturated (the core's flag says so; it does not count them)")
+            by_op = ", ".join(f"{k} {v}" for k, v in stats.saturations.items() if v)
             warnings.warn(
                 SaturationWarning(
-                    f"model '{model.name}' on {self.name}: {stats.saturated} values saturated at "
-                    f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}] "
-                    f"({', '.join(f'{k} {v}' for k, v in stats.saturations.items() if v)}); "
-                    "outputs may be clipped. A wider data type (e.g. FP32BP16) avoids this."
+                    f"model '{model.name}' on {self.name}: {how_many} at "
+                    f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}]"
+                    + (f" ({by_op})" if by_op else "")
+                    + "; outputs may be clipped. A wider data type (e.g. FP32BP16) avoids this."
                 ),
                 stacklevel=2,
             )

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import ConfigRegister, Configure
-from ..isa.program import Program
+from ..isa.program import Program, pad_to_beats
 from ..rtl import sim
 from .device import DeviceError, HostDramDevice, RunStats
 
@@ -93,10 +93,7 @@ class Verilator(HostDramDevice):
         head = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, 0),
                                           Configure(ConfigRegister.DRAM1_OFFSET, 0),
                                           Configure(ConfigRegister.TIMEOUT, 0)], lay)
-        stream = head.data + program.data
-        # Whole NoOps up to whole stream beats (a partial instruction would wait in the input).
-        while len(stream) % self.bus_bytes:
-            stream += bytes(lay.instruction_bytes)
+        stream = pad_to_beats(head.data + program.data, self.bus_bytes, lay.instruction_bytes)
         buf = np.frombuffer(stream, dtype=np.uint8)
         cycles0 = self.lib.tcu_sim_cycles(self._handle)
         valid0, _ = self.counters()
@@ -112,9 +109,7 @@ class Verilator(HostDramDevice):
         stats.cycles = int(self.lib.tcu_sim_cycles(self._handle) - cycles0)
         valid, _ = self.counters()
         stats.busy = {u: valid[u] - valid0[u] for u in sim.UNITS}
-        if flags & 16:
-            # The core has one sticky flag, not per-scalar counts.
-            stats.saturations = {"rtl (flag; count unknown)": 1}
+        stats.saturation_flag = bool(flags & 16)  # sticky since the last reset (run_model resets)
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         return stats

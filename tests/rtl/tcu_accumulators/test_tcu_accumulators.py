@@ -10,14 +10,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-
-def pack(vec, w):
-    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
-
-
-def unpack(value, n, w):
-    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
-    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
+from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 
 @cocotb.test()
@@ -54,7 +47,7 @@ async def program_order_with_forwarding(dut):
             vec = [rng.randint(lo, hi) if big else rng.randint(-100, 100) for _ in range(n)]
             acc = rng.random() < 0.6
             dut.s_write_valid.value, dut.s_write_addr.value = 1, a
-            dut.s_write_data.value, dut.s_write_accumulate.value = pack(vec, w), int(acc)
+            dut.s_write_data.value, dut.s_write_accumulate.value = pack_lanes(vec, w), int(acc)
             if acc:
                 new = [max(lo, min(hi, x + y)) for x, y in zip(model[a], vec)]
                 sat_events += any(not lo <= x + y <= hi for x, y in zip(model[a], vec))
@@ -69,7 +62,7 @@ async def program_order_with_forwarding(dut):
         await ReadOnly()
         if pending and pending[0][0] == cycle:
             assert int(dut.m_read_valid.value) == 1
-            assert unpack(int(dut.m_read_data.value), n, w) == pending.pop(0)[1]
+            assert unpack_lanes(int(dut.m_read_data.value), n, w) == pending.pop(0)[1]
     assert sat_events > 0
 
 

@@ -16,25 +16,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-
-def pack(vec, w):
-    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
-
-
-def unpack(value, n, w):
-    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
-    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
-
-
-def arch_from_env():
-    from tvm_tensil.arch import Architecture
-
-    e = {k[6:]: int(v) for k, v in os.environ.items() if k.startswith("PARAM_")}
-    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[e["DATA_WIDTH"]]
-    return Architecture(dtype, e["ARRAY_SIZE"], 1 << e["DRAM0_DEPTH_BITS"], 1 << e["DRAM1_DEPTH_BITS"],
-                        e["LOCAL_DEPTH"], e["ACC_DEPTH"], simd_registers_depth=e["SIMD_REGISTERS"],
-                        stride0_depth=int(os.environ["TCU_STRIDE0_DEPTH"]),
-                        stride1_depth=int(os.environ["TCU_STRIDE1_DEPTH"]))
+from tvm_tensil.rtl.testbench import arch_from_env, pack_lanes, unpack_lanes
 
 
 def preamble(arch):
@@ -71,7 +53,7 @@ async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
             ready = q and q[0][0] <= cycle
             getattr(dut, f"s_dram{b}_rd_valid").value = int(bool(ready))
             if ready:
-                getattr(dut, f"s_dram{b}_rd_data").value = pack(banks[b][q[0][1]], w)
+                getattr(dut, f"s_dram{b}_rd_data").value = pack_lanes(banks[b][q[0][1]], w)
         await ReadOnly()
         if pc < len(words) and int(dut.s_instr_ready.value):
             pc += 1
@@ -87,7 +69,7 @@ async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
                     q.append((max(last, cycle) + rng.randint(1, 4), (addr + k) % len(banks[b])))
             if int(getattr(dut, f"m_dram{b}_wr_valid").value) and int(getattr(dut, f"m_dram{b}_wr_ready").value):
                 addr = int(getattr(dut, f"m_dram{b}_wr_addr").value)
-                banks[b][addr] = unpack(int(getattr(dut, f"m_dram{b}_wr_data").value), n, w)
+                banks[b][addr] = unpack_lanes(int(getattr(dut, f"m_dram{b}_wr_data").value), n, w)
         done = pc == len(words) and int(dut.idle.value) and not queues[0] and not queues[1]
         await RisingEdge(dut.clk)
         if done:
@@ -215,13 +197,13 @@ async def random_programs(dut):
         await check_program(dut, arch, body, rng, f"random program {i}")
 
 
-def core_params(n, width, bp, regs=1, local=64, acc=32, dram_bits=8, stride=4):
-    from tvm_tensil.arch import Architecture
-    from tvm_tensil.rtl import core_parameters
+def core_params(n, width, regs=1):
+    from rtl_runner import sweep_arch
 
-    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[width]
-    arch = Architecture(dtype, n, 1 << dram_bits, 1 << dram_bits, local, acc, simd_registers_depth=regs,
-                        stride0_depth=stride, stride1_depth=stride)
+    from tvm_tensil.rtl import core_parameters
+    from tvm_tensil.rtl.testbench import arch_env
+
+    arch = sweep_arch(n, width, regs)
     p = core_parameters(arch)
     keys = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "LOCAL_DEPTH", "ACC_DEPTH", "DRAM0_DEPTH_BITS",
             "DRAM1_DEPTH_BITS", "OPERAND0_BITS", "OPERAND1_BITS", "OPERAND2_BITS",
@@ -230,20 +212,20 @@ def core_params(n, width, bp, regs=1, local=64, acc=32, dram_bits=8, stride=4):
     out = {k: p[k] for k in keys}
     out["SIMD_REGISTERS"] = regs
     out["INSTRUCTION_BITS"] = arch.layout.instruction_bits
-    return out, {"TCU_STRIDE0_DEPTH": str(stride), "TCU_STRIDE1_DEPTH": str(stride)}
+    return out, arch_env(arch)
 
 
-SWEEP = [(4, 16, 8, 1)]
-FULL_SWEEP = SWEEP + [(2, 16, 8, 1), (8, 16, 8, 2), (4, 32, 16, 1), (12, 16, 8, 1)]
+SWEEP = [(4, 16, 1)]
+FULL_SWEEP = SWEEP + [(2, 16, 1), (8, 16, 2), (4, 32, 1), (12, 16, 1)]
 
 
-@pytest.mark.parametrize("n, width, bp, regs", FULL_SWEEP)
-def test_tcu_core(n, width, bp, regs, full):
-    if (n, width, bp, regs) not in SWEEP and not full:
+@pytest.mark.parametrize("n, width, regs", FULL_SWEEP)
+def test_tcu_core(n, width, regs, full):
+    if (n, width, regs) not in SWEEP and not full:
         pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
-    params, env = core_params(n, width, bp, regs)
+    params, env = core_params(n, width, regs)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
     run_cocotb("tcu_core", __file__, params, extra_env=env,
                sources=["tcu_mac.sv", "tcu_systolic_array.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_ram.sv",

@@ -13,14 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
-
-def pack(vec, w):
-    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
-
-
-def unpack(value, n, w):
-    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
-    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
+from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 
 async def watch_bursts(dut, bus_bytes, bursts):
@@ -89,7 +82,7 @@ async def runs_written_then_read(dut):
             vec = [rng.randint(lo, hi) for _ in range(n)]
             model[start + k] = vec
             await FallingEdge(dut.clk)
-            dut.s_wr_valid.value, dut.s_wr_addr.value, dut.s_wr_data.value = 1, start + k, pack(vec, w)
+            dut.s_wr_valid.value, dut.s_wr_addr.value, dut.s_wr_data.value = 1, start + k, pack_lanes(vec, w)
             dut.s_wr_run.value = length if k == 0 else 0
             await handshake(dut, "s_wr")
             dut.s_wr_valid.value = 0
@@ -123,7 +116,7 @@ async def runs_written_then_read(dut):
         if sent < len(reads) and int(dut.s_rd_ready.value):
             sent += 1
         if int(dut.m_rd_valid.value):
-            got.append(unpack(int(dut.m_rd_data.value), n, w))
+            got.append(unpack_lanes(int(dut.m_rd_data.value), n, w))
         await FallingEdge(dut.clk)
     dut.s_rd_valid.value = 0
     assert got == want

@@ -10,14 +10,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-
-def pack(vec, w):
-    return sum((int(v) & ((1 << w) - 1)) << (i * w) for i, v in enumerate(vec))
-
-
-def unpack(value, n, w):
-    vals = [(value >> (i * w)) & ((1 << w) - 1) for i in range(n)]
-    return [v - (1 << w) if v >> (w - 1) else v for v in vals]
+from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 
 @cocotb.test()
@@ -54,11 +47,11 @@ async def random_instructions_match_the_emulator(dut):
         dut.s_in_valid.value = 1
         dut.s_in_op.value = int(op)
         dut.s_in_left.value, dut.s_in_right.value, dut.s_in_dest.value = left, right, dest
-        dut.s_in_data.value = pack(x, w)
+        dut.s_in_data.value = pack_lanes(x, w)
         await RisingEdge(dut.clk)
         dut.s_in_valid.value = 0
         await ReadOnly()
-        got = unpack(int(dut.m_out_data.value), n, w)
+        got = unpack_lanes(int(dut.m_out_data.value), n, w)
         assert int(dut.m_out_valid.value) == 1
         assert got == emu.acc[1].tolist(), f"step {step}: {op.name} l={left} r={right} d={dest} x={x.tolist()}"
         sat = emu.last_stats.saturations["simd"] > 0

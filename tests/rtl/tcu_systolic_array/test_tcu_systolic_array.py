@@ -11,18 +11,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-
-def pack(vec, w):
-    mask = (1 << w) - 1
-    return sum((int(v) & mask) << (i * w) for i, v in enumerate(vec))
-
-
-def unpack(value, n, w):
-    out = []
-    for i in range(n):
-        v = (value >> (i * w)) & ((1 << w) - 1)
-        out.append(v - (1 << w) if v >> (w - 1) else v)
-    return out
+from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 
 @cocotb.test()
@@ -46,7 +35,7 @@ async def streams_match_the_reference(dut):
         lim = dt.one * 2 if trial < 2 else dt.max_int  # the last trial saturates
         weights = np_rng.integers(-lim, lim + 1, (n + 1, n))  # row 0 = bias
         for row in reversed(range(n + 1)):  # highest row first, as LoadWeights shifts them in
-            dut.s_weights_data.value = pack(weights[row], w)
+            dut.s_weights_data.value = pack_lanes(weights[row], w)
             dut.s_weights_valid.value = 1
             await RisingEdge(dut.clk)
         dut.s_weights_valid.value = 0
@@ -60,12 +49,12 @@ async def streams_match_the_reference(dut):
             send = sent < count and rng.random() < 0.7
             dut.s_in_valid.value = int(send)
             if send:
-                dut.s_in_data.value = pack(inputs[sent], w)
+                dut.s_in_data.value = pack_lanes(inputs[sent], w)
             await ReadOnly()
             if send and int(dut.s_in_ready.value):
                 sent += 1
             if int(dut.m_out_valid.value) and int(dut.m_out_ready.value):
-                got.append(unpack(int(dut.m_out_data.value), n, w))
+                got.append(unpack_lanes(int(dut.m_out_data.value), n, w))
             await RisingEdge(dut.clk)
         dut.s_in_valid.value = 0
         np.testing.assert_array_equal(np.array(got), want)

@@ -14,26 +14,17 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
+from tvm_tensil.rtl.testbench import arch_from_env
+
 DRAM0_OFFSET, DRAM1_OFFSET = 1, 3  # in 64 KiB units
-
-
-def arch_from_env():
-    from tvm_tensil.arch import Architecture
-
-    e = {k[6:]: int(v) for k, v in os.environ.items() if k.startswith("PARAM_")}
-    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[e["DATA_WIDTH"]]
-    return Architecture(dtype, e["ARRAY_SIZE"], 1 << e["DRAM0_DEPTH_BITS"], 1 << e["DRAM1_DEPTH_BITS"],
-                        e["LOCAL_DEPTH"], e["ACC_DEPTH"], simd_registers_depth=e["SIMD_REGISTERS"],
-                        stride0_depth=int(os.environ["TCU_STRIDE_DEPTH"]), stride1_depth=int(os.environ["TCU_STRIDE_DEPTH"]))
 
 
 def pad_with_noops(stream: bytes, instruction_bytes: int) -> bytes:
     """Whole NoOps until the stream fills whole beats (spec section 7); zero bytes alone would
     leave part of an instruction in the core's input buffer."""
-    beat = int(os.environ["PARAM_S_AXIS_DATA_WIDTH"]) // 8
-    while len(stream) % beat:
-        stream += bytes(instruction_bytes)
-    return stream
+    from tvm_tensil.isa.program import pad_to_beats
+
+    return pad_to_beats(stream, int(os.environ["PARAM_S_AXIS_DATA_WIDTH"]) // 8, instruction_bytes)
 
 
 class Bench:
@@ -209,14 +200,14 @@ async def timeout_tracepoint_and_sample_stream(dut):
     assert all((w >> 48) == 0 for w in words)
 
 
-def top_params(n, width, regs=1, local=64, acc=32, dram_bits=8, stride=4, bus=64, axi=64):
-    from tvm_tensil.arch import Architecture
-    from tvm_tensil.rtl import top_parameters
+def top_params(n, width, regs=1, bus=64, axi=64):
+    from rtl_runner import sweep_arch
 
-    dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[width]
-    arch = Architecture(dtype, n, 1 << dram_bits, 1 << dram_bits, local, acc, simd_registers_depth=regs,
-                        stride0_depth=stride, stride1_depth=stride)
-    return top_parameters(arch, axi_data_width=axi, stream_width=bus), {"TCU_STRIDE_DEPTH": str(stride)}
+    from tvm_tensil.rtl import top_parameters
+    from tvm_tensil.rtl.testbench import arch_env
+
+    arch = sweep_arch(n, width, regs)
+    return top_parameters(arch, axi_data_width=axi, stream_width=bus), arch_env(arch)
 
 
 SWEEP = [(4, 16, 1, 64, 64)]
