@@ -9,19 +9,37 @@ import zoo
 from tvm_tensil.arch import ArchitectureError
 
 
-def test_model_too_big_for_dram0():
+def _cpu_and_tcu(mod, arch, x):
+    import tvm
+    from tvm import relax
+
+    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    return cpu, tcu, tvm_tensil.last_report()
+
+
+def test_model_too_big_for_dram0_stays_on_the_cpu_with_the_reason():
     mod = from_onnx(zoo.small_cnn(size=32), keep_params_in_input=False)
     tiny = tvm_tensil.load_arch("pynqz1").replace(dram0_depth=64, name="tiny")
-    with pytest.raises(MemoryError, match=r"needs DRAM0 vectors 0\.\.1023, beyond dram0_depth = 64; use an "
-                                          r"architecture with a larger dram0_depth"):
-        tvm_tensil.build(mod, target="tensil", arch=tiny)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    cpu, tcu, report = _cpu_and_tcu(mod, tiny, x)
+    assert report.partitions == {}
+    conv = next(o for o in report.cpu_ops if o["op"] == "relax.nn.conv2d")
+    # input 1024 + output 2 + the two largest maps alive together (conv1 1024, its pool 256)
+    assert "needs 2306 vectors of DRAM0, the architecture has 64 (dram0_depth)" in conv["reason"]
+    np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
 
 
-def test_weights_too_big_for_dram1():
+def test_weights_too_big_for_dram1_stay_on_the_cpu_with_the_reason():
     mod = from_onnx(zoo.mlp(features=64, hidden=64), keep_params_in_input=False)
     tiny = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=32, name="tiny")
-    with pytest.raises(MemoryError, match="beyond dram1_depth = 32"):
-        tvm_tensil.build(mod, target="tensil", arch=tiny)
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
+    cpu, tcu, report = _cpu_and_tcu(mod, tiny, x)
+    assert report.partitions == {}
+    assert any("vectors of DRAM1 for its weights, the architecture has 32 (dram1_depth)" in o["reason"]
+               for o in report.cpu_ops)
+    np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
 
 
 def test_wrong_arch_name():

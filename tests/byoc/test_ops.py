@@ -121,7 +121,36 @@ def test_global_average(compare, op):
     attrs = {"axes": [2, 3], "keepdims": 1} if op == "ReduceMean" else {}
     y = b.op(op, ["x"], **attrs)
     cpu, tcu, report, _ = compare(b.model({"x": [1, 12, 8, 8]}, y), {"x": grid(rng, (1, 12, 8, 8))})
-    np.testing.assert_array_equal(tcu, np.round(cpu * 256) / 256)  # one rounding, half to even
+    # 64 pixels: six halving levels, at most one unit in the last place (1/256) each.
+    assert np.max(np.abs(tcu - cpu)) <= 6 / 256
+    assert cpu_ops(report) == []
+
+
+@pytest.mark.parametrize("hw, lo, hi", [(16, 8, 12), (32, 2, 4), (7, -100, 100), (1, -3, 3)])
+def test_global_average_never_overflows(compare, hw, lo, hi):
+    """Inputs and mean well inside FP16BP8's range, but a sum of the window far outside it."""
+    b = OnnxBuilder(seed=7)
+    y = b.op("GlobalAveragePool", ["x"])
+    x = np.random.default_rng(7).uniform(lo, hi, (1, 8, hw, hw))
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 8, hw, hw]}, y), {"x": x})
+    levels = max(0, (hw * hw - 1).bit_length())
+    # Rounding the input, then one unit per level, times the final factor (< 2), plus its rounding.
+    bound = (0.5 + 2 * levels + 1) / 256 + np.max(np.abs(cpu)) * 2 ** -9
+    assert np.max(np.abs(tcu - cpu)) <= bound
+    assert cpu_ops(report) == []
+
+
+@pytest.mark.parametrize("k, lo, hi, pads", [(3, 10, 20, 0), (2, 30, 50, 0), (3, 60, 120, 1), (4, -120, 120, 0)])
+def test_average_pool_never_overflows(compare, k, lo, hi, pads):
+    b = OnnxBuilder(seed=9)
+    y = b.op("AveragePool", ["x"], kernel_shape=[k, k], strides=[1, 1], pads=[pads] * 4)
+    x = np.random.default_rng(9).uniform(lo, hi, (1, 8, 9, 9))
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 8, 9, 9]}, y), {"x": x})
+    shift = (k * k - 1).bit_length()
+    # Input rounding (half a unit); count products rounded (half a unit each) at scale 2^-shift,
+    # scaled back by 2^shift / count: 2^(shift-1) units; the final product's rounding; the factor's.
+    bound = (0.5 + 2 ** (shift - 1) + 0.5) / 256 + np.max(np.abs(cpu)) * 2 ** -9
+    assert np.max(np.abs(tcu - cpu)) <= bound
     assert cpu_ops(report) == []
 
 

@@ -138,6 +138,22 @@ def test_global_avg_pool():
     g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", (2, 1, 1, 20))},
               [Node("global_avg_pool", ["x"], "y", {})], ["x"], ["y"], [])
     y, _, _ = run(g, {"x": x})
-    # 64 pixels: pre-scaled by 1/16 (exact on this grid), summed exactly, times 1/4: one
-    # rounding, half to even, to the nearest lsb of the true mean.
-    np.testing.assert_array_equal(y["y"], np.round(x.mean(axis=(1, 2), keepdims=True) * 256) / 256)
+    # 64 pixels: six halving levels, each within one lsb (1/256) of the exact mean of its pair.
+    err = np.abs(y["y"] - x.mean(axis=(1, 2), keepdims=True))
+    assert err.max() <= 6 / 256
+
+
+@pytest.mark.parametrize("hw", [1, 3, 5, 12, 33])
+def test_global_avg_pool_of_any_size_within_its_bound(hw):
+    """Odd and non-power-of-two pixel counts (a missing partner counts as zero; the final factor
+    T / pixels in [1, 2) corrects the mean), chunks of pixels when a map exceeds local memory."""
+    rng = np.random.default_rng(hw)
+    x = rng.uniform(-100, 100, (1, hw, hw, 12))
+    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", (1, 1, 1, 12))},
+              [Node("global_avg_pool", ["x"], "y", {})], ["x"], ["y"], [])
+    arch = ARCH.replace(local_depth=256, name="small_local")
+    y, _, _ = run(g, {"x": x}, arch=arch)
+    levels = (hw * hw - 1).bit_length()
+    mean = x.mean(axis=(1, 2), keepdims=True)
+    bound = (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2 ** -9
+    assert np.abs(y["y"] - mean).max() <= bound

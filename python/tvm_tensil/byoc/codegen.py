@@ -46,6 +46,18 @@ def stub_source(symbol: str, desc: dict) -> str:
     return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
 
 
+def compile_partition(func, arch: Architecture):
+    """Compile one partition function (``COMPILED`` keeps it by symbol for the codegen and the
+    report). Raises whatever the frontend or the compiler raises."""
+    symbol = str(func.attrs["global_symbol"])
+    graph, io_shapes = relax_to_graph(func)
+    part = compile_graph(graph, arch, name=symbol)
+    part.constants = graph.constants  # for writing model files at build time
+    part.description = description(part, io_shapes, graph.inputs, graph.outputs)
+    COMPILED[symbol] = part
+    return part
+
+
 @tvm_ffi.register_global_func("relax.ext.tensil", override=True)
 def tensil_codegen(functions, options, constant_names):
     arch = _arch_from_options(options)
@@ -53,11 +65,9 @@ def tensil_codegen(functions, options, constant_names):
     modules = []
     for func in functions:
         symbol = str(func.attrs["global_symbol"])
-        graph, io_shapes = relax_to_graph(func)
-        part = compile_graph(graph, arch, name=symbol)
-        COMPILED[symbol] = part
-        part.constants = graph.constants  # for writing model files at build time
+        part = COMPILED.get(symbol)
+        if part is None or part.arch.to_dict() != arch.to_dict():  # RunCodegen called directly, not through offload()
+            part = compile_partition(func, arch)
         names = [str(constant_names[c]) for c in collect_constants(func)]
-        desc = description(part, io_shapes, graph.inputs, graph.outputs)
-        modules.append(create(stub_source(symbol, desc), "cc", [symbol], names))
+        modules.append(create(stub_source(symbol, part.description), "cc", [symbol], names))
     return modules

@@ -92,6 +92,12 @@ def _namespace_symbols(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
     return mod
 
 
+def _weights_not_constant(call) -> bool:
+    """A conv or dense layer whose weights are a graph input (``keep_params_in_input=True``)."""
+    return (call.op.name in ("relax.nn.conv2d", "relax.matmul") and len(call.args) == 2
+            and isinstance(call.args[1], relax.Var))
+
+
 def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
     ops = []
     for gv, func in mod.functions.items():
@@ -105,11 +111,52 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                 except ValueError:
                     shape = ()
                 name = e.op.name
-                reason = rejections.reason(name, shape) or f"no Tensil pattern for {name}"
-                ops.append({"op": name, "shape": list(shape), "reason": reason})
+                reason = rejections.reason(name, shape)
+                if reason is None and _weights_not_constant(e):
+                    reason = ("its weights are a graph input, not constants: import with "
+                              "from_onnx(model, keep_params_in_input=False) or pass params= to build()")
+                ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}"})
 
         relax.analysis.post_order_visit(func.body, visit)
     return ops
+
+
+def _partitions(mod: tvm.IRModule):
+    return [(gv, f) for gv, f in mod.functions.items()
+            if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == TARGET]
+
+
+def _back_to_cpu(func: relax.Function) -> relax.Function:
+    """A partition that cannot be compiled, as plain Relax ops again (its composite functions
+    inlined), so that the host build compiles it like any other part of the model."""
+    sub = tvm.IRModule({"partition": func.without_attr("Codegen").with_attr("global_symbol", "partition")})
+    sub = relax.transform.LambdaLift()(sub)
+    for gv, f in list(sub.functions.items()):
+        if isinstance(f, relax.Function) and f.attrs and "Composite" in f.attrs:
+            sub[gv] = f.without_attr("Composite")
+    sub = relax.transform.InlinePrivateFunctions()(sub)
+    return sub["partition"].without_attr("global_symbol")
+
+
+def _compile_partitions(mod: tvm.IRModule, arch: Architecture, rejections: Rejections) -> tvm.IRModule:
+    """Compile every partition now; one that fails (too big for DRAM0, an op the scheduler cannot
+    place) goes back to the CPU with the reason recorded for each of its ops."""
+    for gv, func in _partitions(mod):
+        symbol = str(func.attrs["global_symbol"])
+        try:
+            codegen.compile_partition(func, arch)
+        except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
+            reason = f"its partition could not be compiled for the TCU: {e}"
+            codegen.COMPILED.pop(symbol, None)
+
+            def record(expr):
+                if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+                    rejections.add(expr, reason, replace=True)
+
+            plain = _back_to_cpu(func)
+            relax.analysis.post_order_visit(plain.body, record)
+            mod[gv] = plain
+    return mod
 
 
 def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[tvm.IRModule, BuildReport]:
@@ -118,9 +165,9 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
     rejections = Rejections()
     mod = partition_for_tensil(mod, arch, rejections)
     mod = _namespace_symbols(mod, arch)
+    mod = _compile_partitions(mod, arch, rejections)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections))
-    symbols = [str(f.attrs["global_symbol"]) for f in mod.functions.values()
-               if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == TARGET]
+    symbols = [str(f.attrs["global_symbol"]) for _, f in _partitions(mod)]
     mod = relax.transform.RunCodegen({TARGET: {"arch": json.dumps(arch.to_dict())}})(mod)
     for sym in symbols:
         report.partitions[sym] = codegen.COMPILED[sym].report

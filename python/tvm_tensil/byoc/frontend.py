@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import relax
+from tvm.ir.prim.expr import IntImm
 
 from ..compiler.graph import Graph, Node, Tensor
 
@@ -26,6 +27,8 @@ def shape_of(expr) -> tuple[int, ...]:
     ty = expr.ty if hasattr(expr, "ty") else None
     if ty is None or not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
         raise FrontendError(f"expression has no static tensor shape: {type(expr).__name__}")
+    if not all(isinstance(v, IntImm) for v in ty.shape.values):
+        raise FrontendError(f"symbolic shape {list(ty.shape.values)} (the TCU needs static shapes)")
     return tuple(int(v) for v in ty.shape.values)
 
 
@@ -62,7 +65,6 @@ class _Builder:
         self.constants = [c.value.numpy().astype(np.float32) for c in self.const_exprs]
         self.tensors: dict[str, Tensor] = {}
         self.nodes: list[Node] = []
-        self._vars: list = []  # (Relax var, tensor name); vars compare by identity
         self.views: dict[str, tuple[str, str]] = {}
         self.relax_shapes: dict[str, tuple[int, ...]] = {}
         self.count = 0
@@ -80,62 +82,93 @@ class _Builder:
         self.relax_shapes[name] = relax_shape
         return name
 
+
+
+class _Scope:
+    """Relax variables -> tensor names, one scope per function body.
+
+    A composite function that the partitioner reuses for several calls is inlined once per
+    call, each time in a fresh scope: its parameters and locals are the same Relax objects
+    every time, so a single flat table would hand every later call the first call's tensors.
+    Relax objects hash by identity.
+    """
+
+    def __init__(self, parent: "_Scope | None" = None):
+        self.parent = parent
+        self.names: dict = {}
+
     def bind(self, var, name: str) -> None:
-        self._vars.append((var, name))
+        self.names[var] = name
 
     def lookup(self, var) -> str:
-        for v, name in self._vars:
-            if v.same_as(var):
-                return name
+        scope = self
+        while scope is not None:
+            if var in scope.names:
+                return scope.names[var]
+            scope = scope.parent
         raise FrontendError(f"unbound variable {getattr(var, 'name', var)}")
 
 
 def relax_to_graph(func: relax.Function) -> tuple[Graph, dict[str, tuple[int, ...]]]:
     """Convert a merged Tensil partition. Returns the graph and each graph I/O tensor's Relax shape."""
     b = _Builder(func)
+    scope = _Scope()
     inputs = []
     for p in func.params:
         name = b.new_tensor(shape_of(p))
-        b.bind(p, name)
+        scope.bind(p, name)
         inputs.append(name)
-    out_name = _walk(b, func.body, {})
-    graph = Graph(b.tensors, b.nodes, inputs, [out_name], b.constants, b.views)
-    io_shapes = {t: b.relax_shapes[t] for t in inputs + [out_name]}
+    result = _walk(b, func.body, scope)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    graph = Graph(b.tensors, b.nodes, inputs, outputs, b.constants, b.views)
+    io_shapes = {t: b.relax_shapes[t] for t in inputs + outputs}
     return graph, io_shapes
 
 
-def _walk(b: _Builder, body, functions: dict) -> str:
-    """Walk a SeqExpr; composite calls are inlined. Returns the tensor name of the result."""
-    local_funcs = dict(functions)
+def _walk(b: _Builder, body, scope: _Scope) -> str:
+    """Walk a SeqExpr; composite calls are inlined, each in its own scope. Returns the tensor
+    name of the result (a tuple of names for a tuple result)."""
     for block in body.blocks:
         for binding in block.bindings:
             value = binding.value
             if isinstance(value, relax.Function):
-                local_funcs[len(local_funcs)] = (binding.var, value)
+                scope.bind(binding.var, value)
+                continue
+            if isinstance(value, relax.Var):  # an alias
+                scope.bind(binding.var, scope.lookup(value))
+                continue
+            if isinstance(value, relax.Tuple):  # a composite's tuple result, unpacked below
+                scope.bind(binding.var, tuple(_operand(scope, f) for f in value.fields))
+                continue
+            if isinstance(value, relax.TupleGetItem):
+                tup = scope.lookup(value.tuple_value)
+                if not isinstance(tup, tuple):
+                    raise FrontendError("tuple item of a non-tuple")
+                scope.bind(binding.var, tup[int(value.index)])
                 continue
             if not isinstance(value, relax.Call):
-                if isinstance(value, relax.Var):  # an alias
-                    b.bind(binding.var, b.lookup(value))
-                    continue
                 raise FrontendError(f"unsupported binding {type(value).__name__}")
-            callee = None
-            for var, fn in local_funcs.values():
-                if isinstance(value.op, relax.Var) and var.same_as(value.op):
-                    callee = fn
-            if callee is not None:
-                # Inline the composite: bind its params to the call's arguments.
+            if isinstance(value.op, relax.Var):
+                callee = scope.lookup(value.op)
+                if not isinstance(callee, relax.Function):
+                    raise FrontendError(f"call of a non-function {value.op.name}")
+                inner = _Scope(scope)
                 for param, arg in zip(callee.params, value.args):
-                    b.bind(param, _operand(b, arg))
-                b.bind(binding.var, _walk(b, callee.body, local_funcs))
+                    inner.bind(param, _operand(scope, arg))
+                scope.bind(binding.var, _walk(b, callee.body, inner))
                 continue
-            b.bind(binding.var, _convert_call(b, value, shape_of(binding.var)))
+            scope.bind(binding.var, _convert_call(b, scope, value, shape_of(binding.var)))
     result = body.body
-    return b.lookup(result)
+    if isinstance(result, relax.Tuple):  # a partition with several outputs
+        return tuple(_operand(scope, f) for f in result.fields)
+    return scope.lookup(result)
 
 
-def _operand(b: _Builder, arg) -> str:
+def _operand(scope: _Scope, arg) -> str:
     if isinstance(arg, relax.Var):
-        return b.lookup(arg)
+        name = scope.lookup(arg)
+        if isinstance(name, str):
+            return name
     raise FrontendError(f"unsupported operand {type(arg).__name__}")
 
 
@@ -189,7 +222,7 @@ def _is_const(e) -> bool:
     return isinstance(e, tvm.ir.GenericConst)
 
 
-def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> str:
+def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple[int, ...]) -> str:
     op = call.op.name
     a = call.attrs
     out = b.new_tensor(out_shape)
@@ -199,54 +232,54 @@ def _convert_call(b: _Builder, call: relax.Call, out_shape: tuple[int, ...]) -> 
         return out
 
     if op == "relax.nn.conv2d":
-        return node("conv2d", [_operand(b, call.args[0])], weight=b.const_index(call.args[1]), bias=None,
+        return node("conv2d", [_operand(scope, call.args[0])], weight=b.const_index(call.args[1]), bias=None,
                     strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
                     padding=tuple(int(p) for p in a.padding), groups=int(a.groups))
     if op == "relax.matmul":
         w = b.const_index(call.args[1])
         # A (K, M) matmul weight is a 1x1 conv weight (M, K, 1, 1); the packer transposes.
-        b.nodes.append(Node("conv2d", [_operand(b, call.args[0])], out,
+        b.nodes.append(Node("conv2d", [_operand(scope, call.args[0])], out,
                             dict(weight=w, bias=None, groups=1, layout="KM"), source_ops=[op]))
         return out
     if op == "relax.add":
         lhs, rhs = call.args
         if _is_const(rhs) or _is_const(lhs):
             x, c = (lhs, rhs) if _is_const(rhs) else (rhs, lhs)
-            return node("bias_add", [_operand(b, x)], weight=None, bias=b.const_index(c), groups=1)
-        return node("add", [_operand(b, lhs), _operand(b, rhs)])
+            return node("bias_add", [_operand(scope, x)], weight=None, bias=b.const_index(c), groups=1)
+        return node("add", [_operand(scope, lhs), _operand(scope, rhs)])
     if op == "relax.nn.relu":
-        return node("relu", [_operand(b, call.args[0])])
+        return node("relu", [_operand(scope, call.args[0])])
     if op == "relax.nn.leakyrelu":
-        return node("leaky_relu", [_operand(b, call.args[0])], alpha=float(a.alpha))
+        return node("leaky_relu", [_operand(scope, call.args[0])], alpha=float(a.alpha))
     if op == "relax.clip":
-        return node("clip", [_operand(b, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
+        return node("clip", [_operand(scope, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
     if op == "relax.image.resize2d":
         if str(a.method) == "nearest_neighbor":
             rows, cols = probe_nearest(call, shape_of(call.args[0]), out_shape)
-            return node("resize_nearest", [_operand(b, call.args[0])], rows=rows, cols=cols)
+            return node("resize_nearest", [_operand(scope, call.args[0])], rows=rows, cols=cols)
         mh, mw = probe_linear(call, shape_of(call.args[0]), out_shape)
-        return node("resize_linear", [_operand(b, call.args[0])], rows=mh, cols=mw)
+        return node("resize_linear", [_operand(scope, call.args[0])], rows=mh, cols=mw)
     if op == "relax.nn.pad":
         w = [int(v) for v in a.pad_width]
-        return node("pad", [_operand(b, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))
+        return node("pad", [_operand(scope, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))
     if op == "relax.concat":
         fields = call.args[0].fields if isinstance(call.args[0], relax.Tuple) else None
         if fields is None:
             raise FrontendError("concat of a non-tuple")
-        return node("concat", [_operand(b, t) for t in fields])
+        return node("concat", [_operand(scope, t) for t in fields])
     if op in ("relax.maximum", "relax.minimum"):
         bound = float(call.args[1].value.numpy().reshape(()))
         lo, hi = (bound, float("inf")) if op == "relax.maximum" else (float("-inf"), bound)
-        return node("clip", [_operand(b, call.args[0])], lo=lo, hi=hi)
+        return node("clip", [_operand(scope, call.args[0])], lo=lo, hi=hi)
     if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         kind = "max_pool2d" if "max" in op else "avg_pool2d"
-        return node(kind, [_operand(b, call.args[0])], kernel=tuple(int(k) for k in a.pool_size),
+        return node(kind, [_operand(scope, call.args[0])], kernel=tuple(int(k) for k in a.pool_size),
                     strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
                     padding=tuple(int(p) for p in a.padding), count_include_pad=bool(a.count_include_pad))
     if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
-        return node("global_avg_pool", [_operand(b, call.args[0])])
+        return node("global_avg_pool", [_operand(scope, call.args[0])])
     if op in ("relax.reshape", "relax.flatten"):
-        src = _operand(b, call.args[0])
+        src = _operand(scope, call.args[0])
         src_shape = b.relax_shapes[src]
         if len(src_shape) == 4 and src_shape[2:] != (1, 1):
             # An NCHW flatten feeding a dense layer: a view of the same storage.

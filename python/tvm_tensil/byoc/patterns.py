@@ -28,12 +28,15 @@ class Rejections:
 
     reasons: dict[tuple[str, tuple], str] = field(default_factory=dict)
 
-    def add(self, expr, reason: str) -> bool:
+    def add(self, expr, reason: str, replace: bool = False) -> bool:
         try:
             key = (expr.op.name, shape_of(expr))
         except Exception:  # noqa: BLE001 - a report detail must never break partitioning
             key = (str(getattr(getattr(expr, "op", None), "name", "?")), ())
-        self.reasons.setdefault(key, reason)
+        if replace:
+            self.reasons[key] = reason
+        else:
+            self.reasons.setdefault(key, reason)
         return False
 
     def reason(self, op: str, shape: tuple) -> str | None:
@@ -53,8 +56,8 @@ def _float32(*exprs) -> str | None:
 def _rank(expr, ranks=(2, 4)) -> str | None:
     try:
         s = shape_of(expr)
-    except ValueError:
-        return "dynamic shape"
+    except ValueError as e:
+        return str(e)
     return None if len(s) in ranks else f"rank {len(s)} tensor (the TCU takes NCHW or 2-D)"
 
 
@@ -66,245 +69,265 @@ def _per_channel(const_shape: tuple, x_shape: tuple) -> bool:
     return const_shape in ((c,), (1, c), (1, c, 1, 1)) and (len(x_shape) == 4 or const_shape != (1, c, 1, 1))
 
 
-def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPattern]:
-    """The Tensil patterns for ``arch``, generic first, fused last."""
+def _needs_registers(arch: Architecture, what: str) -> str | None:
+    if arch.simd_registers_depth < 1:
+        return f"{what} needs a SIMD register; this architecture has simd_registers_depth = 0"
+    return None
+
+
+# -- check functions: one per op, each returns None (offload) or the reason it stays on the CPU --
+
+def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
+    a = call.attrs
+    x, w = call.args
+    if (err := _float32(x, w) or _rank(x, (4,))):
+        return err
+    if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        return f"layout {a.data_layout}/{a.kernel_layout}: the TCU path takes NCHW/OIHW"
+    if a.out_dtype and str(a.out_dtype) not in ("", "float32", "void"):
+        return f"out_dtype {a.out_dtype}"
+    co, ci_g, kh, kw = shape_of(w)
+    ci = shape_of(x)[1]
+    groups = int(a.groups)
+    if groups != 1 and not (groups == ci == co and ci_g == 1):
+        return f"grouped convolution (groups = {groups}); only groups = 1 and depthwise run on the TCU"
+    dh, dw = (int(d) for d in a.dilation)
     n = arch.array_size
+    pb = 1 << max(0, math.ceil(ci / n) - 1).bit_length()
+    window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * pb
+    if window + 2 * (n + 1) + 1 > arch.local_depth:
+        return (f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; "
+                f"local_depth is {arch.local_depth}")
+    return None
 
-    def reject(ctx: PatternCheckContext, reason: str) -> bool:
-        return rejections.add(ctx.annotated_expr["root"], reason)
 
-    def needs_registers(ctx, what) -> bool:
-        if arch.simd_registers_depth < 1:
-            return reject(ctx, f"{what} needs a SIMD register; this architecture has simd_registers_depth = 0")
-        return True
+def check_matmul(arch: Architecture, call: relax.Call) -> str | None:
+    x, w = call.args
+    if (err := _float32(x, w)):
+        return err
+    if len(shape_of(x)) != 2 or len(shape_of(w)) != 2:
+        return "matmul of other than a 2-D input and a 2-D constant weight"
+    return None
 
-    def check_conv(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["conv"]
-        a = call.attrs
-        x, w = call.args
-        if (err := _float32(x, w) or _rank(x, (4,))):
-            return reject(ctx, err)
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return reject(ctx, f"layout {a.data_layout}/{a.kernel_layout}: the TCU path takes NCHW/OIHW")
-        if a.out_dtype and str(a.out_dtype) not in ("", "float32", "void"):
-            return reject(ctx, f"out_dtype {a.out_dtype}")
-        co, ci_g, kh, kw = shape_of(w)
-        ci = shape_of(x)[1]
-        groups = int(a.groups)
-        if groups != 1 and not (groups == ci == co and ci_g == 1):
-            return reject(ctx, f"grouped convolution (groups = {groups}); only groups = 1 and depthwise run on the TCU")
-        dh, dw = (int(d) for d in a.dilation)
-        pb = 1 << max(0, math.ceil(ci / n) - 1).bit_length()
-        window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * pb
-        if window + 2 * (n + 1) + 1 > arch.local_depth:
-            return reject(ctx, f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; "
-                               f"local_depth is {arch.local_depth}")
-        return check_epilogue(ctx)
 
-    def check_matmul(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["matmul"]
-        x, w = call.args
-        if (err := _float32(x, w)):
-            return reject(ctx, err)
-        if len(shape_of(x)) != 2 or len(shape_of(w)) != 2:
-            return reject(ctx, "matmul of other than a 2-D input and a 2-D constant weight")
-        return check_epilogue(ctx)
+def check_flatten(arch: Architecture, call: relax.Call) -> str | None:
+    """A reshape feeding a dense layer: free when it is an NCHW flatten (the weights are permuted)."""
+    src, dst = shape_of(call.args[0]), shape_of(call)
+    if len(src) != 4 or dst != (src[0], src[1] * src[2] * src[3]):
+        return f"reshape {src} -> {dst} is not an NCHW flatten"
+    hw = src[2] * src[3]
+    if src[0] > 1 and hw & (hw - 1):
+        return f"flatten of a batch of {src[0]} maps of {src[2]}x{src[3]} (h*w not a power of two)"
+    return None
 
-    def check_bias(ctx: PatternCheckContext) -> bool:
-        if "bias" not in ctx.annotated_expr:
+
+def check_bias(arch: Architecture, add: relax.Call) -> str | None:
+    x, c = add.args if isinstance(add.args[1], tvm.ir.GenericConst) else add.args[::-1]
+    if not _per_channel(shape_of(c), shape_of(x)):
+        return f"bias of shape {shape_of(c)} does not broadcast along channels"
+    return None
+
+
+def check_activation(arch: Architecture, call: relax.Call) -> str | None:
+    op = call.op.name
+    if (err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, op)):
+        return err
+    if op == "relax.clip":
+        lo, hi = float(call.args[1].value), float(call.args[2].value)
+        if lo > hi:
+            return f"clip bounds [{lo}, {hi}] are empty"
+        # Bounds beyond the data type's range clip nothing more than saturation does.
+    if op == "relax.nn.leakyrelu" and not 0.0 <= float(call.attrs.alpha) <= 1.0:
+        return f"leaky relu alpha {float(call.attrs.alpha)} outside [0, 1] (computed as max(x, alpha*x))"
+    return None
+
+
+def check_add(arch: Architecture, call: relax.Call) -> str | None:
+    x, y = call.args
+    if (err := _float32(x, y) or _rank(x) or _rank(y)):
+        return err
+    if isinstance(y, tvm.ir.GenericConst) or isinstance(x, tvm.ir.GenericConst):
+        xx, c = (x, y) if isinstance(y, tvm.ir.GenericConst) else (y, x)
+        if not _per_channel(shape_of(c), shape_of(xx)):
+            return f"add of a constant of shape {shape_of(c)} that is not per channel"
+        return None
+    if shape_of(x) != shape_of(y):
+        return f"add with broadcasting ({shape_of(x)} + {shape_of(y)})"
+    return None
+
+
+def check_resize(arch: Architecture, call: relax.Call) -> str | None:
+    a = call.attrs
+    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+        return err
+    if a.layout != "NCHW":
+        return f"resize layout {a.layout}"
+    if str(a.method) not in ("nearest_neighbor", "linear"):
+        return f"{a.method} resize (nearest and linear run on the TCU)"
+    if str(a.coordinate_transformation_mode) == "tf_crop_and_resize":
+        return "tf_crop_and_resize"
+    return None
+
+
+def check_pad(arch: Architecture, call: relax.Call) -> str | None:
+    a = call.attrs
+    width = [int(v) for v in a.pad_width]
+    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+        return err
+    if str(a.pad_mode) != "constant":
+        return f"{a.pad_mode} padding (only constant)"
+    if any(width[:4]):
+        return "padding of the batch or channel axes (only H and W)"
+    if min(width) < 0:
+        return "negative padding (a crop)"
+    return None
+
+
+def check_concat(arch: Architecture, call: relax.Call) -> str | None:
+    tup = call.args[0]
+    if not isinstance(tup, relax.Tuple):
+        return "concat of a tuple variable"
+    if (err := _float32(*tup.fields)):
+        return err
+    shapes = [shape_of(t) for t in tup.fields]
+    axis = int(call.attrs.axis) % len(shapes[0])
+    if len(shapes[0]) != 4 or axis != 1:
+        return f"concat along axis {axis} of rank-{len(shapes[0])} tensors (only channels of NCHW)"
+    if len({(s[0], s[2], s[3]) for s in shapes}) != 1:
+        return "concat of tensors with different batch or spatial sizes"
+    return None
+
+
+def check_minmax(arch: Architecture, call: relax.Call) -> str | None:
+    x, c = call.args
+    if (err := _float32(x, c) or _rank(x)):
+        return err
+    if c.value.numpy().size != 1:
+        return f"{call.op.name} with a non-scalar bound"
+    return _needs_registers(arch, call.op.name)
+
+
+def check_pool(arch: Architecture, call: relax.Call) -> str | None:
+    a = call.attrs
+    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+        return err
+    if a.layout != "NCHW" or a.out_layout != "NCHW":
+        return f"pool layout {a.layout}"
+    if a.ceil_mode:
+        return "ceil_mode pooling"
+    kh, kw = (int(k) for k in a.pool_size)
+    if call.op.name == "relax.nn.avg_pool2d":
+        # Each value enters the sum scaled by 2^-s, 2^s >= kh*kw; keep at least half the
+        # fraction bits for it (see docs/compiler.md, error bounds).
+        shift = math.ceil(math.log2(kh * kw)) if kh * kw > 1 else 0
+        if shift > arch.data_type.binary_point // 2:
+            return (f"average pool over {kh}x{kw} values: {arch.data_type.name} keeps too few fraction bits "
+                    f"to sum them exactly enough (at most {1 << (arch.data_type.binary_point // 2)} values)")
+    return _needs_registers(arch, "pooling")
+
+
+def check_global_pool(arch: Architecture, call: relax.Call) -> str | None:
+    x = call.args[0]
+    if (err := _float32(x) or _rank(x, (4,))):
+        return err
+    out = shape_of(call)
+    if call.op.name == "relax.nn.adaptive_avg_pool2d":
+        if call.attrs.layout != "NCHW" or tuple(out[2:]) != (1, 1):
+            return f"adaptive average pool to {out[2:]} (only 1x1, NCHW)"
+    else:  # mean
+        axes = sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None else []
+        if axes != [2, 3] or not call.attrs.keepdims:
+            return f"mean over axes {axes} (only H and W with keepdims)"
+    return _needs_registers(arch, "average pooling")
+
+
+def check_reshape(arch: Architecture, call: relax.Call) -> str | None:
+    if (err := _float32(call.args[0])):
+        return err
+    src, dst = shape_of(call.args[0]), shape_of(call)
+    ok = (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2]) or (
+        len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2])
+    return None if ok else f"reshape {src} -> {dst} reorders data in the TCU layout"
+
+
+# Which check applies to which annotated part of a pattern. Fused patterns check every part.
+_PART_CHECKS = {
+    "conv": check_conv2d,
+    "matmul": check_matmul,
+    "flatten": check_flatten,
+    "bias": check_bias,
+    "relu": check_activation,
+}
+
+
+def _checker(arch: Architecture, rejections: Rejections, root_check=None):
+    """A FusionPattern check: every annotated part passes its check function, or the root op
+    is recorded in ``rejections`` with the first reason and stays on the CPU. A check that
+    fails unexpectedly rejects too: a build never aborts over a pattern."""
+
+    def check(ctx: PatternCheckContext) -> bool:
+        root = ctx.annotated_expr["root"]
+        try:
+            parts = [(fn, ctx.annotated_expr[key]) for key, fn in _PART_CHECKS.items()
+                     if key in ctx.annotated_expr]
+            if root_check is not None:
+                parts.append((root_check, root))
+            for fn, expr in parts:
+                if (reason := fn(arch, expr)) is not None:
+                    return rejections.add(root, reason)
             return True
-        add = ctx.annotated_expr["bias"]
-        x, c = add.args if isinstance(add.args[1], tvm.ir.GenericConst) else add.args[::-1]
-        if not _per_channel(shape_of(c), shape_of(x)):
-            return reject(ctx, f"bias of shape {shape_of(c)} does not broadcast along channels")
-        return True
+        except Exception as e:  # noqa: BLE001 - reported, and the op stays on the CPU
+            return rejections.add(root, f"not offloaded: {type(e).__name__}: {e}")
 
-    def check_epilogue(ctx: PatternCheckContext) -> bool:
-        if not check_bias(ctx):
-            return False
-        for key in ("relu", "clip", "leakyrelu"):
-            if key in ctx.annotated_expr and not check_activation(ctx, ctx.annotated_expr[key]):
-                return False
-        return True
+    return check
 
-    def check_activation(ctx, call) -> bool:
-        op = call.op.name
-        if (err := _float32(call.args[0]) or _rank(call.args[0])):
-            return reject(ctx, err)
-        if not needs_registers(ctx, op):
-            return False
-        if op == "relax.clip":
-            lo, hi = float(call.args[1].value), float(call.args[2].value)
-            if lo > hi:
-                return reject(ctx, f"clip bounds [{lo}, {hi}] are empty")
-            # Bounds beyond the data type's range clip nothing more than saturation does.
-        if op == "relax.nn.leakyrelu" and not 0.0 <= float(call.attrs.alpha) <= 1.0:
-            return reject(ctx, f"leaky relu alpha {float(call.attrs.alpha)} outside [0, 1] (computed as max(x, alpha*x))")
-        return True
 
-    def check_add(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        x, y = call.args
-        if (err := _float32(x, y) or _rank(x) or _rank(y)):
-            return reject(ctx, err)
-        if isinstance(y, tvm.ir.GenericConst) or isinstance(x, tvm.ir.GenericConst):
-            xx, c = (x, y) if isinstance(y, tvm.ir.GenericConst) else (y, x)
-            if not _per_channel(shape_of(c), shape_of(xx)):
-                return reject(ctx, f"add of a constant of shape {shape_of(c)} that is not per channel")
-            return True
-        if shape_of(x) != shape_of(y):
-            return reject(ctx, f"add with broadcasting ({shape_of(x)} + {shape_of(y)})")
-        return True
+# Single ops: pattern name -> (Relax op, number of operands, check).
+SINGLE_OPS = {
+    "add": ("relax.add", 2, check_add),
+    "relu": ("relax.nn.relu", 1, check_activation),
+    "leaky_relu": ("relax.nn.leakyrelu", 1, check_activation),
+    "clip": ("relax.clip", 3, check_activation),
+    "max_pool2d": ("relax.nn.max_pool2d", 1, check_pool),
+    "avg_pool2d": ("relax.nn.avg_pool2d", 1, check_pool),
+    "global_avg_pool": ("relax.nn.adaptive_avg_pool2d", 1, check_global_pool),
+    "mean": ("relax.mean", 1, check_global_pool),
+    "reshape": ("relax.reshape", 2, check_reshape),
+    "concat": ("relax.concat", 1, check_concat),
+    "pad": ("relax.nn.pad", 1, check_pad),
+    "resize2d": ("relax.image.resize2d", 2, check_resize),
+    "maximum": ("relax.maximum", 2, check_minmax),
+    "minimum": ("relax.minimum", 2, check_minmax),
+}
 
-    def check_act(ctx: PatternCheckContext) -> bool:
-        return check_activation(ctx, ctx.annotated_expr["root"])
 
-    def check_resize(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        a = call.attrs
-        if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
-            return reject(ctx, err)
-        if a.layout != "NCHW":
-            return reject(ctx, f"resize layout {a.layout}")
-        if str(a.method) not in ("nearest_neighbor", "linear"):
-            return reject(ctx, f"{a.method} resize (nearest and linear run on the TCU)")
-        if str(a.coordinate_transformation_mode) == "tf_crop_and_resize":
-            return reject(ctx, "tf_crop_and_resize")
-        return True
-
-    def check_pad(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        a = call.attrs
-        width = [int(v) for v in a.pad_width]
-        if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
-            return reject(ctx, err)
-        if str(a.pad_mode) != "constant":
-            return reject(ctx, f"{a.pad_mode} padding (only constant)")
-        if any(width[:4]):
-            return reject(ctx, "padding of the batch or channel axes (only H and W)")
-        return True
-
-    def check_concat(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        tup = call.args[0]
-        if not isinstance(tup, relax.Tuple):
-            return reject(ctx, "concat of a tuple variable")
-        shapes = [shape_of(t) for t in tup.fields]
-        if any(_float32(t) for t in tup.fields):
-            return reject(ctx, _float32(*tup.fields))
-        axis = int(call.attrs.axis) % len(shapes[0])
-        if len(shapes[0]) != 4 or axis != 1:
-            return reject(ctx, f"concat along axis {axis} of rank-{len(shapes[0])} tensors (only channels of NCHW)")
-        if len({(s[0], s[2], s[3]) for s in shapes}) != 1:
-            return reject(ctx, "concat of tensors with different batch or spatial sizes")
-        return True
-
-    def check_minmax(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        x, c = call.args
-        if (err := _float32(x, c) or _rank(x)):
-            return reject(ctx, err)
-        if c.value.numpy().size != 1:
-            return reject(ctx, f"{call.op.name} with a non-scalar bound")
-        return needs_registers(ctx, call.op.name)
-
-    def check_pool(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        a = call.attrs
-        if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
-            return reject(ctx, err)
-        if a.layout != "NCHW" or a.out_layout != "NCHW":
-            return reject(ctx, f"pool layout {a.layout}")
-        if a.ceil_mode:
-            return reject(ctx, "ceil_mode pooling")
-        if call.op.name == "relax.nn.max_pool2d" and not needs_registers(ctx, "max pooling"):
-            return False
-        if call.op.name == "relax.nn.avg_pool2d" and not needs_registers(ctx, "average pooling"):
-            return False
-        return True
-
-    def check_global_pool(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        x = call.args[0]
-        if (err := _float32(x) or _rank(x, (4,))):
-            return reject(ctx, err)
-        out = shape_of(call)
-        if call.op.name == "relax.nn.adaptive_avg_pool2d":
-            if call.attrs.layout != "NCHW" or tuple(out[2:]) != (1, 1):
-                return reject(ctx, f"adaptive average pool to {out[2:]} (only 1x1, NCHW)")
-        else:  # mean
-            axes = sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None else []
-            if axes != [2, 3] or not call.attrs.keepdims:
-                return reject(ctx, f"mean over axes {axes} (only H and W with keepdims)")
-        return needs_registers(ctx, "average pooling")
-
-    def check_reshape(ctx: PatternCheckContext) -> bool:
-        call = ctx.annotated_expr["root"]
-        src, dst = shape_of(call.args[0]), shape_of(call)
-        ok = (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2]) or (
-            len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2])
-        if not ok:
-            return reject(ctx, f"reshape {src} -> {dst} reorders data in the TCU layout")
-        return _float32(call.args[0]) is None or reject(ctx, _float32(call.args[0]))
-
+def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPattern]:
+    """The Tensil patterns for ``arch``, generic first, fused last (later = higher priority)."""
     x = wildcard
+    pats = []
+    for name, (op, arity, check) in SINGLE_OPS.items():
+        operands = [is_const()] if name in ("maximum", "minimum") else []
+        pattern = is_op(op)(*([x() for _ in range(arity - len(operands))] + operands))
+        pats.append(FusionPattern(f"tensil.{name}", pattern, {"root": pattern}, _checker(arch, rejections, check)))
+
     conv = is_op("relax.nn.conv2d")(x(), is_const())
     matmul = is_op("relax.matmul")(x(), is_const())
-
-    def with_bias(p):
-        return is_op("relax.add")(p, is_const())
-
-    def single(name, pattern, check):
-        return FusionPattern(name, pattern, {"root": pattern}, check)
-
-    pats = [
-        FusionPattern("tensil.conv2d", conv, {"conv": conv, "root": conv}, check_conv),
-        FusionPattern("tensil.matmul", matmul, {"matmul": matmul, "root": matmul}, check_matmul),
-        single("tensil.add", is_op("relax.add")(x(), x()), check_add),
-        single("tensil.relu", is_op("relax.nn.relu")(x()), check_act),
-        single("tensil.leaky_relu", is_op("relax.nn.leakyrelu")(x()), check_act),
-        single("tensil.clip", is_op("relax.clip")(x(), x(), x()), check_act),
-        single("tensil.max_pool2d", is_op("relax.nn.max_pool2d")(x()), check_pool),
-        single("tensil.avg_pool2d", is_op("relax.nn.avg_pool2d")(x()), check_pool),
-        single("tensil.global_avg_pool", is_op("relax.nn.adaptive_avg_pool2d")(x()), check_global_pool),
-        single("tensil.mean", is_op("relax.mean")(x()), check_global_pool),
-        single("tensil.reshape", is_op("relax.reshape")(x(), x()), check_reshape),
-        single("tensil.concat", is_op("relax.concat")(wildcard()), check_concat),
-        single("tensil.pad", is_op("relax.nn.pad")(x()), check_pad),
-        single("tensil.resize2d", is_op("relax.image.resize2d")(x(), x()), check_resize),
-        single("tensil.maximum", is_op("relax.maximum")(x(), is_const()), check_minmax),
-        single("tensil.minimum", is_op("relax.minimum")(x(), is_const()), check_minmax),
-    ]
-    # A dense layer reading an NCHW flatten: the flatten is free (the weights are permuted).
     flat = is_op("relax.reshape")(x(), x())
     flat_mm = is_op("relax.matmul")(flat, is_const())
-
-    def check_flatten_matmul(ctx: PatternCheckContext) -> bool:
-        src = shape_of(ctx.annotated_expr["flatten"].args[0])
-        dst = shape_of(ctx.annotated_expr["flatten"])
-        if len(src) != 4 or dst != (src[0], src[1] * src[2] * src[3]):
-            return reject(ctx, f"reshape {src} -> {dst} is not an NCHW flatten")
-        hw = src[2] * src[3]
-        if src[0] > 1 and hw & (hw - 1):
-            return reject(ctx, f"flatten of a batch of {src[0]} maps of {src[2]}x{src[3]} (h*w not a power of two)")
-        return check_matmul(ctx)
-
-    # Fused patterns: conv/matmul with bias and activation epilogues.
-    for base_name, base, key, check in (("conv2d", conv, "conv", check_conv), ("matmul", matmul, "matmul", check_matmul),
-                                        ("flatten_matmul", flat_mm, "matmul", check_flatten_matmul)):
-        biased = with_bias(base)
-        for suffix, pattern, ann in (
-            ("bias", biased, {key: base, "bias": biased}),
-            ("relu", is_op("relax.nn.relu")(base), {key: base}),
-            ("bias_relu", is_op("relax.nn.relu")(biased), {key: base, "bias": biased}),
-        ):
-            if "relu" in suffix:
-                ann = dict(ann, relu=pattern)
-            if base_name == "flatten_matmul":
-                ann = dict(ann, flatten=flat)
-            pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(ann, root=pattern), check))
-    pats.insert(len(pats) - 9, FusionPattern("tensil.flatten_matmul", flat_mm,
-                                             {"matmul": flat_mm, "flatten": flat, "root": flat_mm}, check_flatten_matmul))
+    check = _checker(arch, rejections)
+    # Each base, then its fused forms: bias, relu, bias + relu.
+    for base_name, base, parts in (("conv2d", conv, {"conv": conv}), ("matmul", matmul, {"matmul": matmul}),
+                                   ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat})):
+        pats.append(FusionPattern(f"tensil.{base_name}", base, dict(parts, root=base), check))
+    for base_name, base, parts in (("conv2d", conv, {"conv": conv}), ("matmul", matmul, {"matmul": matmul}),
+                                   ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat})):
+        biased = is_op("relax.add")(base, is_const())
+        relu = is_op("relax.nn.relu")(base)
+        bias_relu = is_op("relax.nn.relu")(biased)
+        for suffix, pattern, ann in (("bias", biased, {"bias": biased}), ("relu", relu, {"relu": relu}),
+                                     ("bias_relu", bias_relu, {"bias": biased, "relu": bias_relu})):
+            pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(parts, **ann, root=pattern),
+                                      check))
     return pats
 
 

@@ -1,6 +1,7 @@
 """Preparation passes before partitioning.
 
-- Constant folding, and batch-norm decomposed into per-channel scale and shift.
+- Constant folding, and inference-mode batch-norm decomposed into per-channel scale and shift
+  (in numpy; a batch-norm in training mode is left as it is).
 - Per-channel affine chains (add / subtract / multiply / divide by constants) are folded into
   the preceding conv2d or matmul: ``conv(x, W) * s + t`` becomes ``conv(x, W*s) + t``. This is
   batch-norm folding whether or not the conv has a bias.
@@ -17,7 +18,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .frontend import shape_of
 
@@ -33,7 +34,7 @@ def _const(a: np.ndarray):
 def _channel_vector(c, x_shape) -> np.ndarray | None:
     """The per-channel values of constant ``c`` broadcast against ``x``, or None."""
     v = _value(c)
-    if v.dtype != np.float32:
+    if v.dtype != np.float32 or len(x_shape) not in (2, 4):
         return None
     ch = x_shape[1]
     if v.size == 1:
@@ -157,11 +158,24 @@ def _scale_to_conv():
     return pat, r
 
 
+def _safe(rewriter):
+    """A rewrite that cannot break a build: on anything it did not foresee (symbolic shapes,
+    other data types), it leaves the expression as it was; the op then stays on the CPU."""
+
+    def rewrite(expr, m):
+        try:
+            return rewriter(expr, m)
+        except Exception:  # noqa: BLE001 - the unrewritten op is always correct
+            return expr
+
+    return rewrite
+
+
 def _rewrite_to_fixpoint(func, rules, limit: int = 64):
     for _ in range(limit):
         before = func
         for pat, rewriter in rules:
-            func = rewrite_call(pat, rewriter, func)
+            func = rewrite_call(pat, _safe(rewriter), func)
         if tvm_ffi.structural_equal(before, func):
             break
     return func
@@ -183,6 +197,8 @@ def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Functi
         data, bound = args.fields
         if not isinstance(bound, tvm.ir.GenericConst) or bound.value.numpy().size != 1:
             return expr
+        if str(bound.value.dtype) != "float32" or str(data.ty.dtype) != "float32":
+            return expr  # only float32 bounds become relax ops the TCU patterns take
         try:
             if shape_of(data) != shape_of(expr):
                 return expr
@@ -192,7 +208,7 @@ def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Functi
         return fn(data, relax.const(np.float32(bound.value.numpy().reshape(()))))
 
     del c, x
-    return rewrite_call(pat, r, func)
+    return rewrite_call(pat, _safe(r), func)
 
 
 def probe_pad(mod: tvm.IRModule, gv, in_shape, out_ty):
@@ -250,7 +266,7 @@ def _pads_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
         width = [v for pair in zip(before, after) for v in pair]
         return relax.op.nn.pad(args.fields[0], width, pad_value=value)
 
-    return rewrite_call(pat, r, func)
+    return rewrite_call(pat, _safe(r), func)
 
 
 def _merge_pad_into_conv():
@@ -274,11 +290,41 @@ def _merge_pad_into_conv():
     return conv, r
 
 
+def _inference_batch_norm():
+    """``batch_norm(x, gamma, beta, mean, var)[0]`` in inference mode, with constant statistics
+    -> ``x * scale + shift`` (computed in numpy), which the affine rules then fold into the conv
+    before it. A batch norm in training mode normalises with the batch's own statistics: it is
+    left alone (TVM's CPU build computes it)."""
+    x = wildcard()
+    g, b, m, v = is_const(), is_const(), is_const(), is_const()
+    bn = is_op("relax.nn.batch_norm")(x, g, b, m, v)
+    pat = is_tuple_get_item(bn, 0)
+
+    def r(expr, match):
+        call = match[bn]
+        a = call.attrs
+        shp = shape_of(match[x])
+        if bool(a.training) or str(match[x].ty.dtype) != "float32" or len(shp) not in (2, 4):
+            return expr
+        if int(a.axis) % len(shp) != 1:
+            return expr
+        gamma, beta, mean, var = (_value(match[k]).astype(np.float64).reshape(-1) for k in (g, b, m, v))
+        if not (gamma.size == beta.size == mean.size == var.size == shp[1]):
+            return expr
+        scale = (gamma if a.scale else 1.0) / np.sqrt(var + float(a.epsilon))
+        shift = (beta if a.center else 0.0) - mean * scale
+        return relax.op.add(relax.op.multiply(match[x], _const(_broadcast_like(scale, shp))),
+                            _const(_broadcast_like(shift, shp)))
+
+    return pat, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
+        func = _rewrite_to_fixpoint(func, [_inference_batch_norm()])
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])
@@ -291,9 +337,6 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 def prepare_for_tensil(mod: tvm.IRModule) -> tvm.IRModule:
     """Constant folding, batch-norm folding, affine folding (see the module docstring)."""
     seq = tvm.transform.Sequential([
-        relax.transform.FoldConstant(),
-        relax.transform.FoldBatchnormToConv2D(),
-        relax.transform.DecomposeOpsForInference(),
         relax.transform.FoldConstant(),
         relax.transform.CanonicalizeBindings(),
         fold_affine,

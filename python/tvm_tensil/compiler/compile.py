@@ -31,6 +31,7 @@ class CompiledPartition:
     outputs: dict[str, TensorPlacement]
     report: dict[str, Any] = field(default_factory=dict)
     constants: list | None = None  # the float weights, when compiled in this process
+    description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
 
     def model(self, constants) -> TensilModel:
         """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays)."""
@@ -118,9 +119,10 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     graph = fuse(graph)
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
-    for t in list(graph.inputs) + list(graph.outputs) + [n.output for n in graph.nodes]:
+    for t in list(graph.inputs) + list(graph.outputs):
         if t not in place and t not in graph.views:
-            place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'")
+            place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'", check=False)
+    place.update(dram0.plan({t: graph.tensors[t].shape for t in graph.tensors}, _lifetimes(graph, set(place))))
     for view, (src, kind) in _views_in_order(graph):
         if kind == "flatten":
             place[view] = _flatten_view(graph, place[src], view, arch)
@@ -153,6 +155,26 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     return CompiledPartition(name, arch, program, consts.recipes,
                              {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
                              report)
+
+
+def _lifetimes(graph: Graph, placed: set[str]) -> dict[str, tuple[int, int]]:
+    """(first, last) node index of every intermediate's storage: written by node ``first``,
+    last read (directly or through a view of it) by node ``last``."""
+    def storage(t: str) -> str:
+        while t in graph.views:
+            t = graph.views[t][0]
+        return t
+
+    spans: dict[str, tuple[int, int]] = {}
+    for i, node in enumerate(graph.nodes):
+        out = storage(node.output)
+        if out not in placed:
+            spans[out] = (min(spans.get(out, (i, i))[0], i), max(spans.get(out, (i, i))[1], i))
+        for t in node.inputs:
+            src = storage(t)
+            if src in spans:
+                spans[src] = (spans[src][0], i)
+    return spans
 
 
 def _views_in_order(graph: Graph):

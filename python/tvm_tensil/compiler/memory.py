@@ -63,22 +63,76 @@ class TensorPlacement:
 
 
 class Dram0Allocator:
-    """Bump allocation of feature maps in DRAM0 (inputs and outputs first)."""
+    """Feature maps in DRAM0.
+
+    Partition inputs and outputs get places of their own (the runtime writes and reads them
+    around the program). Intermediates share space by liveness: a tensor occupies its range
+    from the node that writes it to the last node that reads it, both included (a node never
+    writes over an input it is still reading), and a dead tensor's range is reused, first fit.
+    Scheduler temporaries go above everything planned.
+    """
 
     def __init__(self, arch: Architecture):
         self.arch = arch
-        self.top = 0
+        self.top = 0  # high-water mark: DRAM0 vectors this partition needs
 
-    def alloc(self, shape: tuple[int, int, int, int], what: str) -> TensorPlacement:
+    def _check(self, need: int) -> None:
+        if need > self.arch.dram0_depth:
+            raise MemoryError(f"the partition needs {need} vectors of DRAM0, the architecture has "
+                              f"{self.arch.dram0_depth} (dram0_depth)")
+
+    def alloc(self, shape: tuple[int, int, int, int], what: str, check: bool = True) -> TensorPlacement:
+        """A place of its own, above everything allocated so far (``check=False``: the caller
+        checks the total later, so the error can name the whole need)."""
         p = TensorPlacement(self.top, tuple(int(s) for s in shape), self.arch.array_size)
-        if p.base + p.size > self.arch.dram0_depth:
-            raise MemoryError(
-                f"{what} of shape {shape} needs DRAM0 vectors {p.base}..{p.base + p.size - 1}, "
-                f"beyond dram0_depth = {self.arch.dram0_depth}; use an architecture with a larger "
-                "dram0_depth or a smaller input"
-            )
+        if check:
+            self._check(p.base + p.size)
         self.top += p.size
         return p
+
+    def plan(self, tensors: dict[str, tuple[int, int, int, int]],
+             lifetimes: dict[str, tuple[int, int]]) -> dict[str, TensorPlacement]:
+        """Places for tensors live over [first, last] steps (inclusive), reusing dead ones' space."""
+        n = self.arch.array_size
+        sizes = {t: TensorPlacement(0, tuple(int(v) for v in tensors[t]), n).size for t in lifetimes}
+        base0 = self.top
+        free: list[tuple[int, int]] = []  # (start, size), sorted, merged
+        active: list[tuple[int, str, int]] = []  # (last step, tensor, start)
+        places: dict[str, TensorPlacement] = {}
+        top = base0
+        for t in sorted(lifetimes, key=lambda k: (lifetimes[k][0], -sizes[k])):
+            first, _ = lifetimes[t]
+            for item in [a for a in active if a[0] < first]:  # dead before t is written
+                active.remove(item)
+                free.append((item[2], sizes[item[1]]))
+                free = _merge(free)
+            size = sizes[t]
+            start = next((f for f, fs in free if fs >= size), None)
+            if start is None:
+                if free and free[-1][0] + free[-1][1] == top:  # grow the last free range
+                    start = free.pop()[0]
+                else:
+                    start = top
+                top = max(top, start + size)
+            else:
+                i = next(i for i, (f, _) in enumerate(free) if f == start)
+                fs = free[i][1]
+                free[i:i + 1] = [(start + size, fs - size)] if fs > size else []
+            places[t] = TensorPlacement(start, tuple(int(v) for v in tensors[t]), n)
+            active.append((lifetimes[t][1], t, start))
+        self._check(top)
+        self.top = top
+        return places
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, size in sorted(ranges):
+        if out and out[-1][0] + out[-1][1] == start:
+            out[-1] = (out[-1][0], out[-1][1] + size)
+        else:
+            out.append((start, size))
+    return out
 
 
 # -- constant packing ---------------------------------------------------------------------------
@@ -235,10 +289,8 @@ class ConstTable:
             return self._cache[key]
         size = PACKERS[packer_name](consts, self.arch.array_size, **args).shape[0]
         if self.top + size > self.arch.dram1_depth:
-            raise MemoryError(
-                f"constants need {self.top + size} DRAM1 vectors, beyond dram1_depth = "
-                f"{self.arch.dram1_depth}; use an architecture with a larger dram1_depth"
-            )
+            raise MemoryError(f"the partition needs {self.top + size} vectors of DRAM1 for its weights, the "
+                              f"architecture has {self.arch.dram1_depth} (dram1_depth)")
         recipe = ConstRecipe(packer_name, dict(args), self.top, size)
         self.top += size
         self.recipes.append(recipe)

@@ -312,22 +312,35 @@ class Scheduler:
         taps = [(y, x) for y in range(kh) for x in range(kw)]
         dt = self.arch.data_type
 
-        recips: dict[int, float] = {}
+        # Average pooling never sums raw values: a window of k values inside the range can sum
+        # far outside it. Each value enters the sum pre-scaled by 2^-s (2^s >= k, so no partial
+        # sum can leave the range), through a MatMul with diagonal weights 2^-s (exact up to
+        # rounding each product); the sum is then scaled by 2^s / count, a factor in [1, 2)
+        # that the data type holds to within 2^-(bp+1). Scaling by 1/count directly would
+        # round the factor itself (1/9 is 28/256 in FP16BP8: 1.6% off).
+        scales: dict[int, float] = {}
         counts = None
+        shift = 0
         if not is_max:
             counts = self._pool_counts(inp.shape, out.shape, window, padding, a.get("count_include_pad", False))
-            recips = {c: 1.0 / c for c in sorted(set(counts.reshape(-1).tolist()))}
-        cvals = self._epilogue_constants(node.epilogue) + list(recips.values())
-        cvals = list(dict.fromkeys(cvals))
+            shift = max(0, math.ceil(math.log2(kh * kw)))
+            scales = {c: 2.0 ** shift / c for c in sorted(set(counts.reshape(-1).tolist())) if 2 ** shift != c}
+        cvals = list(dict.fromkeys(self._epilogue_constants(node.epilogue) + list(scales.values())))
+        wsize = 0 if is_max else self.n + 1
         acc_free = self.arch.accumulator_depth - len(cvals)
-        local_free = self.arch.local_depth - len(cvals) - 1
+        local_free = self.arch.local_depth - len(cvals) - 1 - wsize
         # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
         rows, cols = self._plan_tiles(out.shape, window, pbi, local_free, acc_free,
                                       extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks_padded)
         cvec = self._const_vectors(cvals, acc_free)
-        init = self.consts.add("fill", self.graph.constants, values=[dt.min_float if is_max else 0.0])
-        lir.datamove(Direction.DRAM1_TO_LOCAL, 0, init.base, 1)
-        store = 1
+        if is_max:
+            init = self.consts.add("fill", self.graph.constants, values=[dt.min_float])
+            lir.datamove(Direction.DRAM1_TO_LOCAL, 0, init.base, 1)
+        else:
+            diag = self.consts.add("diagonal_weights", self.graph.constants, values=[2.0 ** -shift])
+            lir.datamove(Direction.DRAM1_TO_LOCAL, 1, diag.base, wsize)
+            lir.load_weights(1, wsize)  # the array keeps them for the whole layer
+        store = 1 + wsize
         slab = store + rows * cols * out.blocks_padded
         for tile in self._tiles(out.shape, rows, cols):
             y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
@@ -335,8 +348,9 @@ class Scheduler:
             scratch = count
             for b in range(out.blocks):
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} block {b}")
-                lir.load_weights(0, 1)  # row 0 = the initial value (min or 0)
-                lir.matmul(0, 0, count, zeroes=True)
+                if is_max:
+                    lir.load_weights(0, 1)  # row 0 = the initial value (the minimum)
+                lir.matmul(0, 0, count, zeroes=True)  # max: the minimum everywhere; average: 0
                 for tap in taps:
                     for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
                         src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + b
@@ -347,13 +361,13 @@ class Scheduler:
                                 lir.simd(SIMDOp.MOVE, dest=1, left=0, read=scratch + i)
                                 lir.simd(SIMDOp.MAX, left=0, right=1, read=dst + i, write=dst + i)
                         else:
-                            lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE, src, dst, cnt, sw * pbi, 1)
+                            lir.matmul(src, dst, cnt, sw * pbi, 1, accumulate=True)
                 if not is_max:
                     tc = counts[tile.y0 : tile.y0 + tile.rows, tile.x0 : tile.x0 + tile.cols].reshape(-1)
-                    for c, rv in recips.items():
+                    for c, factor in scales.items():
                         idx = np.nonzero(tc == c)[0]
                         if idx.size:
-                            lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[rv])
+                            lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[factor])
                             for i in idx.tolist():
                                 lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
                 self._epilogue(0, count, node.epilogue, cvec)
@@ -378,47 +392,69 @@ class Scheduler:
         return ys[:, None] * xs[None, :]
 
     def global_avg_pool(self, node: Node) -> None:
-        """Mean over h and w. Inputs are pre-scaled by 2^-k so the sums cannot overflow
-        (k <= binary_point / 2 keeps the scaling precise), summed by folding halves in the
-        accumulators, then scaled by 2^k / pixels."""
+        """Mean over h and w by pairwise halving: with T = next_pow2(pixels), log2(T) levels each
+        replace vectors i and i + T/2 by their mean (both halves through a MatMul with diagonal
+        weights 1/2; a missing partner counts as zero), so nothing ever leaves the range and
+        each level adds at most one unit in the last place. The result (sum / T) is scaled by
+        T / pixels, a factor in [1, 2). Pixels go through local memory in chunks of a power of
+        two; the chunks' means are reduced the same way."""
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         lir = self.lir
+        n = self.n
         n_img, h, w, _ = inp.shape
         pixels = h * w
-        k = min(math.ceil(math.log2(pixels)) if pixels > 1 else 0, self.arch.data_type.binary_point // 2)
-        pre, post = 2.0 ** -k, (2.0 ** k) / pixels
-        cvals = list(dict.fromkeys([v for v in (pre, post) if v != 1.0] + self._epilogue_constants(node.epilogue)))
-        acc_free = self.arch.accumulator_depth - len(cvals) - 1
-        result = acc_free  # one accumulator vector holds the running sum
-        cvec = self._const_vectors(cvals, acc_free + 1)
-        chunk = min(acc_free, (self.arch.local_depth - len(cvals)) // 2)
+        total = 1 << max(0, pixels - 1).bit_length()
+        post = total / pixels
+        cvals = list(dict.fromkeys(([post] if post != 1.0 else []) + self._epilogue_constants(node.epilogue)))
+        acc_free = self.arch.accumulator_depth - len(cvals)
+        block = n + 1
+        room = self.arch.local_depth - len(cvals) - block
+        fits = [1 << e for e in range(total.bit_length())
+                if (1 << e) <= 2 * acc_free and (1 << e) + total // (1 << e) <= room]
+        if not fits:
+            raise ScheduleError(f"global average pool over {pixels} pixels does not fit local memory")
+        chunk = fits[-1]
+        means = block + chunk  # one vector per chunk
+        cvec = self._const_vectors(cvals, acc_free)
+        if total > 1:
+            half = self.consts.add("diagonal_weights", self.graph.constants, values=[0.5])
+            lir.datamove(Direction.DRAM1_TO_LOCAL, 0, half.base, block)
+            lir.load_weights(0, block)
+
+        def reduce(buf: int, size: int, width: int) -> None:
+            """Vectors buf[0:size] of a logical width ``width`` (a power of two, zeros beyond
+            ``size``) -> their mean in acc[0]."""
+            if width == 1:
+                lir.datamove(Direction.LOCAL_TO_ACC, buf, 0, 1)
+            while width > 1:
+                width //= 2
+                lo, hi = min(size, width), max(0, size - width)
+                lir.matmul(buf, 0, lo)
+                lir.matmul(buf + width, 0, hi, accumulate=True)
+                size = lo
+                if width > 1:
+                    lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, size)
+
         pb = inp.blocks_padded
         for img in range(n_img):
             for b in range(inp.blocks):
                 lir.comment(f"global_avg_pool {node.output}: image {img} block {b}")
-                for start in range(0, pixels, chunk):
-                    cnt = min(chunk, pixels - start)
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, inp.address(img, 0, 0, b) + start * pb, cnt, 1, pb)
-                    lir.datamove(Direction.LOCAL_TO_ACC, 0, 0, cnt)
-                    if pre != 1.0:
-                        lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[pre])
-                        for i in range(cnt):
-                            lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
-                    size = cnt
-                    while size > 1:  # acc[0:half] += acc[size-half:size]
-                        half = size // 2
-                        lir.datamove(Direction.ACC_TO_LOCAL, 0, size - half, half)
-                        lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE, 0, 0, half)
-                        size -= half
-                    lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, 1)
-                    lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if start else Direction.LOCAL_TO_ACC,
-                                 0, result, 1)
+                first = inp.address(img, 0, 0, b)
+                chunks = _ceil_div(pixels, chunk)
+                for q in range(chunks):
+                    cnt = min(chunk, pixels - q * chunk)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, block, first + q * chunk * pb, cnt, 1, pb)
+                    if chunks > 1:
+                        reduce(block, cnt, chunk)
+                        lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
+                reduce(means if chunks > 1 else block, chunks if chunks > 1 else pixels,
+                       total // chunk if chunks > 1 else total)
                 if post != 1.0:
                     lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
-                    lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=result, write=result)
-                self._epilogue(result, 1, node.epilogue, cvec)
-                lir.datamove(Direction.ACC_TO_LOCAL, 0, result, 1)
-                lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.address(img, 0, 0, b), 1)
+                    lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=0, write=0)
+                self._epilogue(0, 1, node.epilogue, cvec)
+                lir.datamove(Direction.ACC_TO_LOCAL, block, 0, 1)
+                lir.datamove(Direction.LOCAL_TO_DRAM0, block, out.address(img, 0, 0, b), 1)
 
     # -- concat -------------------------------------------------------------------------------------
     def concat(self, node: Node) -> None:
