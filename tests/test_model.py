@@ -93,6 +93,8 @@ def test_bad_inputs_write_nothing():
         (lambda d, p: d["inputs"][0].update(size="4"), "inputs[0]: key 'size' must be an integer"),
         (lambda d, p: d.update(load_consts_to_local=True), "load_consts_to_local is true"),
         (lambda d, p: (p / "dense_relu.tdata").unlink(), "cannot read"),
+        (lambda d, p: d["outputs"][0].update(base=2), "input 'x' (DRAM0 0..3) and output 'y' (2..5) overlap"),
+        (lambda d, p: d.update(outputs=[]), "has no outputs"),
     ],
 )
 def test_malformed_model_files(tmp_path, mutate, message):

@@ -171,12 +171,23 @@ class TensilModel:
                     f"model '{self.name}': consts '{entry.file_name}' holds {data.shape[0]} "
                     f"vectors, the .tmodel says {entry.size}"
                 )
+        if not self.outputs:
+            raise ModelError(f"model '{self.name}' has no outputs: a program whose results nobody reads")
         for kind, entries in (("input", self.inputs), ("output", self.outputs)):
             for e in entries:
                 if e.size < 1 or e.base + e.size > arch.dram0_depth:
                     raise ModelError(
                         f"model '{self.name}': {kind} '{e.name}' at vector {e.base} with {e.size} "
                         f"vectors does not fit DRAM0 (dram0_depth = {arch.dram0_depth})"
+                    )
+        # An output over an input (or another output) would be overwritten while being read.
+        ranges = [("input", e) for e in self.inputs] + [("output", e) for e in self.outputs]
+        for i, (kind_a, a) in enumerate(ranges):
+            for kind_b, b in ranges[i + 1:]:
+                if "output" in (kind_a, kind_b) and a.base < b.base + b.size and b.base < a.base + a.size:
+                    raise ModelError(
+                        f"model '{self.name}': {kind_a} '{a.name}' (DRAM0 {a.base}..{a.base + a.size - 1}) and "
+                        f"{kind_b} '{b.name}' ({b.base}..{b.base + b.size - 1}) overlap"
                     )
 
     # -- files ---------------------------------------------------------------------------

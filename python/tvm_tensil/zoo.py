@@ -101,7 +101,7 @@ def small_cnn(size: int = 16, channels: int = 3, classes: int = 10, seed: int = 
     return b.model({"x": [1, channels, size, size]}, h)
 
 
-def resnet20v2(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
+def resnet20v2(seed: int = 0, classes: int = 10, softmax: bool = True) -> onnx.ModelProto:
     """ResNet-20 v2 (pre-activation bottleneck) for 32x32x3 CIFAR images, as Keras' CIFAR example.
 
     Stem: conv 3x3/16, BN, ReLU. Three stages of two bottleneck blocks; a stage's inner width is
@@ -109,7 +109,8 @@ def resnet20v2(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
     stride 2). Each block: [BN-ReLU] conv 1x1 -> BN-ReLU conv 3x3 -> BN-ReLU conv 1x1, plus the
     shortcut (a 1x1 conv of the block input in the first block of a stage, else identity). The
     very first block has no BN-ReLU before its first conv (the stem's is used). Then BN, ReLU,
-    global average pool (8x8), dense, softmax. About 66 M multiply-accumulates.
+    global average pool (8x8), dense, softmax (``softmax=False``: the logits). About 66 M
+    multiply-accumulates.
     """
     b = OnnxBuilder(seed)
     x = b.op("Relu", [b.bn(b.conv("x", 3, 16), 16)])
@@ -131,7 +132,9 @@ def resnet20v2(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
     x = b.op("Relu", [b.bn(x, stage_in)])
     x = b.op("GlobalAveragePool", [x])
     x = b.op("Flatten", [x])
-    x = b.op("Softmax", [b.gemm(x, stage_in, classes)], axis=1)
+    x = b.gemm(x, stage_in, classes)
+    if softmax:
+        x = b.op("Softmax", [x], axis=1)
     return b.model({"x": [1, 3, 32, 32]}, x)
 
 

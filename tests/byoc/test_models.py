@@ -11,33 +11,49 @@ from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_tensil
 import zoo
+from tvm_tensil.numbers import FP32BP16
+
+
+FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
+
+
+def _logit_errors(compare, model, inputs):
+    """Max |TCU - CPU| of the logits for FP32BP16 and FP16BP8, as fractions of the logits' range."""
+    cpu32, tcu32, report32, _ = compare(model, inputs, arch=FP32)
+    cpu16, tcu16, report16, _ = compare(model, inputs)
+    span = float(cpu32.max() - cpu32.min())
+    return (float(np.max(np.abs(tcu32 - cpu32))) / span, float(np.max(np.abs(tcu16 - cpu16))) / span,
+            report16)
 
 
 def test_mlp(compare):
     rng = np.random.default_rng(0)
-    cpu, tcu, report, _ = compare(zoo.mlp(batch=4), {"x": rng.standard_normal((4, 64)) * 0.5})
+    logic, rounding, report = _logit_errors(compare, zoo.mlp(batch=4), {"x": rng.standard_normal((4, 64)) * 0.5})
     assert report.cpu_ops == []
-    assert np.max(np.abs(tcu - cpu)) < 0.05
+    assert logic < 0.01 and rounding < 0.02
 
 
 def test_small_cnn(compare):
     rng = np.random.default_rng(1)
-    cpu, tcu, report, _ = compare(zoo.small_cnn(), {"x": rng.standard_normal((1, 3, 16, 16))})
-    assert [o["op"] for o in report.cpu_ops] == ["relax.nn.softmax"]  # the flatten runs in place
+    logic, rounding, report = _logit_errors(compare, zoo.small_cnn(softmax=False),
+                                            {"x": rng.standard_normal((1, 3, 16, 16))})
+    assert report.cpu_ops == []  # the flatten runs in place
     assert len(report.partitions) == 1
-    assert np.argmax(tcu) == np.argmax(cpu) and np.max(np.abs(tcu - cpu)) < 0.05
+    assert logic < 0.01 and rounding < 0.03
 
 
-def test_resnet20v2_everything_but_softmax_on_the_tcu(compare):
+def test_resnet20v2_logits(compare):
+    """Pre-softmax logits: a wrong residual input (a reused composite reading the first call's
+    arguments) showed as 17% of the range here while the probabilities stayed within 0.1."""
     rng = np.random.default_rng(2)
-    cpu, tcu, report, _ = compare(zoo.resnet20v2(), {"x": rng.standard_normal((1, 3, 32, 32))})
-    assert [o["op"] for o in report.cpu_ops] == ["relax.nn.softmax"]
+    logic, rounding, report = _logit_errors(compare, zoo.resnet20v2(softmax=False),
+                                            {"x": rng.standard_normal((1, 3, 32, 32))})
+    assert report.cpu_ops == []
     assert len(report.partitions) == 1
     offloaded = {op for p in report.partitions.values() for n in p["nodes"] for op in n["relax_ops"]}
-    assert {"relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.mean", "relax.matmul"} <= offloaded or \
-        {"relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.matmul"} <= offloaded
-    # Random He-initialised weights through 20 layers: probabilities stay close.
-    assert np.max(np.abs(tcu - cpu)) < 0.1
+    assert {"relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.matmul"} <= offloaded
+    # FP16BP8 through 20 layers (reductions of up to 1152 terms): a few % of the range.
+    assert logic < 0.01 and rounding < 0.05, (logic, rounding)
 
 
 def test_export_and_reload_in_a_fresh_process(tmp_path):

@@ -87,6 +87,18 @@ def test_driver_layout_preamble_padding_and_probe(server):
     transport.close()
 
 
+def test_a_program_that_raises_the_error_flag_is_a_failed_run(server):
+    """An opcode the core does not know (what a corrupted stream would hold) sets the core's error
+    flag; the server reports the run as failed, with the flag's meaning, and resets the core."""
+    transport = SimBoardTransport(ARCH, server)
+    lay = ARCH.layout
+    bad = (0x6 << (lay.instruction_bytes * 8 - 4)).to_bytes(lay.instruction_bytes, "little")
+    transport.stream(bad + bytes(-len(bad) % transport.stream_bytes))
+    with pytest.raises(DriverError, match=r"raised its error flag \(an invalid opcode or DataMove direction\)"):
+        transport.wait(lambda: True, 60)
+    transport.close()
+
+
 def test_an_oversized_input_is_rejected_before_anything_is_written(server):
     dev = get_device("sim-board", ARCH, socket_path=server)
     dev.write_dram(1, 250, np.full((6, 4), 7))

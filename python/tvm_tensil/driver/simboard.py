@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
+from ..rtl.sim import CoreFlag
 from . import WINDOW_ALIGN, Buffer, DriverError, Transport
 
 SLICE_CYCLES = 200_000  # simulated between checks that the client is still there
@@ -184,8 +185,15 @@ class SimBoardServer:
                 self.new_core()
                 return None
         cycles = int(self.lib.tcu_sim_cycles(self.core) - c0)
+        flags = CoreFlag(self.lib.tcu_sim_flags(self.core))
+        if rc == 0 and CoreFlag.ERROR in flags:
+            pc = int(self.lib.tcu_sim_program_counter(self.core))
+            self.new_core()
+            return {"ok": False, "cycles": cycles,
+                    "error": f"the core raised its error flag (an invalid opcode or DataMove direction) by "
+                             f"program counter {pc}; it was reset"}
         if rc == 0:
-            return {"ok": True, "cycles": cycles}
+            return {"ok": True, "cycles": cycles, "saturated": CoreFlag.SATURATED in flags}
         msg = self.lib.tcu_sim_message(self.core).decode()
         pc = int(self.lib.tcu_sim_program_counter(self.core))
         self.new_core()

@@ -9,6 +9,8 @@ or changing a parameter rebuilds, and nothing else does. The cache lives in ``$T
 
 from __future__ import annotations
 
+import enum
+
 import ctypes
 import fcntl
 import hashlib
@@ -26,6 +28,16 @@ from .toolchain import RTL_DIR, rtl_sources, verilator_env, verilator_root
 
 HARNESS = RTL_DIR.parent / "src" / "sim" / "tcu_sim.cc"
 LIBRARY = "libtcusim.so"
+class CoreFlag(enum.IntFlag):
+    """``tcu_sim_flags``: the core's status outputs (src/sim/tcu_sim.cc)."""
+
+    IDLE = 1
+    ERROR = 2  # an invalid opcode or DataMove direction reached the decoder
+    TIMEOUT = 4
+    TRACEPOINT = 8
+    SATURATED = 16  # sticky since reset
+
+
 UNITS = ("array", "accumulators", "dataflow", "dram1", "dram0", "local_port_b", "local_port_a", "instruction")
 
 

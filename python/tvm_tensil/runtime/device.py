@@ -18,6 +18,7 @@ import numpy as np
 from ..arch import Architecture
 from ..isa.instructions import Opcode
 from ..isa.program import Program, ProgramError
+from ..numbers import SaturationCounter
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 
 __all__ = ["Device", "HostDramDevice", "RunStats", "SaturationWarning", "DeviceError", "as_vectors"]
@@ -185,7 +186,15 @@ class Device(ABC):
                     f"input '{name}' of shape {tuple(x.shape)} takes {need} "
                     f"vectors of {n}; the model's DRAM0 map holds {total}"
                 )
-            vec = tensor_to_vectors(dt.from_float(x), n, cpad)
+            if np.isnan(x).any():
+                raise ModelError(f"input '{name}' holds NaN values; the TCU's fixed-point numbers have no NaN")
+            clipped = SaturationCounter()
+            vec = tensor_to_vectors(dt.from_float(x, clipped), n, cpad)
+            if warn_saturation and clipped.count:
+                warnings.warn(SaturationWarning(
+                    f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
+                    f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}], clipped to it. Scale the "
+                    "input, or use a wider data type (e.g. FP32BP16)."), stacklevel=2)
             staged.append((entries, vec))
         self.reset()
         for entry, data in model.consts:

@@ -102,14 +102,14 @@ class Verilator(HostDramDevice):
         if rc != 0:
             self._fail(program, rc, len(head))
         flags = self.lib.tcu_sim_flags(self._handle)
-        if flags & 2:
+        if flags & sim.CoreFlag.ERROR:
             raise DeviceError(f"{program.name}: the RTL core raised its error flag (an invalid opcode or "
                               "DataMove direction) on a program the validator accepted: a bug, please report it")
         stats = RunStats.for_program(f)
         stats.cycles = int(self.lib.tcu_sim_cycles(self._handle) - cycles0)
         valid, _ = self.counters()
         stats.busy = {u: valid[u] - valid0[u] for u in sim.UNITS}
-        stats.saturation_flag = bool(flags & 16)  # sticky since the last reset (run_model resets)
+        stats.saturation_flag = bool(flags & sim.CoreFlag.SATURATED)  # sticky since the last reset (run_model resets)
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         return stats
