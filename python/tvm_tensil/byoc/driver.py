@@ -163,7 +163,18 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
     """Partition and compile the Tensil parts; returns the module for the host and the report."""
     arch = load_arch(arch)
     rejections = Rejections()
-    mod = partition_for_tensil(mod, arch, rejections)
+    try:
+        mod = partition_for_tensil(mod, arch, rejections)
+    except Exception as e:  # noqa: BLE001 - TVM's partitioning passes themselves failed: all on the CPU
+        reason = f"TVM's partitioning failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+
+        def record(expr):
+            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+                rejections.add(expr, reason, replace=True)
+
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func.body, record)
     mod = _namespace_symbols(mod, arch)
     mod = _compile_partitions(mod, arch, rejections)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections))
