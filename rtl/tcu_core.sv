@@ -12,7 +12,7 @@
  * streaming at one per cycle; instructions are dispatched in order, and one waits only while the other
  * engine's instruction uses an overlapping local memory range and either of them writes it (see
  * "dispatch" below and docs/rtl.md). So the result is exactly that of executing instructions one at
- * a time (spec section 5). The program counter counts dispatched instructions.
+ * a time (docs/isa.md). The program counter counts dispatched instructions.
  *
  * Invalid opcodes and DataMove directions raise `error` and are skipped. `timeout` rises when an
  * instruction runs longer than the timeout register (cycles, 0 = never). `tracepoint` rises while
@@ -95,7 +95,7 @@ module tcu_core #
     output reg  [31:0]                       sample_interval,
 
     // Valid/ready pairs per unit (valid in the even bit): array, accumulators, dataflow, DRAM1,
-    // DRAM0, local port B, local port A, instruction; the sample stream's bits 32..47 (spec section 8)
+    // DRAM0, local port B, local port A, instruction; the sample stream's bits 32..47 (docs/rtl.md)
     output wire [15:0]                       activity,
 
     // Status

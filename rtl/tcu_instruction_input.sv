@@ -5,7 +5,7 @@
 
 /*
  * Instruction input: an AXI4-Stream of bytes (instructions packed little-endian across beats,
- * spec section 8) re-cut into instruction words of INSTRUCTION_BYTES bytes.
+ * docs/rtl.md) re-cut into instruction words of INSTRUCTION_BYTES bytes.
  *
  * A byte buffer holds up to INSTRUCTION_BYTES + BUS_BYTES bytes; a beat is accepted whenever it
  * fits after this cycle's instruction leaves, so the stream runs at full rate when the decoder

@@ -4,7 +4,7 @@
 `default_nettype none
 
 /*
- * TCU multiply-accumulate (combinational), spec section 2:
+ * TCU multiply-accumulate (combinational), docs/isa.md, "Numbers":
  *   m = x*y + (z << BINARY_POINT); r = (m >>> BINARY_POINT) + adj, saturated to DATA_WIDTH bits,
  *   adj = 1 iff bit BINARY_POINT-1 of m is set and (a lower bit is set or bit BINARY_POINT is set):
  *   round half to even.

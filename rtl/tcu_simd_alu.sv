@@ -4,7 +4,7 @@
 `default_nettype none
 
 /*
- * One SIMD lane: the 16 ops of spec section 5 on fixed-point scalars, with REGISTERS registers.
+ * One SIMD lane: the 16 ops of docs/isa.md on fixed-point scalars, with REGISTERS registers.
  *
  * Sources: 0 = the input, k = register k. Destination: 0 = output only, k = output and
  * register k (NoOp outputs the input and writes no register). Comparisons and logical ops give

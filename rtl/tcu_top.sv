@@ -4,7 +4,7 @@
 `default_nettype none
 
 /*
- * The Tensil compute unit (spec section 8): an AXI4-Stream instruction input, two AXI4 masters for
+ * The Tensil compute unit (docs/rtl.md): an AXI4-Stream instruction input, two AXI4 masters for
  * DRAM0 (activations) and DRAM1 (weights), status outputs, the sample stream. Active-low synchronous
  * reset `rst_n` (the spec's, and what AXI infrastructure and Vivado block designs use); the modules
  * inside take an active-high `rst`.
@@ -131,7 +131,7 @@ module tcu_top #
     input  wire                          m_axi_dram1_rvalid,
     output wire                          m_axi_dram1_rready,
 
-    // Samples (spec section 8): a 64-bit word every `sample interval` cycles (Configure register
+    // Samples (docs/rtl.md): a 64-bit word every `sample interval` cycles (Configure register
     // 11; 0 = off): program counter (all ones when idle), then the units' valid/ready pairs
     output wire [63:0]                   m_axis_sample_tdata,
     output wire                          m_axis_sample_tvalid,

@@ -1,4 +1,4 @@
-"""Fixed-point arithmetic against plain-integer references of spec section 2."""
+"""Fixed-point arithmetic against plain-integer references of docs/isa.md, "Numbers"."""
 
 from fractions import Fraction
 

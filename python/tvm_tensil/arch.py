@@ -1,4 +1,4 @@
-"""TCU architecture: the one hardware description that drives every part (spec section 1).
+"""TCU architecture: the one hardware description that drives every part (docs/isa.md).
 
 An ``Architecture`` is what a ``.tarch`` JSON file holds. The compiler, the emulator, the RTL
 parameter generator and the drivers all take one; nothing copies its values by hand.
@@ -77,7 +77,7 @@ class ArchitectureError(ValueError):
 
 @dataclass(frozen=True)
 class Architecture:
-    """The parameters of one TCU (spec section 1). Memory depths count vectors."""
+    """The parameters of one TCU (docs/isa.md). Memory depths count vectors."""
 
     data_type: DataType
     array_size: int

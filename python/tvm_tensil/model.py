@@ -1,11 +1,11 @@
 """Tensil model files: ``.tmodel`` (JSON), ``.tprog`` (program), ``.tdata`` (constants).
 
-The format is the one existing Tensil tools read and write (spec section 6): same keys, same
+The format is the one existing Tensil tools read and write (docs/isa.md, "Model files"): same keys, same
 units (program size in bytes, constants and tensors in vectors). Our extra information
 (tensor shapes, cycle estimates) sits under a ``"tvm_tensil"`` key that other readers ignore.
 
 Tensors live in DRAM as NHWC with the channel axis cut into vectors of N scalars, zero
-padded (spec section 3): a tensor (..., C) takes prod(...) * ceil(C / N) vectors, channel
+padded (docs/isa.md): a tensor (..., C) takes prod(...) * ceil(C / N) vectors, channel
 block fastest. ``tensor_to_vectors`` and ``vectors_to_tensor`` convert.
 """
 

@@ -1,4 +1,4 @@
-"""Fixed-point numbers of the TCU, bit-exact (spec section 2).
+"""Fixed-point numbers of the TCU, bit-exact (docs/isa.md, "Numbers").
 
 A value of type ``FPwBPb`` is a w-bit two's complement integer q standing for q / 2**b.
 All arithmetic here works on ``int64`` numpy arrays holding those integers; memories keep

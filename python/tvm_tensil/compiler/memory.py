@@ -1,6 +1,6 @@
 """Memory manager: where tensors live in DRAM0 and how constants are packed into DRAM1.
 
-DRAM0 tensors are NHWC with the channel axis cut into blocks of N (spec section 3). The
+DRAM0 tensors are NHWC with the channel axis cut into blocks of N (docs/isa.md). The
 number of blocks per pixel is padded to a power of two (``blocks_padded``) so that walking
 one channel block across pixels is an encodable stride; for the usual channel counts on
 8x8 and 16x16 arrays this is no padding at all. Padding blocks are never read.

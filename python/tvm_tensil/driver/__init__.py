@@ -1,4 +1,4 @@
-"""The board driver: spec section 7 over a small transport interface.
+"""The board driver: docs/boards.md over a small transport interface.
 
 ``Driver`` places DRAM0 and DRAM1 in memory the core can reach (64 KiB aligned windows), writes
 constants and inputs, streams the program (Configure preamble, the program, the completion probe,

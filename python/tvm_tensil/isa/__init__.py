@@ -1,4 +1,4 @@
-"""The TCU instruction set: layout, instruction objects, programs, assembly (spec sections 4-5)."""
+"""The TCU instruction set: layout, instruction objects, programs, assembly (docs/isa.md)."""
 
 from .asm import AsmError, assemble, disassemble, format_instruction, parse_instruction
 from .instructions import (

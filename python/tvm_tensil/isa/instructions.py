@@ -1,4 +1,4 @@
-"""TCU instructions as objects, with exact encode/decode (spec sections 4 and 5).
+"""TCU instructions as objects, with exact encode/decode (docs/isa.md).
 
 Conventions used by every instruction object:
 
@@ -446,7 +446,7 @@ class LoadLUT(Instruction):
 
 @dataclass(frozen=True)
 class Configure(Instruction):
-    """Set a configuration register (spec section 5)."""
+    """Set a configuration register (docs/isa.md)."""
 
     register: ConfigRegister
     value: int

@@ -1,4 +1,4 @@
-"""Instruction layout: every field width, derived from an architecture (spec section 4).
+"""Instruction layout: every field width, derived from an architecture (docs/isa.md).
 
 The instruction is one unsigned integer packed least significant bit first:
 operand0 | operand1 | operand2 | flags (4 bits) | opcode (4 bits), stored little-endian.

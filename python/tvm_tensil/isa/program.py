@@ -222,7 +222,7 @@ class Program:
 
 def pad_to_beats(stream: bytes, beat_bytes: int, instruction_bytes: int) -> bytes:
     """``stream`` followed by whole NoOps (all-zero instructions) up to a whole number of bus beats:
-    zero bytes alone would leave part of an instruction waiting in the core's input (spec section 7)."""
+    zero bytes alone would leave part of an instruction waiting in the core's input (docs/boards.md)."""
     while len(stream) % beat_bytes:
         stream += bytes(instruction_bytes)
     return stream

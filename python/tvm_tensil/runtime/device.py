@@ -150,7 +150,7 @@ class Device(ABC):
         """Run a Tensil model on float inputs; returns float outputs by name.
 
         Inputs are converted to the model's fixed-point type and laid out as the model's
-        DRAM0 map says (spec section 3). If the model records output shapes, outputs come
+        DRAM0 map says (docs/isa.md). If the model records output shapes, outputs come
         back in those shapes; otherwise as (vectors, N).
         """
         if model.arch != self.arch:

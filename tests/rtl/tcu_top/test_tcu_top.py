@@ -20,7 +20,7 @@ DRAM0_OFFSET, DRAM1_OFFSET = 1, 3  # in 64 KiB units
 
 
 def pad_with_noops(stream: bytes, instruction_bytes: int) -> bytes:
-    """Whole NoOps until the stream fills whole beats (spec section 7); zero bytes alone would
+    """Whole NoOps until the stream fills whole beats (docs/boards.md); zero bytes alone would
     leave part of an instruction in the core's input buffer."""
     from tvm_tensil.isa.program import pad_to_beats
 
@@ -151,7 +151,7 @@ async def invalid_instructions_raise_error_and_are_skipped(dut):
 
 @cocotb.test()
 async def timeout_tracepoint_and_sample_stream(dut):
-    """Configure's timeout, tracepoint and sample interval registers (spec sections 5 and 8)."""
+    """Configure's timeout, tracepoint and sample interval registers (docs/isa.md, docs/rtl.md)."""
     from tvm_tensil.isa import ConfigRegister, Configure, MatMul, Program
 
     arch = arch_from_env()
