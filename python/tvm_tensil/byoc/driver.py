@@ -84,11 +84,8 @@ def _namespace_symbols(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
     digest = hashlib.sha1(
         f"{tvm_ffi.structural_hash(mod)}:{json.dumps(arch.to_dict(), sort_keys=True)}".encode()
     ).hexdigest()[:12]
-    i = 0
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function) and func.attrs and func.attrs.get("Codegen") == TARGET:
-            mod[gv] = func.with_attr("global_symbol", f"tensil_{digest}_{i}")
-            i += 1
+    for i, (gv, func) in enumerate(_partitions(mod)):
+        mod[gv] = func.with_attr("global_symbol", f"tensil_{digest}_{i}")
     return mod
 
 
@@ -138,6 +135,15 @@ def _back_to_cpu(func: relax.Function) -> relax.Function:
     return sub["partition"].without_attr("global_symbol")
 
 
+def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> None:
+    """Give every op of ``func`` the reason it stays on the CPU."""
+    def record(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            rejections.add(expr, reason, replace=True)
+
+    relax.analysis.post_order_visit(func.body, record)
+
+
 def _compile_partitions(mod: tvm.IRModule, arch: Architecture, rejections: Rejections) -> tvm.IRModule:
     """Compile every partition now; one that fails (too big for DRAM0, an op the scheduler cannot
     place) goes back to the CPU with the reason recorded for each of its ops."""
@@ -146,16 +152,9 @@ def _compile_partitions(mod: tvm.IRModule, arch: Architecture, rejections: Rejec
         try:
             codegen.compile_partition(func, arch)
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
-            reason = f"its partition could not be compiled for the TCU: {e}"
             codegen.COMPILED.pop(symbol, None)
-
-            def record(expr):
-                if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-                    rejections.add(expr, reason, replace=True)
-
-            plain = _back_to_cpu(func)
-            relax.analysis.post_order_visit(plain.body, record)
-            mod[gv] = plain
+            mod[gv] = _back_to_cpu(func)
+            _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")
     return mod
 
 
@@ -167,14 +166,9 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
         mod = partition_for_tensil(mod, arch, rejections)
     except Exception as e:  # noqa: BLE001 - TVM's partitioning passes themselves failed: all on the CPU
         reason = f"TVM's partitioning failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
-
-        def record(expr):
-            if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-                rejections.add(expr, reason, replace=True)
-
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
-                relax.analysis.post_order_visit(func.body, record)
+                _reject_all(rejections, func, reason)
     mod = _namespace_symbols(mod, arch)
     mod = _compile_partitions(mod, arch, rejections)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections))
