@@ -7,6 +7,7 @@ import pytest
 
 from helpers import dense_relu_model
 from tvm_tensil.arch import PRESETS
+from tvm_tensil.isa import assemble
 from tvm_tensil.model import (
     ModelError, TensilModel, TensorEntry, tensor_to_vectors, vectors_for_shape, vectors_to_tensor,
 )
@@ -58,6 +59,33 @@ def test_split_tensor_entries_are_concatenated():
     y = Emulator(ARCH).run_model(model, {"x": x})["y"]
     assert y.shape == (4, N)  # no shape recorded: vectors
     np.testing.assert_array_equal(y, np.maximum(x @ w + b, 0))
+
+
+def test_constants_are_written_once_per_model():
+    """A second run of the same model leaves DRAM1 alone; anything else that writes DRAM1 (the user,
+    another model, a program storing to it) makes the next run write the constants again."""
+    model, w, b = make(batch=2)
+    dev = Emulator(ARCH)
+    writes = []
+    write = dev.write_dram
+    dev.write_dram = lambda bank, base, v: (writes.append(bank), write(bank, base, v))
+    x = np.random.default_rng(3).integers(-32, 32, (2, N)) / 16
+    want = np.maximum(x @ w + b, 0)
+
+    def run():
+        writes.clear()
+        np.testing.assert_array_equal(dev.run_model(model, {"x": x})["y"], want)
+        return writes.count(1)
+
+    assert run() == 1
+    assert run() == 0
+    write(1, 0, np.zeros((N + 1, N)))  # the weights overwritten by hand
+    assert run() == 1
+    other, _, _ = make(batch=2, seed=5)
+    dev.run_model(other, {"x": x})
+    assert run() == 1
+    dev.execute(assemble("datamove local_to_dram1 local=0 dram1=0 size=1", ARCH.layout))
+    assert run() == 1
 
 
 def test_saturation_is_reported():

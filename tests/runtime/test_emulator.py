@@ -1,4 +1,5 @@
-"""The emulator on hand-written programs, each checked against numpy written here.
+"""The emulator and the reference model on hand-written programs, each checked against numpy
+written here. Every test runs on both devices (the ``Emulator`` fixture).
 
 The references below do not call ``tvm_tensil.numbers``: where rounding cannot occur they use
 float numpy; where it can, a plain-integer loop of the spec's rule.
@@ -9,11 +10,16 @@ import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.isa import DataMove, Direction, InvalidInstruction, Program, ProgramError, SIMDOp, assemble
-from tvm_tensil.runtime import Emulator
+from tvm_tensil.runtime import Emulator as CompiledEmulator, ReferenceEmulator
 
 ARCH = PRESETS["pynqz1"]
 N = ARCH.array_size
 ONE = 256
+
+
+@pytest.fixture(params=[CompiledEmulator, ReferenceEmulator], ids=["emulator", "reference"])
+def Emulator(request):  # noqa: N802 - stands for the class under test
+    return request.param
 
 
 def small_arch(**kw):
@@ -39,7 +45,7 @@ def mac_ref(x, y, z, w=16, b=8):
     return max(-(1 << (w - 1)), min((1 << (w - 1)) - 1, r))
 
 
-def test_matmul_with_bias_exact_values():
+def test_matmul_with_bias_exact_values(Emulator):
     """Values on a 1/16 grid: every product is exact in FP16BP8, so float numpy is the reference."""
     rng = np.random.default_rng(0)
     emu = Emulator(small_arch())
@@ -61,7 +67,7 @@ def test_matmul_with_bias_exact_values():
     np.testing.assert_array_equal(got, x @ w + bias)
 
 
-def test_matmul_accumulate_and_rounding():
+def test_matmul_accumulate_and_rounding(Emulator):
     """Random fixed-point data: rounding happens; the reference is the spec's rule per step."""
     rng = np.random.default_rng(1)
     emu = Emulator(small_arch())
@@ -96,7 +102,7 @@ def test_matmul_accumulate_and_rounding():
     assert stats.per_opcode["loadweights"] == 2 and stats.per_opcode["datamove"] == 2
 
 
-def test_matmul_zeroes_gives_the_bias():
+def test_matmul_zeroes_gives_the_bias(Emulator):
     emu = Emulator(small_arch())
     bias = np.arange(N) * 3 - 7
     emu.local[0] = bias
@@ -105,7 +111,7 @@ def test_matmul_zeroes_gives_the_bias():
     np.testing.assert_array_equal(emu.acc[0x10:0x14], np.tile(bias, (4, 1)))
 
 
-def test_relu_via_simd():
+def test_relu_via_simd(Emulator):
     """ReLU as compiled for the TCU: Zero into r1, then Max(input, r1) per vector."""
     rng = np.random.default_rng(2)
     emu = Emulator(small_arch())
@@ -119,7 +125,7 @@ def test_relu_via_simd():
     np.testing.assert_array_equal(emu.acc[:6], x)  # the input is untouched
 
 
-def test_datamove_round_trip_all_directions():
+def test_datamove_round_trip_all_directions(Emulator):
     rng = np.random.default_rng(3)
     emu = Emulator(small_arch())
     a = rng.integers(-30000, 30000, (12, N))
@@ -144,7 +150,7 @@ def test_datamove_round_trip_all_directions():
     assert emu.last_stats.saturations["datamove"] == int(np.count_nonzero(np.abs(a + b) > 32767)) > 0
 
 
-def test_strided_moves():
+def test_strided_moves(Emulator):
     rng = np.random.default_rng(4)
     emu = Emulator(small_arch())
     src = rng.integers(-100, 100, (64, N))
@@ -159,7 +165,7 @@ def test_strided_moves():
     np.testing.assert_array_equal(emu.read_dram(1, 0x101, 7), 0)
 
 
-def test_strided_matmul_and_loadweights():
+def test_strided_matmul_and_loadweights(Emulator):
     rng = np.random.default_rng(5)
     emu = Emulator(small_arch())
     w = rng.integers(-16, 16, (N + 1, N)) * 16  # 1/16 grid: exact products with small inputs
@@ -171,7 +177,7 @@ def test_strided_matmul_and_loadweights():
     np.testing.assert_array_equal(emu.acc[0x10 : 0x10 + 10 : 2] / ONE, want)
 
 
-def test_partial_loadweights_shifts_rows():
+def test_partial_loadweights_shifts_rows(Emulator):
     """Loading k < N+1 vectors shifts the previous rows down by k (a shift register)."""
     emu = Emulator(small_arch(array_size=4))
     rows = np.arange(5 * 4).reshape(5, 4) + 1
@@ -199,7 +205,7 @@ def simd_reference(op, l, r, x):
 
 
 @pytest.mark.parametrize("op", [o.mnemonic for o in SIMDOp])
-def test_every_simd_op(op):
+def test_every_simd_op(op, Emulator):
     emu = Emulator(small_arch(simd_registers_depth=2))
     x = np.array([0, 1, -1, 300, -300, 32767, -32768, 256])
     reg = np.array([0, 0, 5, 300, 200, 32767, 1, -256])
@@ -218,7 +224,7 @@ def test_every_simd_op(op):
         np.testing.assert_array_equal(emu.registers[0], want)
 
 
-def test_simd_without_read_sees_zeros_and_registers_chain():
+def test_simd_without_read_sees_zeros_and_registers_chain(Emulator):
     emu = Emulator(small_arch())
     emu.acc[0] = 500
     run(emu, """
@@ -230,7 +236,7 @@ def test_simd_without_read_sees_zeros_and_registers_chain():
     np.testing.assert_array_equal(emu.acc[2], 500 + 2 * ONE)
 
 
-def test_invalid_program_changes_nothing():
+def test_invalid_program_changes_nothing(Emulator):
     emu = Emulator(small_arch())
     emu.write_dram(0, 0, np.full((4, N), 7))
     lay = emu.arch.layout
@@ -245,7 +251,7 @@ def test_invalid_program_changes_nothing():
     np.testing.assert_array_equal(emu.local[:4], 0)
 
 
-def test_out_of_range_run_and_unknown_opcode_name_the_pc():
+def test_out_of_range_run_and_unknown_opcode_name_the_pc(Emulator):
     emu = Emulator(small_arch())
     lay = emu.arch.layout
 
@@ -260,13 +266,13 @@ def test_out_of_range_run_and_unknown_opcode_name_the_pc():
         emu.execute(program(0, 0x9 << lay.opcode_shift))
 
 
-def test_loadlut_is_rejected_before_running():
+def test_loadlut_is_rejected_before_running(Emulator):
     emu = Emulator(small_arch())
     with pytest.raises(ProgramError, match="pc 1: LoadLUT: the TCU has no lookup tables"):
         run(emu, "datamove local_to_dram0 local=0 dram0=0 size=1\nloadlut local=0 table=0")
 
 
-def test_configure_sets_registers():
+def test_configure_sets_registers(Emulator):
     emu = Emulator(small_arch())
     run(emu, "configure dram0_offset value=0x10\nconfigure sample_interval value=1000")
     from tvm_tensil.isa import ConfigRegister
@@ -274,7 +280,7 @@ def test_configure_sets_registers():
     assert emu.config[ConfigRegister.SAMPLE_INTERVAL] == 1000
 
 
-def test_fp32_and_large_array_matmul():
+def test_fp32_and_large_array_matmul(Emulator):
     arch = small_arch(data_type="FP32BP16", array_size=16)
     emu = Emulator(arch)
     rng = np.random.default_rng(9)
@@ -289,3 +295,62 @@ def test_fp32_and_large_array_matmul():
             for j in range(16):
                 acc = mac_ref(int(x[i, j]), int(w[j + 1, o]), acc, 32, 16)
             assert emu.acc[i, o] == acc
+
+
+# -- the compiled emulator against the reference model, bit for bit ------------------------------
+
+DIFFERENTIAL_ARCHS = [
+    Architecture(dt, n, 256, 256, 128, 64, simd_registers_depth=2, stride0_depth=4, stride1_depth=4,
+                 name=f"diff_{dt}_{n}x{n}")
+    for dt, n in (("FP16BP8", 4), ("FP32BP16", 8), ("FP8BP4", 4), ("FP18BP10", 6))
+]
+
+
+def _coverage(body) -> set:
+    """What a program exercises: opcodes with their flags, and SIMD ops."""
+    from tvm_tensil.isa.instructions import SIMD
+
+    seen = set()
+    for inst in body:
+        seen.add((inst.opcode.name, inst.flags()))
+        if isinstance(inst, SIMD):
+            seen.add(("simd op", inst.op.name))
+    return seen
+
+
+@pytest.mark.parametrize("arch", DIFFERENTIAL_ARCHS, ids=lambda a: a.name)
+def test_the_emulator_matches_the_reference_on_random_programs(arch, full):
+    """Every memory and the saturation counts equal after each of 500 random programs (5000 with
+    --full) per data type; the programs cover every opcode, flag combination and SIMD op."""
+    from tvm_tensil.isa.instructions import Direction as D
+    from tvm_tensil.runtime.differential import compare, random_programs, report
+
+    fast, ref = CompiledEmulator(arch), ReferenceEmulator(arch)
+    seen = set()
+    for _, body, dram in random_programs(arch, 5000 if full else 500, seed=11):
+        seen |= _coverage(body)
+        diff = compare(fast, ref, body, dram)
+        assert diff is None, report(fast, ref, body, dram, diff)
+        assert fast.last_stats.saturations == ref.last_stats.saturations, (
+            f"saturation counts differ: {fast.last_stats.saturations} vs {ref.last_stats.saturations}")
+    want = ({("MATMUL", f) for f in range(4)} | {("LOADWEIGHTS", f) for f in range(2)}
+            | {("DATAMOVE", int(d)) for d in D} | {("SIMD", f) for f in (0, 1, 2, 3, 6, 7)}
+            | {("simd op", op.name) for op in SIMDOp})
+    assert want <= seen, f"the random programs never drew {sorted(want - seen)}"
+
+
+@pytest.mark.parametrize("data_type", ["FP16BP8", "FP32BP16"])
+@pytest.mark.parametrize("model", ["small_cnn", "resnet20v2"])
+def test_compiled_models_are_bit_identical_to_the_reference(model, data_type):
+    """A whole compiled model, the same executable under both devices: outputs equal bit for bit."""
+    from helpers import outputs_on_devices
+
+    import zoo
+    from tvm_tensil.arch import load_arch
+
+    arch = load_arch("pynqz1").replace(data_type=data_type, name=f"pynqz1_{data_type.lower()}")
+    onnx_model, shape = {"small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+                         "resnet20v2": (zoo.resnet20v2(softmax=False), (1, 3, 32, 32))}[model]
+    outs = outputs_on_devices(onnx_model, shape, ("emulator", "reference"), arch=arch)
+    assert np.array_equal(outs["emulator"], outs["reference"])
+    assert np.ptp(outs["emulator"]) > 0  # a real output, not all zeros or all saturated

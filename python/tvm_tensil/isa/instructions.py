@@ -14,7 +14,7 @@ value the hardware cannot encode or that reaches outside a memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from enum import IntEnum
+from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Opcode",
     "Direction",
+    "MatMulFlag",
+    "LoadWeightsFlag",
+    "SIMDFlag",
     "SIMDOp",
     "ConfigRegister",
     "InvalidInstruction",
@@ -82,6 +85,27 @@ _DIRECTION_MEMORY = {
     Direction.LOCAL_TO_ACC: "acc",
     Direction.LOCAL_TO_ACC_ACCUMULATE: "acc",
 }
+
+
+class MatMulFlag(IntFlag):
+    """MatMul flag bits."""
+
+    ACCUMULATE = 1  # add to the accumulators instead of overwriting them
+    ZEROES = 2  # feed zero vectors (local memory is not read): the output is the bias row
+
+
+class LoadWeightsFlag(IntFlag):
+    """LoadWeights flag bits."""
+
+    ZEROES = 1  # shift in zero vectors instead of reading local memory
+
+
+class SIMDFlag(IntFlag):
+    """SIMD flag bits."""
+
+    READ = 1  # the input is the accumulator at operand1 (else zeros)
+    WRITE = 2  # the result goes to the accumulator at operand0
+    ACCUMULATE = 4  # ... added to it instead of overwriting it
 
 
 class SIMDOp(IntEnum):
@@ -292,7 +316,7 @@ class MatMul(Instruction):
         _check_address(layout, self.name, "acc", "acc", self.acc, self.acc_stride, self.size)
 
     def flags(self) -> int:
-        return int(self.accumulate) | int(self.zeroes) << 1
+        return int(MatMulFlag.ACCUMULATE * self.accumulate | MatMulFlag.ZEROES * self.zeroes)
 
     def operands(self, layout):
         return (
@@ -366,7 +390,7 @@ class LoadWeights(Instruction):
                        self.size, used=not self.zeroes)
 
     def flags(self) -> int:
-        return int(self.zeroes)
+        return int(LoadWeightsFlag.ZEROES * self.zeroes)
 
     def operands(self, layout):
         return (
@@ -414,7 +438,7 @@ class SIMD(Instruction):
         _check_address(layout, self.name, "acc_read", "acc", self.acc_read, 0, 1, used=self.read)
 
     def flags(self) -> int:
-        return int(self.read) | int(self.write) << 1 | int(self.accumulate) << 2
+        return int(SIMDFlag.READ * self.read | SIMDFlag.WRITE * self.write | SIMDFlag.ACCUMULATE * self.accumulate)
 
     def sub_instruction(self, layout) -> int:
         b = layout.simd_operand_bits
@@ -528,7 +552,7 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         flag_bits(0b11)
         local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
         acc, as_ = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
-        inst = MatMul(local, acc, o2 + 1, ls, as_, bool(flags & 1), bool(flags & 2))
+        inst = MatMul(local, acc, o2 + 1, ls, as_, bool(flags & MatMulFlag.ACCUMULATE), bool(flags & MatMulFlag.ZEROES))
     elif op is Opcode.DATAMOVE:
         try:
             direction = Direction(flags)
@@ -545,7 +569,7 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         flag_bits(0b1)
         local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
         _require_zero(o2, name, "operand2")
-        inst = LoadWeights(local, o1 + 1, ls, bool(flags & 1))
+        inst = LoadWeights(local, o1 + 1, ls, bool(flags & LoadWeightsFlag.ZEROES))
     elif op is Opcode.SIMD:
         flag_bits(0b111)
         write_addr, ws = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
@@ -559,7 +583,8 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         inst = SIMD(
             SIMDOp((o2 >> (3 * b)) & 0xF), dest=o2 & m, right=(o2 >> b) & m, left=(o2 >> (2 * b)) & m,
             acc_write=write_addr, acc_read=read_addr,
-            read=bool(flags & 1), write=bool(flags & 2), accumulate=bool(flags & 4),
+            read=bool(flags & SIMDFlag.READ), write=bool(flags & SIMDFlag.WRITE),
+            accumulate=bool(flags & SIMDFlag.ACCUMULATE),
         )
     elif op is Opcode.LOADLUT:
         flag_bits(0)

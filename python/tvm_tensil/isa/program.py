@@ -211,6 +211,16 @@ class Program:
             bad[m] = verdict[m]
         return bad
 
+    def checked_fields(self) -> ProgramFields:
+        """The decoded fields after ``validate``; computed once per program (its bytes are immutable)."""
+        cached = getattr(self, "_checked", None)
+        if cached is not None and cached[0] is self.data:
+            return cached[1]
+        f = self.fields()
+        self.validate(f)
+        self._checked = (self.data, f)
+        return f
+
     def validate(self, f: ProgramFields | None = None) -> None:
         """Raise ``InvalidInstruction`` (with the pc) for the first invalid instruction."""
         bad = self.invalid_mask(f)

@@ -17,15 +17,17 @@ from typing import Iterator
 from ..arch import Architecture, load_arch
 from .device import Device, DeviceError, RunStats, SaturationWarning
 from .emulator import Emulator
+from .reference import ReferenceEmulator
 
 __all__ = [
-    "Device", "DeviceError", "RunStats", "SaturationWarning", "Emulator",
+    "Device", "DeviceError", "RunStats", "SaturationWarning", "Emulator", "ReferenceEmulator",
     "DEVICES", "DEFAULT_DEVICE", "ENV_VAR", "device", "current_device_name", "get_device",
 ]
 
 # name -> "module:Class"; modules are imported on first use (a board needs pynq, etc.).
 DEVICES: dict[str, str] = {
     "emulator": "tvm_tensil.runtime.emulator:Emulator",
+    "reference": "tvm_tensil.runtime.reference:ReferenceEmulator",
     "verilator": "tvm_tensil.runtime.verilator:Verilator",
     "sim-board": "tvm_tensil.runtime.sim_board:SimBoard",
     "pynq": "tvm_tensil.runtime.pynq:Pynq",

@@ -16,7 +16,7 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import Opcode
+from ..isa.instructions import Direction, Opcode
 from ..isa.program import Program, ProgramError
 from ..numbers import SaturationCounter
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
@@ -98,6 +98,9 @@ class Device(ABC):
     def __init__(self, arch: Architecture):
         self.arch = arch
         self.last_stats: RunStats | None = None
+        # The model whose constants DRAM1 holds: run_model writes them once per model, not per call.
+        # Any other write to DRAM1 (by write_dram or by a program) forgets it.
+        self._constants_of: TensilModel | None = None
 
     # -- primitives --------------------------------------------------------------------------
     @abstractmethod
@@ -120,8 +123,9 @@ class Device(ABC):
         """The program's decoded fields, after every check a device makes before running anything."""
         if program.layout.arch != self.arch:
             raise ProgramError(f"{program.name} was encoded for another architecture than this {self.name} device's")
-        f = program.fields()
-        program.validate(f)
+        f = program.checked_fields()
+        if np.any((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM1)):
+            self._constants_of = None
         lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
         if lut.size:
             raise ProgramError(
@@ -197,8 +201,10 @@ class Device(ABC):
                     "input, or use a wider data type (e.g. FP32BP16)."), stacklevel=2)
             staged.append((entries, vec))
         self.reset()
-        for entry, data in model.consts:
-            self.write_dram(1, entry.base, data)
+        if self._constants_of is not model:
+            for entry, data in model.consts:
+                self.write_dram(1, entry.base, data)
+            self._constants_of = model
         for entries, vec in staged:
             pos = 0
             for e in entries:
@@ -251,6 +257,8 @@ class HostDramDevice(Device):
     def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
         vectors = as_vectors(vectors, self.arch.array_size)
         self._check_range(bank, base, vectors.shape[0])
+        if bank == 1:
+            self._constants_of = None
         self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
 
     def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:

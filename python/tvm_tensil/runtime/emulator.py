@@ -1,184 +1,245 @@
-"""The "emulator" device: a bit-exact functional model of the TCU in numpy.
+"""The "emulator" device, the default: the TCU's bit-exact model with a compiled instruction loop.
 
-It executes a program one instruction at a time, in program order, with the numbers of
-``tvm_tensil.numbers``: the result the RTL core must reproduce bit for bit.
-
-Speed comes from decoding and validating the whole program in one vectorised pass
-(``Program.fields``) and from moving each instruction's whole strided run of vectors with
-one numpy slice. A program is validated completely before its first instruction runs, so an
-invalid program raises (naming the program counter) and changes nothing.
+The machine state and its meaning are the reference model's (``reference.py``); here the whole
+loop over the program (every opcode, the exactly rounded MAC chain, saturation and its counts)
+is one numba kernel over the decoded instruction fields and the memories. Its machine code is
+cached on disk, so only the first run on a machine pays for compiling it. The kernel trusts
+its input: ``checked_fields`` validates every address and field before it runs, as it does for
+every device.
 """
 
 from __future__ import annotations
 
-import time
-
+import numba
 import numpy as np
 
-from ..arch import Architecture
-from ..isa.instructions import ConfigRegister, Opcode, SIMDOp
-from ..isa.program import Program, ProgramError
-from ..numbers import SaturationCounter
-from .device import HostDramDevice, RunStats
+from ..isa.instructions import ConfigRegister, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag, SIMDOp
+from .reference import ReferenceEmulator
 
 __all__ = ["Emulator"]
 
-class Emulator(HostDramDevice):
-    """Bit-exact TCU model. DRAM banks are numpy arrays in the data type's storage format."""
+# numba folds module-level ints into the machine code as constants.
+_NOOP, _MATMUL, _DATAMOVE = int(Opcode.NOOP), int(Opcode.MATMUL), int(Opcode.DATAMOVE)
+_LOADWEIGHTS, _SIMD, _CONFIGURE = int(Opcode.LOADWEIGHTS), int(Opcode.SIMD), int(Opcode.CONFIGURE)
+_DRAM0_TO_LOCAL, _LOCAL_TO_DRAM0 = int(Direction.DRAM0_TO_LOCAL), int(Direction.LOCAL_TO_DRAM0)
+_DRAM1_TO_LOCAL, _LOCAL_TO_DRAM1 = int(Direction.DRAM1_TO_LOCAL), int(Direction.LOCAL_TO_DRAM1)
+_ACC_TO_LOCAL, _LOCAL_TO_ACC = int(Direction.ACC_TO_LOCAL), int(Direction.LOCAL_TO_ACC)
+_MM_ACCUMULATE, _MM_ZEROES = int(MatMulFlag.ACCUMULATE), int(MatMulFlag.ZEROES)
+_LW_ZEROES = int(LoadWeightsFlag.ZEROES)
+_SIMD_READ, _SIMD_WRITE, _SIMD_ACCUMULATE = int(SIMDFlag.READ), int(SIMDFlag.WRITE), int(SIMDFlag.ACCUMULATE)
+(_OP_NOOP, _OP_ZERO, _OP_MOVE, _OP_NOT, _OP_AND, _OP_OR, _OP_INCREMENT, _OP_DECREMENT, _OP_ADD,
+ _OP_SUBTRACT, _OP_MULTIPLY, _OP_ABS, _OP_GREATER_THAN, _OP_GREATER_THAN_EQUAL, _OP_MIN,
+ _OP_MAX) = (int(op) for op in SIMDOp)
+# Indices into the kernel's saturation counts.
+_SAT_MATMUL, _SAT_DATAMOVE, _SAT_SIMD = 0, 1, 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _saturate(v, lo, hi, sats, unit):
+    if v < lo:
+        sats[unit] += 1
+        return lo
+    if v > hi:
+        sats[unit] += 1
+        return hi
+    return v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mac(x, y, z, bp, lo, hi, sats, unit):
+    """``x*y + z`` shifted right by bp with round-half-to-even, saturated (``DataType.mac``)."""
+    m = x * y + (z << bp)
+    q = m >> bp
+    half = (m >> (bp - 1)) & 1
+    sticky = (m & ((1 << (bp - 1)) - 1)) != 0
+    if half and (sticky or (q & 1)):
+        q += 1
+    return _saturate(q, lo, hi, sats, unit)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _widen(v, width, storage_bits):
+    """A DRAM scalar as int64, sign-extended from ``width`` bits (FP18BP10 lives in 32)."""
+    v = np.int64(v)
+    if width < storage_bits:
+        v &= (1 << width) - 1
+        if v >= (1 << (width - 1)):
+            v -= 1 << width
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _simd_lane(code, left, right, x, one, bp, lo, hi, sats):
+    if code == _OP_NOOP:
+        return x
+    if code == _OP_ZERO:
+        return 0
+    if code == _OP_MOVE:
+        return left
+    if code == _OP_NOT:
+        return one if left == 0 else 0
+    if code == _OP_AND:
+        return one if (left != 0 and right != 0) else 0
+    if code == _OP_OR:
+        return one if (left != 0 or right != 0) else 0
+    if code == _OP_INCREMENT:
+        return _saturate(left + one, lo, hi, sats, _SAT_SIMD)
+    if code == _OP_DECREMENT:
+        return _saturate(left - one, lo, hi, sats, _SAT_SIMD)
+    if code == _OP_ADD:
+        return _saturate(left + right, lo, hi, sats, _SAT_SIMD)
+    if code == _OP_SUBTRACT:
+        return _saturate(left - right, lo, hi, sats, _SAT_SIMD)
+    if code == _OP_MULTIPLY:
+        return _mac(left, right, 0, bp, lo, hi, sats, _SAT_SIMD)
+    if code == _OP_ABS:
+        return _saturate(abs(left), lo, hi, sats, _SAT_SIMD)
+    if code == _OP_GREATER_THAN:
+        return one if left > right else 0
+    if code == _OP_GREATER_THAN_EQUAL:
+        return one if left >= right else 0
+    if code == _OP_MIN:
+        return min(left, right)
+    return max(left, right)  # _OP_MAX
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, raw1,
+                local, acc, dram0, dram1, weights, regs, config, sats,
+                width, bp, storage_bits, simd_operand_bits, operand0_bits, operand1_bits):
+    n = local.shape[1]
+    lo = -(1 << (width - 1))
+    hi = (1 << (width - 1)) - 1
+    one = np.int64(1) << bp
+    rmask = (1 << simd_operand_bits) - 1
+    round_bias = (np.int64(1) << (bp - 1)) - 1  # (m + round_bias + lsb(m >> bp)) >> bp rounds half to even
+    out = np.empty(n, dtype=np.int64)
+    shifted = np.empty_like(weights)
+    for pc in range(opcode.shape[0]):
+        op = opcode[pc]
+        fl = flags[pc]
+        if op == _NOOP:
+            continue
+        if op == _SIMD:
+            sub = operand2[pc]
+            dest = sub & rmask
+            right = (sub >> simd_operand_bits) & rmask
+            left = (sub >> (2 * simd_operand_bits)) & rmask
+            code = sub >> (3 * simd_operand_bits)
+            read = (fl & _SIMD_READ) != 0
+            src = addr1[pc]
+            for i in range(n):
+                x = acc[src, i] if read else 0
+                lv = x if left == 0 else regs[left - 1, i]
+                rv = x if right == 0 else regs[right - 1, i]
+                out[i] = _simd_lane(code, lv, rv, x, one, bp, lo, hi, sats)
+            if dest != 0 and code != _OP_NOOP:
+                for i in range(n):
+                    regs[dest - 1, i] = out[i]
+            if fl & _SIMD_WRITE:
+                dst = addr0[pc]
+                if fl & _SIMD_ACCUMULATE:
+                    for i in range(n):
+                        acc[dst, i] = _saturate(acc[dst, i] + out[i], lo, hi, sats, _SAT_SIMD)
+                else:
+                    for i in range(n):
+                        acc[dst, i] = out[i]
+            continue
+        if op == _CONFIGURE:
+            args = raw0[pc] | (raw1[pc] << operand0_bits) | (operand2[pc] << (operand0_bits + operand1_bits))
+            config[args & 0xF] = args >> 4
+            continue
+        if op == _LOADWEIGHTS:  # shift in, highest address first: vector k lands in row k
+            cnt = raw1[pc] + 1
+            step = np.int64(1) << stride0[pc]
+            a0 = addr0[pc]
+            rows = n + 1
+            shifted[:, :] = weights
+            for r in range(rows):
+                for i in range(n):
+                    if r < cnt:
+                        weights[r, i] = 0 if fl & _LW_ZEROES else local[a0 + r * step, i]
+                    else:
+                        weights[r, i] = shifted[r - cnt, i]
+            continue
+        cnt = operand2[pc] + 1
+        st0 = np.int64(1) << stride0[pc]
+        st1 = np.int64(1) << stride1[pc]
+        a0 = addr0[pc]
+        a1 = addr1[pc]
+        if op == _DATAMOVE:
+            for k in range(cnt):
+                la = a0 + k * st0
+                oa = a1 + k * st1
+                if fl == _DRAM0_TO_LOCAL:
+                    for i in range(n):
+                        local[la, i] = _widen(dram0[oa, i], width, storage_bits)
+                elif fl == _LOCAL_TO_DRAM0:
+                    for i in range(n):
+                        dram0[oa, i] = local[la, i]
+                elif fl == _DRAM1_TO_LOCAL:
+                    for i in range(n):
+                        local[la, i] = _widen(dram1[oa, i], width, storage_bits)
+                elif fl == _LOCAL_TO_DRAM1:
+                    for i in range(n):
+                        dram1[oa, i] = local[la, i]
+                elif fl == _ACC_TO_LOCAL:
+                    for i in range(n):
+                        local[la, i] = acc[oa, i]
+                elif fl == _LOCAL_TO_ACC:
+                    for i in range(n):
+                        acc[oa, i] = local[la, i]
+                else:  # LOCAL_TO_ACC_ACCUMULATE
+                    for i in range(n):
+                        acc[oa, i] = _saturate(acc[oa, i] + local[la, i], lo, hi, sats, _SAT_DATAMOVE)
+            continue
+        # MatMul: per output o, acc = bias[o], then acc = mac(x[j], w[j][o], acc) for j = 0..n-1,
+        # computed for all outputs at once (the loop over o vectorises).
+        zeroes = (fl & _MM_ZEROES) != 0
+        accumulate = (fl & _MM_ACCUMULATE) != 0
+        for k in range(cnt):
+            la = a0 + k * st0
+            da = a1 + k * st1
+            for o in range(n):
+                out[o] = weights[0, o]
+            if not zeroes:  # zero inputs: every product is 0, the output is the bias exactly
+                clipped = 0
+                for j in range(n):
+                    xj = local[la, j]
+                    for o in range(n):
+                        m = xj * weights[j + 1, o] + (out[o] << bp)
+                        q = (m + round_bias + ((m >> bp) & 1)) >> bp  # round half to even
+                        z = min(max(q, lo), hi)
+                        clipped += q != z
+                        out[o] = z
+                sats[_SAT_MATMUL] += clipped
+            if accumulate:
+                for o in range(n):
+                    acc[da, o] = _saturate(acc[da, o] + out[o], lo, hi, sats, _SAT_MATMUL)
+            else:
+                for o in range(n):
+                    acc[da, o] = out[o]
+
+
+class Emulator(ReferenceEmulator):
+    """Bit-exact TCU model, the reference's state with the instruction loop compiled."""
 
     name = "emulator"
 
-    def __init__(self, arch: Architecture):
-        super().__init__(arch)
-        n = arch.array_size
-        self._make_banks()
-        self.local = np.zeros((arch.local_depth, n), dtype=np.int64)
-        self.acc = np.zeros((arch.accumulator_depth, n), dtype=np.int64)
-        self.reset()
-
-    def reset(self) -> None:
-        """Clear on-chip state (local memory, accumulators, array, registers, config)."""
-        n = self.arch.array_size
-        self.local[:] = 0
-        self.acc[:] = 0
-        self.weights = np.zeros((n + 1, n), dtype=np.int64)  # row 0 = bias
-        self.registers = np.zeros((self.arch.simd_registers_depth, n), dtype=np.int64)
-        self.config = {r: 0 for r in ConfigRegister}
-        self.config[ConfigRegister.TIMEOUT] = 100
-        self.config[ConfigRegister.TRACEPOINT] = 0xFFFFFFFF
-
-    # -- execution -------------------------------------------------------------------------------
-    def execute(self, program: Program) -> RunStats:
-        start = time.perf_counter()
-        f = self.checked_fields(program)
-        counters = {name: SaturationCounter() for name in ("matmul", "datamove", "simd")}
-        self._run(f, counters)
-        stats = RunStats.for_program(f)
-        stats.saturations = {k: c.count for k, c in counters.items()}
-        stats.seconds = time.perf_counter() - start
-        self.last_stats = stats
-        return stats
-
     def _run(self, f, counters) -> None:
-        """The interpreter loop: fields are plain Python ints here for speed."""
         arch = self.arch
+        lay = arch.layout
         dt = arch.data_type
-        n = arch.array_size
-        local, acc, dram0, dram1 = self.local, self.acc, self.dram0, self.dram1
-        regs = self.registers
-        zeros_vec = np.zeros(n, dtype=np.int64)
-        one = dt.one
-        sat_mm, sat_dm, sat_simd = counters["matmul"], counters["datamove"], counters["simd"]
-        plus, minus, times, saturate = dt.plus, dt.minus, dt.times, dt.saturate
-        matmul = dt.matmul
-        widen = dt.sign_extend
-        one_vec = np.full(n, one, dtype=np.int64)
-
-        def flag(c):
-            return np.where(c, one, 0).astype(np.int64)
-
-        simd_ops = {
-            SIMDOp.NOOP: lambda l, r, x: x,
-            SIMDOp.ZERO: lambda l, r, x: zeros_vec,
-            SIMDOp.MOVE: lambda l, r, x: l,
-            SIMDOp.NOT: lambda l, r, x: flag(l == 0),
-            SIMDOp.AND: lambda l, r, x: flag((l != 0) & (r != 0)),
-            SIMDOp.OR: lambda l, r, x: flag((l != 0) | (r != 0)),
-            SIMDOp.INCREMENT: lambda l, r, x: plus(l, one_vec, sat_simd),
-            SIMDOp.DECREMENT: lambda l, r, x: minus(l, one_vec, sat_simd),
-            SIMDOp.ADD: lambda l, r, x: plus(l, r, sat_simd),
-            SIMDOp.SUBTRACT: lambda l, r, x: minus(l, r, sat_simd),
-            SIMDOp.MULTIPLY: lambda l, r, x: times(l, r, sat_simd),
-            SIMDOp.ABS: lambda l, r, x: saturate(np.abs(l), sat_simd),
-            SIMDOp.GREATER_THAN: lambda l, r, x: flag(l > r),
-            SIMDOp.GREATER_THAN_EQUAL: lambda l, r, x: flag(l >= r),
-            SIMDOp.MIN: lambda l, r, x: np.minimum(l, r),
-            SIMDOp.MAX: lambda l, r, x: np.maximum(l, r),
-        }
-        simd_table = [simd_ops[SIMDOp(i)] for i in range(16)]
-        rbits = self.arch.layout.simd_operand_bits
-        rmask = (1 << rbits) - 1
-        weights = self.weights
-        config = self.config
-
-        ops = f.opcode.tolist()
-        fls = f.flags.tolist()
-        a0s, s0s, a1s, s1s = f.addr0.tolist(), f.stride0.tolist(), f.addr1.tolist(), f.stride1.tolist()
-        o2s = f.operand2.tolist()
-        raw0s, raw1s = f.raw0.tolist(), f.raw1.tolist()
-
-        for pc in range(len(ops)):
-            op = ops[pc]
-            if op == 0:  # NoOp
-                continue
-            fl = fls[pc]
-            if op == 4:  # SIMD
-                sub = o2s[pc]
-                x = acc[a1s[pc]] if fl & 1 else zeros_vec
-                d = sub & rmask
-                r = (sub >> rbits) & rmask
-                l_ = (sub >> (2 * rbits)) & rmask
-                code = sub >> (3 * rbits)
-                left = x if l_ == 0 else regs[l_ - 1]
-                right = x if r == 0 else regs[r - 1]
-                result = simd_table[code](left, right, x)
-                if d and code:
-                    regs[d - 1] = result
-                if fl & 2:
-                    w = a0s[pc]
-                    acc[w] = plus(acc[w], result, sat_simd) if fl & 4 else result
-                continue
-            cnt = o2s[pc] + 1
-            if op == 2:  # DataMove
-                st0 = 1 << s0s[pc]
-                st1 = 1 << s1s[pc]
-                a0 = a0s[pc]
-                a1 = a1s[pc]
-                ls = slice(a0, a0 + (cnt - 1) * st0 + 1, st0)
-                os_ = slice(a1, a1 + (cnt - 1) * st1 + 1, st1)
-                if fl == 0:
-                    local[ls] = widen(dram0[os_].astype(np.int64))
-                elif fl == 1:
-                    dram0[os_] = local[ls]
-                elif fl == 2:
-                    local[ls] = widen(dram1[os_].astype(np.int64))
-                elif fl == 3:
-                    dram1[os_] = local[ls]
-                elif fl == 12:
-                    local[ls] = acc[os_]
-                elif fl == 13:
-                    acc[os_] = local[ls]
-                else:  # 15: accumulate
-                    acc[os_] = plus(acc[os_], local[ls], sat_dm)
-            elif op == 1:  # MatMul
-                st1 = 1 << s1s[pc]
-                a1 = a1s[pc]
-                dst = slice(a1, a1 + (cnt - 1) * st1 + 1, st1)
-                if fl & 2:  # zeroes: every product is 0, the output is the bias row exactly
-                    out = np.broadcast_to(weights[0], (cnt, n))
-                else:
-                    st0 = 1 << s0s[pc]
-                    a0 = a0s[pc]
-                    out = matmul(local[a0 : a0 + (cnt - 1) * st0 + 1 : st0], weights[1:], weights[0], sat_mm)
-                if fl & 1:
-                    acc[dst] = plus(acc[dst], out, sat_mm)
-                else:
-                    acc[dst] = out
-            elif op == 3:  # LoadWeights: shift in, highest address first
-                cnt = raw1s[pc] + 1
-                if fl & 1:
-                    vecs = np.zeros((cnt, n), dtype=np.int64)
-                else:
-                    st0 = 1 << s0s[pc]
-                    a0 = a0s[pc]
-                    vecs = local[a0 : a0 + (cnt - 1) * st0 + 1 : st0]
-                if cnt >= n + 1:
-                    weights[:] = vecs[: n + 1]
-                else:
-                    weights[cnt:] = weights[: n + 1 - cnt].copy()
-                    weights[:cnt] = vecs
-            elif op == 15:  # Configure
-                args = raw0s[pc] | (raw1s[pc] << self.arch.layout.operand0_bits) | (
-                    o2s[pc] << (self.arch.layout.operand0_bits + self.arch.layout.operand1_bits)
-                )
-                config[ConfigRegister(args & 0xF)] = args >> 4
+        config = np.zeros(16, dtype=np.int64)
+        for reg, value in self.config.items():
+            config[int(reg)] = value
+        sats = np.zeros(3, dtype=np.int64)
+        fields = [np.ascontiguousarray(a, dtype=np.int64) for a in
+                  (f.opcode, f.flags, f.addr0, f.stride0, f.addr1, f.stride1, f.operand2, f.raw0, f.raw1)]
+        _run_kernel(*fields, self.local, self.acc, self.dram0, self.dram1, self.weights, self.registers,
+                    config, sats, dt.width, dt.binary_point, 8 * dt.storage_bytes,
+                    lay.simd_operand_bits, lay.operand0_bits, lay.operand1_bits)
+        for reg in ConfigRegister:
+            self.config[reg] = int(config[int(reg)])
+        for name, index in (("matmul", _SAT_MATMUL), ("datamove", _SAT_DATAMOVE), ("simd", _SAT_SIMD)):
+            counters[name].count += int(sats[index])
