@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-STEP_KINDS = ("conv", "conv", "conv", "pool", "res", "concat", "sppf", "branch")
+STEP_KINDS = ("conv", "conv", "conv", "pool", "res", "concat", "sppf", "branch", "csp", "upsample")
 
 
 @dataclass
@@ -72,9 +72,9 @@ class _Builder:
         self.count += 1
         return f"{p}{self.count}"
 
-    def const(self, v):
+    def const(self, v, dtype=np.float32):
         n = self.name("c")
-        self.inits.append(numpy_helper.from_array(np.asarray(v, dtype=np.float32), n))
+        self.inits.append(numpy_helper.from_array(np.asarray(v, dtype=dtype), n))
         return n
 
     def op(self, kind, ins, **attrs):
@@ -178,6 +178,34 @@ class _Builder:
                           x.c, x.h, x.w, x.ms, x.var))
         return T(self.op("Concat", [o.name for o in outs], axis=1), 4 * x.c, x.h, x.w, x.ms, x.var)
 
+    def csp(self, x: T, rng) -> T:
+        """YOLOv4-tiny's route groups: Split along channels (or Slice), a conv on one part, concat."""
+        if x.c < 2:
+            return x
+        first = int(rng.integers(1, x.c))
+        if rng.random() < 0.5:
+            split = self.const(np.array([first, x.c - first]), np.int64)
+            parts = [self.name("split") for _ in range(2)]
+            self.nodes.append(helper.make_node("Split", [x.name, split], parts, axis=1))
+        else:
+            parts = [self.op("Slice", [x.name, self.const(np.array([lo]), np.int64),
+                                       self.const(np.array([hi]), np.int64), self.const(np.array([1]), np.int64)])
+                     for lo, hi in ((0, first), (first, x.c))]
+        keep = T(parts[0], first, x.h, x.w, x.ms, x.var)
+        y = self.conv(T(parts[1], x.c - first, x.h, x.w, x.ms, x.var), rng, k=3, stride=1, groups="1",
+                      pads=[1, 1, 1, 1])
+        if (y.h, y.w) != (x.h, x.w):
+            return y
+        return T(self.op("Concat", [y.name, keep.name], axis=1), y.c + first, x.h, x.w, max(y.ms, x.ms),
+                 max(y.var, x.var))
+
+    def upsample(self, x: T) -> T:
+        """Nearest 2x upsampling (YOLO's second head)."""
+        if x.h * x.w > 16 * 16:
+            return x
+        scales = self.const(np.array([1, 1, 2, 2], dtype=np.float32))
+        return T(self.op("Resize", [x.name, "", scales], mode="nearest"), x.c, 2 * x.h, 2 * x.w, x.ms, x.var)
+
     def head(self, x: T, rng, kind: str, classes: int) -> T:
         if kind == "none":
             return x
@@ -211,6 +239,10 @@ def build_net(top: dict, steps: list) -> Net:
             x = b.concat(x, seen)
         elif kind == "sppf":
             x = b.sppf(x)
+        elif kind == "csp":
+            x = b.csp(x, rng)
+        elif kind == "upsample":
+            x = b.upsample(x)
         elif kind == "branch" and x.name != "x":
             outputs.append(x)
         seen.append(x)

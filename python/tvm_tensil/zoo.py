@@ -4,6 +4,9 @@
 - ``small_cnn``: (conv-bn-relu-maxpool) x 2, dense, softmax (on the CPU).
 - ``resnet20v2``: ResNet-20 v2 for CIFAR, the pre-activation bottleneck version (3 stages of
   2 blocks, 16 -> 64 -> 128 -> 256 channels, 32x32x3 input, global average pool, dense).
+- ``resnet50v2``: ResNet-50 v2 for ImageNet as Keras' ResNet50V2 (224x224 by default).
+- ``yolov4_tiny``: YOLOv4-tiny as darknet's yolov4-tiny.cfg (416x416, two heads).
+- ``mobilenetv2``: MobileNet-v2 (depthwise + pointwise, inverted residuals), the depthwise workload.
 
 ``OnnxBuilder`` keeps graph construction short. Weights are random (He-scaled) unless given;
 ``grid`` rounds values to multiples of 1/16 so that fixed-point results can be exact.
@@ -28,9 +31,9 @@ class OnnxBuilder:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def const(self, value: np.ndarray, prefix: str = "w") -> str:
-        value = np.asarray(value, dtype=np.float32)
-        if self.grid:
+    def const(self, value: np.ndarray, prefix: str = "w", dtype=np.float32) -> str:
+        value = np.asarray(value, dtype=dtype)
+        if self.grid and dtype == np.float32:
             value = np.round(value * 16) / 16
         n = self.name(prefix)
         self.inits.append(numpy_helper.from_array(value, n))
@@ -63,18 +66,26 @@ class OnnxBuilder:
         w = self.rng.standard_normal((cout, cin)) * (scale or np.sqrt(2.0 / cin))
         return self.op("Gemm", [x, self.const(w), self.const(self.rng.standard_normal(cout) * 0.05, "b")], transB=1)
 
-    def model(self, inputs: dict[str, list[int]], output: str, opset: int = 13) -> onnx.ModelProto:
-        """The model; the output's shape comes from ONNX shape inference."""
+    def ops(self, op_type: str, inputs: list[str], outputs: int, **attrs) -> list[str]:
+        """A node with several outputs (Split)."""
+        outs = [self.name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, **attrs))
+        return outs
+
+    def model(self, inputs: dict[str, list[int]], output: str | list[str], opset: int = 13) -> onnx.ModelProto:
+        """The model; output shapes come from ONNX shape inference."""
+        outputs = [output] if isinstance(output, str) else list(output)
         g = helper.make_graph(
             self.nodes, "zoo",
             [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
-            [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], self.inits)
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 8
         m = onnx.shape_inference.infer_shapes(m)
         inferred = {v.name: v for v in m.graph.value_info}
-        if output in inferred:
-            m.graph.output[0].CopyFrom(inferred[output])
+        for i, o in enumerate(outputs):
+            if o in inferred:
+                m.graph.output[i].CopyFrom(inferred[o])
         onnx.checker.check_model(m)
         return m
 
@@ -136,6 +147,117 @@ def resnet20v2(seed: int = 0, classes: int = 10, softmax: bool = True) -> onnx.M
     if softmax:
         x = b.op("Softmax", [x], axis=1)
     return b.model({"x": [1, 3, 32, 32]}, x)
+
+
+def resnet50v2(size: int = 224, seed: int = 0, classes: int = 1000, softmax: bool = True) -> onnx.ModelProto:
+    """ResNet-50 v2 as Keras' ResNet50V2 (pre-activation bottlenecks), ``size`` x ``size`` x 3 input.
+
+    Stem: conv 7x7/2 (64, with bias), max-pool 3x3/2 (padding 1). Four stages of 3, 4, 6, 3
+    blocks with inner widths 64, 128, 256, 512 and outputs four times that. Each block:
+    BN-ReLU (the pre-activation), then conv 1x1 -> BN-ReLU -> conv 3x3 -> BN-ReLU -> conv 1x1
+    (with bias), plus the shortcut: a 1x1 conv of the pre-activation in a stage's first block,
+    else the block input, max-pooled 1x1/2 where the block strides. As Keras, the stride is in
+    the last block of stages 1-3. Then BN, ReLU, global average pool, dense, softmax
+    (``softmax=False``: the logits). About 3.5 G multiply-accumulates at 224.
+    """
+    b = OnnxBuilder(seed)
+    x = b.conv("x", 3, 64, k=7, stride=2, pad=3)
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cx = 64
+    for filters, blocks, last_stride in ((64, 3, 2), (128, 4, 2), (256, 6, 2), (512, 3, 1)):
+        for block in range(blocks):
+            stride = last_stride if block == blocks - 1 else 1
+            preact = b.op("Relu", [b.bn(x, cx)])
+            if block == 0:
+                short = b.conv(preact, cx, 4 * filters, k=1, stride=stride, pad=0)
+            elif stride > 1:
+                short = b.op("MaxPool", [x], kernel_shape=[1, 1], strides=[stride, stride])
+            else:
+                short = x
+            y = b.op("Relu", [b.bn(b.conv(preact, cx, filters, k=1, pad=0, bias=False), filters)])
+            y = b.op("Relu", [b.bn(b.conv(y, filters, filters, k=3, stride=stride, bias=False), filters)])
+            y = b.conv(y, filters, 4 * filters, k=1, pad=0, scale=0.1 / np.sqrt(filters))
+            x = b.op("Add", [short, y])
+            cx = 4 * filters
+    x = b.op("Relu", [b.bn(x, cx)])
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    x = b.gemm(x, cx, classes)
+    if softmax:
+        x = b.op("Softmax", [x], axis=1)
+    return b.model({"x": [1, 3, size, size]}, x)
+
+
+def yolov4_tiny(size: int = 416, seed: int = 0, classes: int = 80) -> onnx.ModelProto:
+    """YOLOv4-tiny as darknet's yolov4-tiny.cfg, up to the two detection heads' convolutions.
+
+    Conv-BN-leaky(0.1) layers; "route groups=2 group_id=1" is a channel Split keeping the second
+    half; CSP blocks concatenate; three max-pools 2x2/2; the second head upsamples 2x (nearest)
+    and concatenates with the backbone. Outputs: (1, 3*(classes+5), size/32, size/32) and
+    (1, 3*(classes+5), size/16, size/16), before the YOLO decoding (which stays on the host).
+    """
+    b = OnnxBuilder(seed)
+
+    def cbl(x, cin, cout, k=3, stride=1):
+        y = b.conv(x, cin, cout, k=k, stride=stride, bias=False)
+        return b.op("LeakyRelu", [b.bn(y, cout)], alpha=0.1)
+
+    def csp(x, c):
+        """route groups=2 -> conv, conv -> concat -> conv 1x1 -> concat with the block input."""
+        half = b.ops("Split", [x, b.const(np.array([c // 2, c // 2]), "split", np.int64)], 2, axis=1)[1]
+        y1 = cbl(half, c // 2, c // 2)
+        y2 = cbl(y1, c // 2, c // 2)
+        y = cbl(b.op("Concat", [y2, y1], axis=1), c, c, k=1)
+        return b.op("Concat", [x, y], axis=1)
+
+    heads = 3 * (classes + 5)
+    x = cbl("x", 3, 32, stride=2)
+    x = cbl(x, 32, 64, stride=2)
+    x = cbl(x, 64, 64)
+    x = b.op("MaxPool", [csp(x, 64)], kernel_shape=[2, 2], strides=[2, 2])
+    x = cbl(x, 128, 128)
+    x = b.op("MaxPool", [csp(x, 128)], kernel_shape=[2, 2], strides=[2, 2])
+    x = cbl(x, 256, 256)
+    x = csp(x, 256)
+    mid = b.nodes[-1].input[1]  # the CSP block's conv 1x1 (256 channels), the second head's route
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = cbl(x, 512, 512)
+    neck = cbl(x, 512, 256, k=1)
+    y1 = b.conv(cbl(neck, 256, 512), 512, heads, k=1, pad=0)
+    up = b.op("Resize", [cbl(neck, 256, 128, k=1), "", b.const(np.array([1, 1, 2, 2]), "scales")], mode="nearest")
+    y2 = b.conv(cbl(b.op("Concat", [up, mid], axis=1), 384, 256), 256, heads, k=1, pad=0)
+    return b.model({"x": [1, 3, size, size]}, [y1, y2])
+
+
+def mobilenetv2(size: int = 224, seed: int = 0, classes: int = 1000, softmax: bool = True) -> onnx.ModelProto:
+    """MobileNet-v2 (width 1.0): conv 3x3/2 (32), 17 inverted residual blocks (expand 1x1 -> ReLU6 ->
+    depthwise 3x3 -> ReLU6 -> project 1x1, residual where shapes allow), conv 1x1 (1280), global
+    average pool, dense, softmax (``softmax=False``: the logits). Every conv is followed by BN."""
+    b = OnnxBuilder(seed)
+
+    def cbr(x, cin, cout, k=1, stride=1, group=1, relu=True):
+        y = b.bn(b.conv(x, cin, cout, k=k, stride=stride, group=group, bias=False), cout)
+        if relu:
+            y = b.op("Clip", [y, b.const(np.array(0.0), "lo"), b.const(np.array(6.0), "hi")])
+        return y
+
+    x = cbr("x", 3, 32, k=3, stride=2)
+    cin = 32
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                       (6, 160, 3, 2), (6, 320, 1, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            y = cbr(x, cin, hidden) if t != 1 else x
+            y = cbr(y, hidden, hidden, k=3, stride=stride, group=hidden)
+            y = cbr(y, hidden, c, relu=False)
+            x = b.op("Add", [x, y]) if stride == 1 and cin == c else y
+            cin = c
+    x = cbr(x, cin, 1280)
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
+    x = b.gemm(x, 1280, classes)
+    if softmax:
+        x = b.op("Softmax", [x], axis=1)
+    return b.model({"x": [1, 3, size, size]}, x)
 
 
 def count_macs(model: onnx.ModelProto) -> int:

@@ -26,7 +26,7 @@ from tvm_tensil.numbers import FP32BP16
 
 OPS = ["Conv", "Gemm", "MatMul", "Add", "Relu", "LeakyRelu", "Clip", "MaxPool", "AveragePool",
        "GlobalAveragePool", "ReduceMean", "Concat", "Pad", "Resize", "BatchNormalization", "Flatten",
-       "Reshape", "Mul", "Sub", "Div", "Max", "Min"]
+       "Reshape", "Mul", "Sub", "Div", "Max", "Min", "Split", "Slice"]
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 TABLE = Path(__file__).resolve().parents[2] / "build" / "onnx_node_cases.md"
 RESULTS: dict[str, dict[str, int]] = {}

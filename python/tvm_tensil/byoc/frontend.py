@@ -32,6 +32,30 @@ def shape_of(expr) -> tuple[int, ...]:
     return tuple(int(v) for v in ty.shape.values)
 
 
+def channel_slice(call: relax.Call) -> tuple[int, int]:
+    """``(begin, end)`` of a ``strided_slice`` that keeps channels ``begin..end-1`` of an NCHW
+    tensor and everything else; FrontendError naming what else it does."""
+    shape = shape_of(call.args[0])
+    axes, begin, end = ([int(v) for v in arg.fields] for arg in call.args[1:4])
+    strides = [int(v) for v in call.args[4].fields] if len(call.args) > 4 and call.args[4] is not None else [1] * len(axes)
+    if len(shape) != 4:
+        raise FrontendError(f"slice of a rank-{len(shape)} tensor (only NCHW channels)")
+    kept = {1: (0, shape[1])}
+    for axis, b, e, st in zip(axes, begin, end, strides):
+        axis %= 4
+        if st != 1:
+            raise FrontendError(f"slice with step {st} (only step 1)")
+        size = shape[axis]
+        b, e = (min(max(v + size if v < 0 else v, 0), size) for v in (b, e))
+        if axis != 1 and (b, e) != (0, size):
+            raise FrontendError(f"slice of axis {axis} (only the channel axis)")
+        kept[axis] = (b, e)
+    lo, hi = kept[1]
+    if hi <= lo:
+        raise FrontendError("empty slice")
+    return lo, hi
+
+
 def dtype_of(expr) -> str:
     return str(expr.ty.dtype)
 
@@ -267,6 +291,9 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         if fields is None:
             raise FrontendError("concat of a non-tuple")
         return node("concat", [_operand(scope, t) for t in fields])
+    if op == "relax.strided_slice":
+        lo, hi = channel_slice(call)
+        return node("slice", [_operand(scope, call.args[0])], begin=lo, end=hi)
     if op in ("relax.maximum", "relax.minimum"):
         bound = float(call.args[1].value.numpy().reshape(()))
         lo, hi = (bound, float("inf")) if op == "relax.maximum" else (float("-inf"), bound)

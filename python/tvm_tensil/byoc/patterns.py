@@ -18,7 +18,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
-from .frontend import shape_of
+from .frontend import FrontendError, channel_slice, shape_of
 from .prepare import prepare_for_tensil
 
 
@@ -183,6 +183,16 @@ def check_pad(arch: Architecture, call: relax.Call) -> str | None:
     return None
 
 
+def check_slice(arch: Architecture, call: relax.Call) -> str | None:
+    if (err := _float32(call.args[0])):
+        return err
+    try:
+        channel_slice(call)
+    except FrontendError as e:
+        return str(e)
+    return None
+
+
 def check_concat(arch: Architecture, call: relax.Call) -> str | None:
     tup = call.args[0]
     if not isinstance(tup, relax.Tuple):
@@ -282,7 +292,8 @@ def _checker(arch: Architecture, rejections: Rejections, root_check=None):
     return check
 
 
-# Single ops: pattern name -> (Relax op, number of operands, check).
+# Single ops: pattern name -> (Relax op, number of operands, check). Arguments after those operands
+# (a slice's axes and bounds) match anything; the check reads them.
 SINGLE_OPS = {
     "add": ("relax.add", 2, check_add),
     "relu": ("relax.nn.relu", 1, check_activation),
@@ -294,6 +305,7 @@ SINGLE_OPS = {
     "mean": ("relax.mean", 1, check_global_pool),
     "reshape": ("relax.reshape", 2, check_reshape),
     "concat": ("relax.concat", 1, check_concat),
+    "slice": ("relax.strided_slice", 1, check_slice),
     "pad": ("relax.nn.pad", 1, check_pad),
     "resize2d": ("relax.image.resize2d", 2, check_resize),
     "maximum": ("relax.maximum", 2, check_minmax),
@@ -307,7 +319,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     pats = []
     for name, (op, arity, check) in SINGLE_OPS.items():
         operands = [is_const()] if name in ("maximum", "minimum") else []
-        pattern = is_op(op)(*([x() for _ in range(arity - len(operands))] + operands))
+        pattern = is_op(op)(*([x() for _ in range(arity - len(operands))] + operands), varg_default_wildcard=True)
         pats.append(FusionPattern(f"tensil.{name}", pattern, {"root": pattern}, _checker(arch, rejections, check)))
 
     conv = is_op("relax.nn.conv2d")(x(), is_const())

@@ -7,6 +7,8 @@
   batch-norm folding whether or not the conv has a bias.
 - A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
   matmul), which the TCU runs exactly like any other conv.
+- Each used part of a ``split`` becomes a ``strided_slice``: an op with one tensor result, which
+  the patterns take like any other (a tuple-valued split would cut the partition).
 
 All arithmetic on constants happens here, in float, before partitioning: the runtime module
 then receives the folded weights.
@@ -319,12 +321,39 @@ def _inference_batch_norm():
     return pat, r
 
 
+def _split_to_slices():
+    """``split(x, ...)[i]`` -> ``strided_slice(x)`` of part i (the split itself dies)."""
+    x = wildcard()
+    split = is_op("relax.split")(x)
+    pat = is_tuple_get_item(split)
+
+    def r(expr, match):
+        call = match[split]
+        shape = shape_of(match[x])
+        axis = int(call.attrs.axis) % len(shape)
+        size = shape[axis]
+        ios = call.attrs.indices_or_sections
+        if isinstance(ios, (int, tvm.ir.prim.expr.IntImm)):
+            sections = int(ios)
+            if sections < 1 or size % sections:
+                return expr
+            bounds = [k * size // sections for k in range(sections + 1)]
+        else:
+            bounds = [0] + [min(max(int(i), 0), size) for i in ios] + [size]
+        i = int(expr.index)
+        if not 0 <= i < len(bounds) - 1:
+            return expr
+        return relax.op.strided_slice(match[x], [axis], [bounds[i]], [bounds[i + 1]], [1])
+
+    return pat, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
-        func = _rewrite_to_fixpoint(func, [_inference_batch_norm()])
+        func = _rewrite_to_fixpoint(func, [_inference_batch_norm(), _split_to_slices()])
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])

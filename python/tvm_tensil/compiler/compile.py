@@ -100,7 +100,7 @@ def fuse(graph: Graph) -> Graph:
                     and not node.epilogue):
                 node.attrs["bias"] = nxt.attrs["bias"]
             elif nxt.op in EPILOGUE_OPS and node.op in ("conv2d", "bias_add", "add", "max_pool2d",
-                                                           "avg_pool2d", "global_avg_pool", "concat"):
+                                                           "avg_pool2d", "global_avg_pool", "concat", "slice"):
                 node.epilogue.append((nxt.op, dict(nxt.attrs)))
             else:
                 continue

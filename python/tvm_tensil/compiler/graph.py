@@ -63,6 +63,7 @@ OPS = {
     "avg_pool2d": "kernel, strides, dilation, padding, count_include_pad",
     "global_avg_pool": "mean over h and w",
     "concat": "inputs concatenated along channels",
+    "slice": "channels begin .. end-1 of the input",
     "pad": "padding (t, l, b, r) on h and w with a constant value",
     "resize_nearest": "rows, cols: the source row/column of every output row/column",
     "resize_linear": "rows (oh x h), cols (ow x w): separable interpolation matrices",

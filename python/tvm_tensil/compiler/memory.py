@@ -201,32 +201,32 @@ def pack_identity_weights(consts, n: int, channels: int) -> np.ndarray:
     return out.reshape(-1, n)
 
 
-def concat_blocks(channels: Sequence[int], n: int) -> list[tuple[int, int, int]]:
-    """(input, output block, input block) for every pair whose channels overlap in a concat."""
+def selection_blocks(segments: Sequence[Sequence[int]], n: int) -> list[tuple[int, int, int]]:
+    """(segment, output block, input block) for every pair of blocks a channel selection connects.
+
+    A segment ``(input, first, count, to)`` moves channels ``first .. first+count-1`` of an input
+    to output channels ``to ..``: a concat is one segment per input, a slice one segment."""
     pairs = []
-    offset = 0
-    for i, c in enumerate(channels):
-        for ib in range(math.ceil(c / n)):
-            lo, hi = offset + ib * n, offset + min(c, (ib + 1) * n)  # output channels of this block
-            for ob in range(lo // n, (hi - 1) // n + 1):
-                pairs.append((i, ob, ib))
-        offset += c
+    for k, (_, first, count, to) in enumerate(segments):
+        for ib in range(first // n, (first + count - 1) // n + 1):
+            lo, hi = max(first, ib * n), min(first + count, (ib + 1) * n)  # input channels in this block
+            for ob in range((lo - first + to) // n, (hi - 1 - first + to) // n + 1):
+                pairs.append((k, ob, ib))
     return pairs
 
 
-@packer("concat_selection")
-def pack_concat_selection(consts, n: int, channels: Sequence[int]) -> np.ndarray:
-    """0/1 weight blocks moving each input lane to its output lane (exact: x * 1.0)."""
-    offsets = np.cumsum([0] + list(channels))
-    pairs = concat_blocks(channels, n)
+@packer("channel_selection")
+def pack_channel_selection(consts, n: int, segments: Sequence[Sequence[int]]) -> np.ndarray:
+    """0/1 weight blocks moving each selected input lane to its output lane (exact: x * 1.0)."""
+    pairs = selection_blocks(segments, n)
     out = np.zeros((len(pairs), n + 1, n))
-    for k, (i, ob, ib) in enumerate(pairs):
+    for p, (k, ob, ib) in enumerate(pairs):
+        _, first, count, to = segments[k]
         for j in range(n):
             ch = ib * n + j
-            if ch < channels[i]:
-                o = offsets[i] + ch
-                if o // n == ob:
-                    out[k, 1 + j, o % n] = 1.0
+            o = ch - first + to
+            if first <= ch < first + count and o // n == ob:
+                out[p, 1 + j, o % n] = 1.0
     return out.reshape(-1, n)
 
 

@@ -28,7 +28,7 @@ from ..arch import Architecture
 from ..isa.instructions import Direction, SIMDOp
 from .graph import Graph, Node
 from .lir import LIR
-from .memory import ConstTable, TensorPlacement, concat_blocks
+from .memory import ConstTable, TensorPlacement, selection_blocks
 
 
 class ScheduleError(ValueError):
@@ -458,15 +458,23 @@ class Scheduler:
 
     # -- concat -------------------------------------------------------------------------------------
     def concat(self, node: Node) -> None:
-        """Channel concat as exact 0/1 matmuls: each input block lands on its output lanes."""
+        offsets = np.cumsum([0] + [self.place[i].shape[3] for i in node.inputs])
+        self._select_channels(node, [(i, 0, int(offsets[i + 1] - offsets[i]), int(offsets[i]))
+                                     for i in range(len(node.inputs))])
+
+    def slice(self, node: Node) -> None:
+        self._select_channels(node, [(0, node.attrs["begin"], node.attrs["end"] - node.attrs["begin"], 0)])
+
+    def _select_channels(self, node: Node, segments: list[tuple[int, int, int, int]]) -> None:
+        """Channel concat or slice as exact 0/1 matmuls: each selected input lane lands on its
+        output lane. ``segments``: (input, first channel, count, first output channel)."""
         ins = [self.place[i] for i in node.inputs]
         out = self.place[node.output]
         lir = self.lir
         n = self.n
-        channels = [p.shape[3] for p in ins]
-        wrec = self.consts.add("concat_selection", self.graph.constants, channels=channels)
+        wrec = self.consts.add("channel_selection", self.graph.constants, segments=[list(s) for s in segments])
         zero = self.consts.add("fill", self.graph.constants, values=[0.0])
-        pairs = concat_blocks(channels, n)
+        pairs = selection_blocks(segments, n)
         cvals = self._epilogue_constants(node.epilogue)
         acc_free = self.arch.accumulator_depth - len(cvals)
         cvec = self._const_vectors(cvals, acc_free)
@@ -476,21 +484,20 @@ class Scheduler:
         pbo = out.blocks_padded
         chunk = min(acc_free, (self.arch.local_depth - stage - len(cvals)) // (pbo + 1))
         if chunk < 1:
-            raise ScheduleError("concat: local memory too small for one pixel of the output")
+            raise ScheduleError(f"{node.op}: local memory too small for one pixel of the output")
         buf = stage + chunk
         lir.datamove(Direction.DRAM1_TO_LOCAL, 0, zero.base, 1)
         pixels = out.pixels
         for start in range(0, pixels, chunk):
             cnt = min(chunk, pixels - start)
-            tile = Tile(0, 0, 1, 0, cnt)
             for ob in range(out.blocks):
-                lir.comment(f"concat {node.output}: pixels {start}+{cnt} block {ob}")
+                lir.comment(f"{node.op} {node.output}: pixels {start}+{cnt} block {ob}")
                 lir.load_weights(0, 1)
                 lir.matmul(0, 0, cnt, zeroes=True)
-                for k, (i, pob, ib) in enumerate(pairs):
+                for k, (seg, pob, ib) in enumerate(pairs):
                     if pob != ob:
                         continue
-                    src = ins[i]
+                    src = ins[segments[seg][0]]
                     lir.datamove(Direction.DRAM0_TO_LOCAL, stage, src.base + start * src.blocks_padded + ib,
                                  cnt, 1, src.blocks_padded)
                     lir.datamove(Direction.DRAM1_TO_LOCAL, wlocal, wrec.base + k * block, block)
@@ -499,7 +506,6 @@ class Scheduler:
                 self._epilogue(0, cnt, node.epilogue, cvec)
                 lir.datamove(Direction.ACC_TO_LOCAL, buf + ob, 0, cnt, pbo, 1)
             lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.base + start * pbo, cnt * pbo)
-        del tile
 
     # -- pad ----------------------------------------------------------------------------------------
     def pad(self, node: Node) -> None:
@@ -683,6 +689,8 @@ class Scheduler:
             self.global_avg_pool(node)
         elif node.op == "concat":
             self.concat(node)
+        elif node.op == "slice":
+            self.slice(node)
         elif node.op == "pad":
             self.pad(node)
         elif node.op == "resize_nearest":
