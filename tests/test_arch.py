@@ -34,6 +34,27 @@ def test_benchmark_presets_match_the_published_table():
         assert PRESETS[name].bram36_estimate()["total"] <= brams
 
 
+def test_benchmark_presets_fit_their_boards_ddr_and_resnet50_weights():
+    ddr_mb = {"arty_a7_35": 256, "pynqz1_12x12": 512, "ultra96v2_300mhz": 2048}
+    for name, mb in ddr_mb.items():
+        a = PRESETS[name]
+        assert (a.dram0_depth + a.dram1_depth) * a.vector_bytes <= mb * 2**20 // 2, name
+        assert a.dram1_depth >= 3_700_000  # ResNet-50 v2's weights on an 8x8 array: 3.61 M vectors
+
+
+def test_the_layout_table_in_the_docs_is_current():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "isa.md").read_text()
+    for name, a in PRESETS.items():
+        lay = a.layout
+        mb = (a.dram0_depth + a.dram1_depth) * a.vector_bytes / 2**20
+        row = (f"| {name} | {a.array_size}x{a.array_size} | {a.local_depth} | {a.accumulator_depth} | "
+               f"2^{a.dram0_depth.bit_length() - 1} | 2^{a.dram1_depth.bit_length() - 1} | "
+               f"{lay.operand0_bits} / {lay.operand1_bits} / {lay.operand2_bits} | {lay.instruction_bytes} | {mb:g} MB |")
+        assert row in text, f"docs/isa.md: the layout row of {name} should read {row}"
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_presets_round_trip(name, tmp_path):
     a = PRESETS[name]

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.program import Program
+from ..isa.instructions import InvalidInstruction
+from ..isa.program import Program, ProgramFields
 from ..model import ConstsEntry, TensilModel, TensorEntry
-from ..numbers import SaturationCounter
 from .graph import EPILOGUE_OPS, Graph, Node
 from .latency import estimate_cycles
 from .lir import LIR
-from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, pack_consts
+from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
 from .schedule import ScheduleError, Scheduler
 
 
@@ -34,9 +34,12 @@ class CompiledPartition:
     description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
 
     def model(self, constants) -> TensilModel:
-        """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays)."""
-        data = pack_consts(self.recipes, constants, self.arch)
-        consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
+        """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays); with
+        ``constants=None``, the model without its DRAM1 image (enough to check its DRAM0 maps)."""
+        consts = []
+        if constants is not None:
+            data = pack_consts(self.recipes, constants, self.arch)
+            consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
         extras = {
             kind: {name: {"shape": list(p.shape), "channels_padded": p.channels_padded}
                    for name, p in table.items()}
@@ -138,20 +141,29 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     per_node = []
     for node in graph.nodes:
         start = len(lir)
-        sched.lower(node)
+        try:
+            sched.lower(node)
+        except InvalidInstruction:
+            if consts.top <= arch.dram1_depth:
+                raise
+            # Weights already overflow DRAM1 (their addresses do not encode): the program cannot
+            # exist, but keep placing weights so that the error states the whole need.
+            lir.discard()
+            sched.lower(node)
         per_node.append({"op": node.op, "output": node.output,
                          "epilogue": [e[0] for e in node.epilogue],
                          "relax_ops": node.source_ops, "instructions": len(lir) - start})
+    consts.check()
     program = lir.program(name)
-    sat = SaturationCounter()
-    packed = pack_consts(consts.recipes, graph.constants, arch, sat)
+    fields = program.fields()  # once: millions of instructions take hundreds of MB as fields
     report = {
         "nodes": per_node,
         "instructions": len(program),
-        "cycles": estimate_cycles(program, arch),
-        "memory": memory_use(program, arch, dram0.top, packed.shape[0]),
-        "weights_saturated": sat.count,
+        "cycles": estimate_cycles(program, arch, fields=fields),
+        "memory": memory_use(fields, arch, dram0.top, consts.top),
+        "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }
+    del fields
     return CompiledPartition(name, arch, program, consts.recipes,
                              {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
                              report)
@@ -203,9 +215,9 @@ def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architect
     return vp
 
 
-def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
-    """Vectors used in each memory (the highest address any instruction touches, plus one)."""
-    f = program.fields()
+def memory_use(f: ProgramFields, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
+    """Vectors used in each memory (the highest address any instruction touches, plus one), from a
+    program's fields."""
     size = f.operand2 + 1
     op = f.opcode
     end0 = f.addr0 + (size - 1) * np.left_shift(1, f.stride0)

@@ -23,98 +23,116 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
-from ..isa.instructions import Opcode
-from ..isa.program import Program
+from ..isa.instructions import Direction, Opcode
+from ..isa.program import Program, ProgramFields
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7}
 DEFAULT_AXI_BITS = 64
 
 
-def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
-    """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""
+_SIMD, _MATMUL, _LOADWEIGHTS = int(Opcode.SIMD), int(Opcode.MATMUL), int(Opcode.LOADWEIGHTS)
+_DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
+_ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
+
+
+def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None,
+                    fields: ProgramFields | None = None) -> dict[str, int]:
+    """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency).
+    ``fields``: the program's decoded fields, when the caller has them."""
     t = dict(MEMORY_TIMING, **(timing or {}))
-    rl, wl, max_reads = t["read_latency"], t["write_latency"], t["max_reads"]
-    f = program.fields()
-    n = arch.array_size
+    f = program.fields() if fields is None else fields
     bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
-    depth = arch.local_depth
     c = COSTS
-    ops, flags = f.opcode.tolist(), f.flags.tolist()
-    size = (f.operand2 + 1).tolist()
-    lw_size = (f.raw1 + 1).tolist()
-    a0, s0, a1, s1 = f.addr0.tolist(), f.stride0.tolist(), f.addr1.tolist(), f.stride1.tolist()
-    busy = {o.name.lower(): 0 for o in Opcode}
-
-    dispatch = 0  # cycle at which the previous instruction dispatched
-    c_end = d_end = simd_end = 0
-    c_issued, c_was_mm = 0, False  # when the compute engine's last instruction issued its last vector
-    c_range = d_range = None  # (lo, hi, writes) of each engine's last instruction
-    last_simd_write, last_simd_time = -1, -10
-    finish = 0
-
-    def conflicts(r, other):
-        return other is not None and (r[2] or other[2]) and r[0] <= other[1] and other[0] <= r[1]
-
-    for i, op in enumerate(ops):
-        ready = dispatch + 1
-        fl = flags[i]
-        if op == Opcode.SIMD:
-            start = max(ready, c_end)
-            if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < c["simd_dependent"]:
-                start = last_simd_time + c["simd_dependent"]
-            last_simd_write = a0[i] if fl & 2 else -1
-            last_simd_time = start
-            simd_end = start + c["simd_drain"]
-            busy["simd"] += 1
-            finish = max(finish, simd_end)
-        elif op in (Opcode.MATMUL, Opcode.LOADWEIGHTS) or (op == Opcode.DATAMOVE and fl >= 12):
-            k = lw_size[i] if op == Opcode.LOADWEIGHTS else size[i]
-            zeros = (op == Opcode.MATMUL and fl & 2) or (op == Opcode.LOADWEIGHTS and fl & 1)
-            r = _range(a0[i], s0[i], k, depth, writes=op == Opcode.DATAMOVE and fl == 12)
-            # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
-            follows = op == Opcode.MATMUL and c_was_mm
-            start = max(ready, c_issued if follows else c_end, simd_end)
-            if not zeros and d_end > start and conflicts(r, d_range):
-                start = d_end
-            cost = k + (n + c["mm"] if op == Opcode.MATMUL else c["lw"] if op == Opcode.LOADWEIGHTS else c["move"])
-            c_end, c_range = start + cost, (None if zeros else r)
-            c_issued, c_was_mm = start + k + 1, op == Opcode.MATMUL
-            busy[Opcode(op).name.lower()] += cost
-            finish = max(finish, c_end)
-        elif op == Opcode.DATAMOVE:
-            k = size[i]
-            to_dram = fl & 1
-            r = _range(a0[i], s0[i], k, depth, writes=not to_dram)
-            start = max(ready, d_end)
-            if c_end > start and c_range is not None and conflicts(r, c_range):
-                start = c_end
-            if to_dram:
-                cost = k * bpv + wl + c["write"]
-            elif s1[i] == 0:
-                cost = rl + k * bpv + c["read"]
-            else:
-                cost = rl + int(k * max(bpv, (rl + 2) / max_reads)) + c["read"]
-            d_end, d_range = start + cost, r
-            busy["datamove"] += cost
-            finish = max(finish, d_end)
-        elif op == Opcode.CONFIGURE:
-            start = max(ready, c_end, d_end, simd_end)
-            busy["configure"] += 1
-        else:
-            start = ready
-            busy[Opcode(op).name.lower()] += 1
-        dispatch = start
-        finish = max(finish, start + 1)
-    out = {k: v for k, v in busy.items() if v}
-    out["total"] = int(finish)
+    busy = np.zeros(16, dtype=np.int64)
+    total = _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
+                      busy, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
+                      t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
+                      c["read"], c["write"])
+    out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
+    out["total"] = int(total)
     return out
 
 
-def _range(addr: int, stride: int, size: int, depth: int, writes: bool):
-    end = addr + (size - 1) * (1 << stride)
-    return (0, depth - 1, writes) if end >= depth else (addr, end, writes)
+@numba.njit(cache=True, nogil=True)
+def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, n, bpv, depth, rl, wl, max_reads,
+              mm, lw, move, simd_drain, simd_dependent, read, write):
+    """The dispatch rule above, one instruction at a time; fills ``busy`` per opcode, returns the total."""
+    dispatch = 0  # cycle at which the previous instruction dispatched
+    c_end = d_end = simd_end = 0
+    c_issued, c_was_mm = 0, False  # when the compute engine's last instruction issued its last vector
+    # Local memory range (lo, hi, writes) of each engine's last instruction, if it has one.
+    c_has, c_lo, c_hi, c_writes = False, 0, 0, False
+    d_has, d_lo, d_hi, d_writes = False, 0, 0, False
+    last_simd_write, last_simd_time = -1, -10
+    finish = 0
+    for i in range(ops.shape[0]):
+        ready = dispatch + 1
+        op = ops[i]
+        fl = flags[i]
+        if op == _SIMD:
+            start = max(ready, c_end)
+            if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
+                start = last_simd_time + simd_dependent
+            last_simd_write = a0[i] if fl & 2 else -1
+            last_simd_time = start
+            simd_end = start + simd_drain
+            busy[op] += 1
+            finish = max(finish, simd_end)
+        elif op == _MATMUL or op == _LOADWEIGHTS or (op == _DATAMOVE and fl >= _ACC_TO_LOCAL):
+            k = lw_size[i] if op == _LOADWEIGHTS else size[i]
+            zeros = (op == _MATMUL and (fl & 2) != 0) or (op == _LOADWEIGHTS and (fl & 1) != 0)
+            writes = op == _DATAMOVE and fl == _ACC_TO_LOCAL
+            lo, hi = _local_range(a0[i], s0[i], k, depth)
+            # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
+            follows = op == _MATMUL and c_was_mm
+            start = max(ready, c_issued if follows else c_end, simd_end)
+            if (not zeros and d_end > start and d_has and (writes or d_writes)
+                    and lo <= d_hi and d_lo <= hi):
+                start = d_end
+            cost = k + (n + mm if op == _MATMUL else lw if op == _LOADWEIGHTS else move)
+            c_end = start + cost
+            c_has, c_lo, c_hi, c_writes = not zeros, lo, hi, writes
+            c_issued, c_was_mm = start + k + 1, op == _MATMUL
+            busy[op] += cost
+            finish = max(finish, c_end)
+        elif op == _DATAMOVE:
+            k = size[i]
+            to_dram = (fl & 1) != 0
+            writes = not to_dram
+            lo, hi = _local_range(a0[i], s0[i], k, depth)
+            start = max(ready, d_end)
+            if c_end > start and c_has and (writes or c_writes) and lo <= c_hi and c_lo <= hi:
+                start = c_end
+            if to_dram:
+                cost = k * bpv + wl + write
+            elif s1[i] == 0:
+                cost = rl + k * bpv + read
+            else:
+                cost = rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
+            d_end = start + cost
+            d_has, d_lo, d_hi, d_writes = True, lo, hi, writes
+            busy[op] += cost
+            finish = max(finish, d_end)
+        elif op == _CONFIGURE:
+            start = max(ready, c_end, d_end, simd_end)
+            busy[op] += 1
+        else:
+            start = ready
+            busy[op] += 1
+        dispatch = start
+        finish = max(finish, start + 1)
+    return finish
 
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _local_range(addr, stride, size, depth):
+    """The local memory addresses a strided run touches (all of it when it wraps)."""
+    end = addr + (size - 1) * (1 << stride)
+    if end >= depth:
+        return 0, depth - 1
+    return addr, end

@@ -5,106 +5,188 @@ emitter turns each request into as few instructions as the architecture allows: 
 instruction when both steps are encodable powers of two and the run fits the size field,
 chunks of the largest encodable size otherwise, one instruction per vector when a step
 cannot be encoded at all. It is the one place that knows how strides and sizes encode.
+
+Instructions are kept as rows of plain integers (opcode, flags, address and stride of
+operands 0 and 1, operand 2), not objects: a large network has millions of them. Every
+``CHUNK`` rows are encoded to bytes and validated in one vectorised pass (field widths here,
+then ``Program.invalid_mask``, the devices' own check), so an invalid instruction is reported
+with its program counter and memory stays proportional to the encoded program.
 """
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from ..arch import Architecture
 from ..isa.instructions import (
-    SIMD,
     ConfigRegister,
     Configure,
-    DataMove,
     Direction,
-    Instruction,
-    LoadWeights,
-    MatMul,
-    NoOp,
+    InvalidInstruction,
+    LoadWeightsFlag,
+    MatMulFlag,
+    Opcode,
+    SIMDFlag,
     SIMDOp,
 )
 from ..isa.program import Program
 
 _DEPTH = {"dram0": "dram0_depth", "dram1": "dram1_depth", "acc": "accumulator_depth", "local": "local_depth"}
+_MEMORY = {d: d.memory for d in Direction}
+_ROW = 7  # opcode, flags, addr0, stride0, addr1, stride1, operand2
+_MATMUL, _DATAMOVE, _LOADWEIGHTS = int(Opcode.MATMUL), int(Opcode.DATAMOVE), int(Opcode.LOADWEIGHTS)
+_SIMD, _CONFIGURE, _NOOP = int(Opcode.SIMD), int(Opcode.CONFIGURE), int(Opcode.NOOP)
 
 
 class LIR:
+    CHUNK = 1 << 18  # rows encoded and validated at a time
+
     def __init__(self, arch: Architecture):
         self.arch = arch
         self.layout = arch.layout
-        self.instructions: list[Instruction] = []
         self.comments: dict[int, str] = {}
+        self._rows = array("q")
+        self._encoded: list[bytes] = []
+        self._done = 0  # instructions already encoded
+        lay = self.layout
+        self._size_limit = 1 << lay.operand2_address_bits
+        self._stride0 = {1 << e: e for e in range(arch.stride0_depth)}
+        self._stride1 = {1 << e: e for e in range(arch.stride1_depth)}
+        self._run_limit = {m: min(self._size_limit, getattr(arch, _DEPTH["local"]), getattr(arch, key))
+                           for m, key in _DEPTH.items()}
+        self._simd_bits = lay.simd_operand_bits
+        self._discarding = False
 
     def __len__(self) -> int:
-        return len(self.instructions)
+        return self._done + len(self._rows) // _ROW
 
     def comment(self, text: str) -> None:
         """Attach a comment to the next instruction (kept for listings and reports)."""
-        self.comments[len(self.instructions)] = text
+        self.comments[len(self)] = text
 
-    def _emit(self, inst: Instruction) -> None:
-        self.instructions.append(inst)
+    def discard(self) -> None:
+        """Drop every instruction from here on (the program is known to be impossible; the
+        scheduler runs on only to measure what it would need)."""
+        self._discarding = True
+        self._rows = array("q")
 
-    def _stride(self, step: int, depth_key: str) -> int | None:
-        """log2(step) if ``step`` is a power of two the architecture encodes, else None."""
-        if step < 1 or step & (step - 1):
-            return None
-        e = step.bit_length() - 1
-        return e if e < getattr(self.arch, depth_key) else None
+    def _emit(self, opcode: int, flags: int, a0: int, s0: int, a1: int, s1: int, o2: int) -> None:
+        self._rows.extend((opcode, flags, a0, s0, a1, s1, o2))
+        if len(self._rows) >= _ROW * self.CHUNK:
+            if self._discarding:
+                self._done += self.CHUNK
+                self._rows = array("q")
+            else:
+                self._flush()
 
-    def _max_run(self, *memories: str) -> int:
-        limit = 1 << self.layout.operand2_address_bits
-        for m in memories:
-            limit = min(limit, getattr(self.arch, _DEPTH[m]))
-        return limit
-
-    def _runs(self, size: int, steps: tuple[int, ...], strides: tuple[int | None, ...], limit: int):
-        """Yield (offset_index, count) pieces of a run of ``size`` vectors."""
-        if any(s is None for s in strides):
-            for i in range(size):
-                yield i, 1
-            return
-        for start in range(0, size, limit):
-            yield start, min(limit, size - start)
+    def _runs(self, size: int, encodable: bool, limit: int):
+        """(offset_index, count) pieces of a run of ``size`` vectors."""
+        if not encodable:
+            return ((i, 1) for i in range(size))
+        return ((start, min(limit, size - start)) for start in range(0, size, limit))
 
     # -- instructions ---------------------------------------------------------------------------
     def datamove(self, direction: Direction, local: int, address: int, size: int,
                  local_step: int = 1, step: int = 1) -> None:
         if size <= 0:
             return
-        ls, s = self._stride(local_step, "stride0_depth"), self._stride(step, "stride1_depth")
-        limit = self._max_run("local", direction.memory)
-        for i, n in self._runs(size, (local_step, step), (ls, s), limit):
-            self._emit(DataMove(direction, local + i * local_step, address + i * step, n,
-                                ls if n > 1 else 0, s if n > 1 else 0))
+        ls, s = self._stride0.get(local_step), self._stride1.get(step)
+        limit = self._run_limit[_MEMORY[direction]]
+        fl = int(direction)
+        if ls is not None and s is not None and size <= limit:  # the common case: one instruction
+            self._emit(_DATAMOVE, fl, local, ls if size > 1 else 0, address, s if size > 1 else 0, size - 1)
+            return
+        for i, n in self._runs(size, ls is not None and s is not None, limit):
+            self._emit(_DATAMOVE, fl, local + i * local_step, ls if n > 1 else 0, address + i * step,
+                       s if n > 1 else 0, n - 1)
 
     def matmul(self, local: int, acc: int, size: int, local_step: int = 1, acc_step: int = 1,
                accumulate: bool = False, zeroes: bool = False) -> None:
         if size <= 0:
             return
-        ls = 0 if zeroes else self._stride(local_step, "stride0_depth")
-        s = self._stride(acc_step, "stride1_depth")
-        limit = self._max_run("local", "acc")
-        for i, n in self._runs(size, (local_step, acc_step), (ls, s), limit):
-            self._emit(MatMul(0 if zeroes else local + i * local_step, acc + i * acc_step, n,
-                              ls if n > 1 else 0, s if n > 1 else 0, accumulate, zeroes))
+        ls = 0 if zeroes else self._stride0.get(local_step)
+        s = self._stride1.get(acc_step)
+        limit = self._run_limit["acc"]
+        fl = int(MatMulFlag.ACCUMULATE * accumulate | MatMulFlag.ZEROES * zeroes)
+        if ls is not None and s is not None and size <= limit:
+            self._emit(_MATMUL, fl, 0 if zeroes else local, ls if size > 1 else 0, acc, s if size > 1 else 0, size - 1)
+            return
+        for i, n in self._runs(size, ls is not None and s is not None, limit):
+            self._emit(_MATMUL, fl, 0 if zeroes else local + i * local_step, ls if n > 1 else 0,
+                       acc + i * acc_step, s if n > 1 else 0, n - 1)
 
     def load_weights(self, local: int, size: int, local_step: int = 1, zeroes: bool = False) -> None:
-        ls = 0 if zeroes else self._stride(local_step, "stride0_depth")
+        ls = 0 if zeroes else self._stride0.get(local_step)
         if ls is None:  # cannot happen for the scheduler's contiguous blocks; keep it exact anyway
             raise ValueError(f"LoadWeights step {local_step} is not encodable")
-        self._emit(LoadWeights(0 if zeroes else local, size, ls if size > 1 else 0, zeroes))
+        self._emit(_LOADWEIGHTS, int(LoadWeightsFlag.ZEROES * zeroes), 0 if zeroes else local,
+                   ls if size > 1 else 0, size - 1, 0, 0)
 
     def simd(self, op: SIMDOp, dest: int = 0, left: int = 0, right: int = 0,
              write: int | None = None, read: int | None = None, accumulate: bool = False) -> None:
-        self._emit(SIMD(op, dest, left, right, write or 0, read or 0,
-                        read is not None, write is not None, accumulate))
+        b = self._simd_bits
+        fl = int(SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None)
+                 | SIMDFlag.ACCUMULATE * accumulate)
+        self._emit(_SIMD, fl, write or 0, 0, read or 0, 0, dest | right << b | left << (2 * b) | int(op) << (3 * b))
 
     def configure(self, register: ConfigRegister, value: int) -> None:
-        self._emit(Configure(register, value))
+        lay = self.layout
+        word = Configure(register, value).encode(lay)  # rare: the object checks the value
+        self._emit(_CONFIGURE, 0, word & ((1 << lay.operand0_bits) - 1), 0,
+                   (word >> lay.operand1_shift) & ((1 << lay.operand1_bits) - 1), 0,
+                   (word >> lay.operand2_shift) & ((1 << lay.operand2_bits) - 1))
 
     def noop(self) -> None:
-        self._emit(NoOp())
+        self._emit(_NOOP, 0, 0, 0, 0, 0, 0)
 
     # -- backend --------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Encode and validate the pending rows."""
+        if not self._rows:
+            return
+        rows = np.frombuffer(self._rows, dtype=np.int64).reshape(-1, _ROW)
+        self._encoded.append(self._encode(rows, self._done))
+        self._done += rows.shape[0]
+        self._rows = array("q")
+
+    def _encode(self, rows: np.ndarray, first_pc: int) -> bytes:
+        lay = self.layout
+        op, fl, a0, s0, a1, s1, o2 = rows.T
+        # Field widths (a value too wide would spill into the next field); Configure rows hold
+        # whole operands.
+        plain = op != _CONFIGURE
+        for values, bits, name in ((a0, lay.operand0_address_bits, "operand0 address"),
+                                   (s0, lay.stride0_bits, "operand0 stride"),
+                                   (a1, lay.operand1_address_bits, "operand1 address"),
+                                   (s1, lay.stride1_bits, "operand1 stride"),
+                                   (o2, lay.operand2_bits, "operand2")):
+            bad = plain & ((values < 0) | (values >= (1 << bits)))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise InvalidInstruction(Opcode(int(op[i])).name.title(), name,
+                                         f"{int(values[i])} does not fit its {bits} bits", pc=first_pc + i)
+        o0 = np.where(plain, a0 | (s0 << lay.operand0_address_bits), a0)
+        o1 = np.where(plain, a1 | (s1 << lay.operand1_address_bits), a1)
+        out = np.empty((rows.shape[0], lay.instruction_bytes), dtype=np.uint8)
+        col = 0
+        for value, nbytes in zip((o0, o1, o2), lay.operand_bytes):
+            for k in range(nbytes):
+                out[:, col] = (value >> (8 * k)) & 0xFF
+                col += 1
+        out[:, col] = fl | (op << 4)
+        data = out.tobytes()
+        chunk = Program(data, lay, "lir")
+        bad = chunk.invalid_mask()
+        if bad.any():
+            i = int(np.argmax(bad))
+            try:
+                chunk.instruction(i)
+            except InvalidInstruction as e:
+                raise e.at(first_pc + i) from None
+        return data
+
     def program(self, name: str = "program") -> Program:
-        return Program.from_instructions(self.instructions, self.layout, name)
+        self._flush()
+        return Program(b"".join(self._encoded), self.layout, name)

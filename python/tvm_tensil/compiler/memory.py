@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..arch import Architecture
+from ..numbers import SaturationCounter
 
 
 def next_pow2(x: int) -> int:
@@ -274,7 +275,8 @@ class ConstRecipe:
 
 
 class ConstTable:
-    """DRAM1 contents as recipes; ``pack`` turns them into vectors."""
+    """DRAM1 contents as recipes; ``pack`` turns them into vectors. Placement never fails: ``check``
+    compares the total with DRAM1 once everything is placed, so the error states the whole need."""
 
     def __init__(self, arch: Architecture):
         self.arch = arch
@@ -288,9 +290,6 @@ class ConstTable:
         if key in self._cache:
             return self._cache[key]
         size = PACKERS[packer_name](consts, self.arch.array_size, **args).shape[0]
-        if self.top + size > self.arch.dram1_depth:
-            raise MemoryError(f"the partition needs {self.top + size} vectors of DRAM1 for its weights, the "
-                              f"architecture has {self.arch.dram1_depth} (dram1_depth)")
         recipe = ConstRecipe(packer_name, dict(args), self.top, size)
         self.top += size
         self.recipes.append(recipe)
@@ -298,12 +297,15 @@ class ConstTable:
         return recipe
 
 
-def pack_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture,
-                sat=None) -> np.ndarray:
-    """All of DRAM1's constants as (vectors, N) fixed-point integers."""
+    def check(self) -> None:
+        if self.top > self.arch.dram1_depth:
+            raise MemoryError(f"the partition needs {self.top} vectors of DRAM1 for its weights, the "
+                              f"architecture has {self.arch.dram1_depth} (dram1_depth)")
+
+
+def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None):
+    """Each recipe with its vectors as fixed-point integers."""
     n = arch.array_size
-    total = max((r.base + r.size for r in recipes), default=0)
-    out = np.zeros((total, n), dtype=np.int64)
     for r in recipes:
         block = PACKERS[r.packer](consts, n, **r.args)
         if block.shape != (r.size, n):
@@ -311,5 +313,24 @@ def pack_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], ar
                 f"constant recipe {r.packer} produced {block.shape[0]} vectors, expected {r.size} "
                 "(were the weights delivered for another model?)"
             )
-        out[r.base : r.base + r.size] = arch.data_type.from_float(block, sat)
+        yield r, arch.data_type.from_float(block, sat)
+
+
+def pack_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture,
+                sat=None) -> np.ndarray:
+    """All of DRAM1's constants as (vectors, N) fixed-point integers."""
+    total = max((r.base + r.size for r in recipes), default=0)
+    out = np.zeros((total, arch.array_size), dtype=np.int64)
+    for r, block in _packed_blocks(recipes, consts, arch, sat):
+        out[r.base : r.base + r.size] = block
     return out
+
+
+def count_saturated_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture) -> int:
+    """How many constant scalars the data type clips (without holding the packed DRAM1 image)."""
+    sat = SaturationCounter()
+    for _ in _packed_blocks(recipes, consts, arch, sat):
+        pass
+    return sat.count
+
+

@@ -1,0 +1,138 @@
+"""Tensil's headline workloads: ResNet-50 v2 (224), YOLOv4-tiny (416) and ResNet-20 v2 (CIFAR), plus
+MobileNet-v2 (224) as the depthwise workload, built for the three benchmark boards.
+
+For every network and preset, in a fresh process each (so that peak memory is the build's own):
+compile seconds, peak resident memory, partitions, ops left on the CPU, instructions, the latency
+model's cycles and milliseconds at the preset's clock, the MAC bound (total MACs / N^2 cycles) and
+Tensil's published milliseconds. With ``--rtl PRESET``, ResNet-50 v2 and YOLOv4-tiny also run once
+on the verilator device for that preset: measured RTL cycles against the latency model.
+
+    python benchmarks/workloads.py [--arch ...] [--nets ...] [--rtl ultra96v2_300mhz]
+
+Writes benchmarks/results/workloads.json and benchmarks/results/workloads.png. Run it alone: the
+machine has 2 cores. The RTL runs take minutes each (the simulator runs ~100 k cycles/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results" / "workloads.json"
+CHART = HERE / "results" / "workloads.png"
+PRESETS = ["arty_a7_35", "pynqz1_12x12", "ultra96v2_300mhz"]
+NETS = {"resnet50v2": 224, "yolov4_tiny": 416, "resnet20v2": 32, "mobilenetv2": 224}
+# Tensil's published inference times (ms) on the boards the presets describe.
+PUBLISHED_MS = {
+    "resnet50v2": {"arty_a7_35": 1969, "pynqz1_12x12": 833, "ultra96v2_300mhz": 260},
+    "yolov4_tiny": {"arty_a7_35": 175, "pynqz1_12x12": 112, "ultra96v2_300mhz": 36},
+    "resnet20v2": {"arty_a7_35": 21, "pynqz1_12x12": 14, "ultra96v2_300mhz": 4},
+}
+
+CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+sys.path.insert(0, {here!r})
+import tvm, tvm_tensil
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+from tvm_tensil import zoo
+name, size, arch_name, rtl = {name!r}, {size}, {arch!r}, {rtl}
+kwargs = {{}} if name == "resnet20v2" else {{"size": size}}
+model = getattr(zoo, name)(**kwargs)
+macs = zoo.count_macs(model)
+mod = from_onnx(model, keep_params_in_input=False)
+t0 = time.perf_counter()
+ex = tvm_tensil.build(mod, target="tensil", arch=arch_name)
+compile_s = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+report = tvm_tensil.last_report()
+arch = tvm_tensil.load_arch(arch_name)
+row = {{"net": name, "size": size, "arch": arch_name, "array": arch.array_size, "clock_mhz": arch.clock_mhz,
+        "macs": macs, "compile_seconds": round(compile_s, 1), "peak_memory_mb": round(peak / 2**20),
+        "partitions": len(report.partitions), "cpu_ops": sorted({{o["op"] for o in report.cpu_ops}}),
+        "instructions": sum(p["instructions"] for p in report.partitions.values()),
+        "estimated_cycles": report.total_cycles}}
+if rtl:
+    from tvm_tensil.runtime import bridge
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
+    t0 = time.perf_counter()
+    with tvm_tensil.device("verilator"):
+        relax.VirtualMachine(ex, tvm.cpu())["main"](x)
+    row["rtl_wall_seconds"] = round(time.perf_counter() - t0)
+    row["rtl_cycles"] = sum(s.cycles for s in bridge.last_run_stats(report).values())
+print("RESULT " + json.dumps(row))
+"""
+
+
+def run_one(name: str, size: int, arch: str, rtl: bool) -> dict:
+    code = CHILD.format(here=str(HERE / "models"), name=name, size=size, arch=arch, rtl=rtl)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode or not lines:
+        raise RuntimeError(f"{name} on {arch} failed:\n{out.stderr[-3000:]}")
+    row = json.loads(lines[-1][len("RESULT "):])
+    mhz = row["clock_mhz"]
+    row["estimated_ms"] = round(row["estimated_cycles"] / (mhz * 1e3), 2)
+    row["mac_bound_ms"] = round(row["macs"] / row["array"] ** 2 / (mhz * 1e3), 2)
+    row["published_ms"] = PUBLISHED_MS.get(name, {}).get(arch)
+    if "rtl_cycles" in row:
+        row["rtl_ms"] = round(row["rtl_cycles"] / (mhz * 1e3), 2)
+        row["latency_model_error"] = round((row["estimated_cycles"] - row["rtl_cycles"]) / row["rtl_cycles"], 4)
+    return row
+
+
+def chart(rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nets = [n for n in NETS if any(r["net"] == n for r in rows)]
+    fig, axes = plt.subplots(1, len(nets), figsize=(4 * len(nets), 3.6))
+    for ax, net in zip(axes if len(nets) > 1 else [axes], nets):
+        sel = [r for r in rows if r["net"] == net]
+        xs = range(len(sel))
+        width = 0.27
+        ax.bar([x - width for x in xs], [r["mac_bound_ms"] for r in sel], width, label="MAC bound")
+        ax.bar(list(xs), [r["estimated_ms"] for r in sel], width, label="this compiler (latency model)")
+        ax.bar([x + width for x in xs], [r["published_ms"] or 0 for r in sel], width, label="Tensil, published")
+        ax.set_xticks(list(xs), [r["arch"].replace("_", "\n", 1) for r in sel], fontsize=7)
+        ax.set_title(f"{net} ({sel[0]['size']})", fontsize=9)
+        ax.set_ylabel("ms per inference")
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=7) if len(nets) > 1 else axes.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(CHART, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", nargs="*", default=PRESETS)
+    p.add_argument("--nets", nargs="*", default=list(NETS))
+    p.add_argument("--rtl", nargs="*", default=[], help="presets on which ResNet-50 v2 and YOLOv4-tiny run on the RTL")
+    args = p.parse_args()
+    rows = []
+    for net in args.nets:
+        for arch in args.arch:
+            rtl = arch in args.rtl and net in ("resnet50v2", "yolov4_tiny")
+            rows.append(run_one(net, NETS[net], arch, rtl))
+            print(json.dumps(rows[-1]), flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "results": rows,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+    }, indent=2) + "\n")
+    chart(rows)
+
+
+if __name__ == "__main__":
+    main()
