@@ -24,3 +24,22 @@ def test_the_estimate_is_within_one_percent_of_the_rtl(model):
         relax.VirtualMachine(ex, tvm.cpu())["main"](x)
     measured = sum(s.cycles for s in bridge.last_run_stats(report).values())
     assert abs(report.total_cycles - measured) <= 0.01 * measured, (report.total_cycles, measured)
+
+
+def test_chunked_passes_give_the_same_figures(monkeypatch):
+    """Huge programs are decoded a chunk at a time; the latency and memory figures do not depend on it."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    from tvm_tensil.byoc import codegen
+    from tvm_tensil.compiler.compile import memory_use
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.isa.program import Program
+
+    tvm_tensil.build(from_onnx(zoo.small_cnn(), keep_params_in_input=False), target="tensil", arch="pynqz1")
+    part = codegen.COMPILED[next(iter(tvm_tensil.last_report().partitions))]
+    whole = estimate_cycles(part.program, part.arch), memory_use(part.program, part.arch, 0, 0)
+    chunks = Program.chunks
+    monkeypatch.setattr(Program, "chunks", lambda self, size=7: chunks(self, size))
+    assert len(list(part.program.chunks())) > 100
+    assert (estimate_cycles(part.program, part.arch), memory_use(part.program, part.arch, 0, 0)) == whole

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..arch import Architecture
-from ..isa.instructions import InvalidInstruction
-from ..isa.program import Program, ProgramFields
+from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode, SIMDFlag
+from ..isa.program import Program
 from ..model import ConstsEntry, TensilModel, TensorEntry
 from .graph import EPILOGUE_OPS, Graph, Node
 from .latency import estimate_cycles
@@ -139,7 +140,8 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     lir = LIR(arch)
     sched = Scheduler(arch, graph, place, consts, lir, dram0)
     per_node = []
-    for node in graph.nodes:
+    # A progress bar for builds that take a while (shown after 2 s, on terminals only).
+    for node in tqdm(graph.nodes, desc=f"tensil: compiling {name}", unit="op", delay=2, leave=False, disable=None):
         start = len(lir)
         try:
             sched.lower(node)
@@ -155,15 +157,13 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
                          "relax_ops": node.source_ops, "instructions": len(lir) - start})
     consts.check()
     program = lir.program(name)
-    fields = program.fields()  # once: millions of instructions take hundreds of MB as fields
     report = {
         "nodes": per_node,
         "instructions": len(program),
-        "cycles": estimate_cycles(program, arch, fields=fields),
-        "memory": memory_use(fields, arch, dram0.top, consts.top),
+        "cycles": estimate_cycles(program, arch),
+        "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }
-    del fields
     return CompiledPartition(name, arch, program, consts.recipes,
                              {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
                              report)
@@ -215,21 +215,28 @@ def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architect
     return vp
 
 
-def memory_use(f: ProgramFields, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
-    """Vectors used in each memory (the highest address any instruction touches, plus one), from a
-    program's fields."""
-    size = f.operand2 + 1
-    op = f.opcode
-    end0 = f.addr0 + (size - 1) * np.left_shift(1, f.stride0)
-    end1 = f.addr1 + (size - 1) * np.left_shift(1, f.stride1)
-    local_ops = (op == 1) & ((f.flags & 2) == 0) | (op == 2)
-    acc = np.concatenate([end1[(op == 1)], end1[(op == 2) & (f.flags >= 12)],
-                          f.addr0[(op == 4) & ((f.flags & 2) != 0)], f.addr1[(op == 4) & ((f.flags & 1) != 0)]])
+def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
+    """Vectors used in each memory (the highest address any instruction touches, plus one)."""
+    local = acc = 0
+    for f in program.chunks():  # a huge program is never decoded whole
+        size = f.operand2 + 1
+        op = f.opcode
+        end0 = f.addr0 + (size - 1) * np.left_shift(1, f.stride0)
+        end1 = f.addr1 + (size - 1) * np.left_shift(1, f.stride1)
+        local_ops = ((op == Opcode.MATMUL) & ((f.flags & MatMulFlag.ZEROES) == 0)) | (op == Opcode.DATAMOVE)
+        simd = op == Opcode.SIMD
+        acc_ends = np.concatenate([
+            end1[op == Opcode.MATMUL], end1[(op == Opcode.DATAMOVE) & (f.flags >= Direction.ACC_TO_LOCAL)],
+            f.addr0[simd & ((f.flags & SIMDFlag.WRITE) != 0)], f.addr1[simd & ((f.flags & SIMDFlag.READ) != 0)]])
+        if local_ops.any():
+            local = max(local, int(end0[local_ops].max()) + 1)
+        if acc_ends.size:
+            acc = max(acc, int(acc_ends.max()) + 1)
     return {
         "dram0_vectors": int(dram0_vectors),
         "dram1_vectors": int(dram1_vectors),
-        "local_vectors": int(end0[local_ops].max() + 1) if local_ops.any() else 0,
-        "accumulator_vectors": int(acc.max() + 1) if acc.size else 0,
+        "local_vectors": local,
+        "accumulator_vectors": acc,
         "local_depth": arch.local_depth,
         "accumulator_depth": arch.accumulator_depth,
     }

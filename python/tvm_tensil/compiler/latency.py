@@ -28,7 +28,7 @@ import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import Direction, Opcode
-from ..isa.program import Program, ProgramFields
+from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7}
@@ -40,36 +40,44 @@ _DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
 _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
 
 
-def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None,
-                    fields: ProgramFields | None = None) -> dict[str, int]:
-    """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency).
-    ``fields``: the program's decoded fields, when the caller has them."""
+def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
+    """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""
     t = dict(MEMORY_TIMING, **(timing or {}))
-    f = program.fields() if fields is None else fields
     bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
     c = COSTS
     busy = np.zeros(16, dtype=np.int64)
-    total = _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
-                      busy, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
-                      t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                      c["read"], c["write"])
+    state = np.zeros(_STATE_SIZE, dtype=np.int64)
+    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = -1, -10
+    for f in program.chunks():  # a huge program is never decoded whole
+        _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
+                  busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
+                  t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
+                  c["read"], c["write"])
     out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
-    out["total"] = int(total)
+    out["total"] = int(state[_FINISH])
     return out
 
 
+# The simulation's state between chunks of a program: indices into one int64 array.
+(_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_WAS_MM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
+ _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH) = range(17)
+_STATE_SIZE = 17
+
+
 @numba.njit(cache=True, nogil=True)
-def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, n, bpv, depth, rl, wl, max_reads,
+def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
               mm, lw, move, simd_drain, simd_dependent, read, write):
-    """The dispatch rule above, one instruction at a time; fills ``busy`` per opcode, returns the total."""
-    dispatch = 0  # cycle at which the previous instruction dispatched
-    c_end = d_end = simd_end = 0
-    c_issued, c_was_mm = 0, False  # when the compute engine's last instruction issued its last vector
+    """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
+    opcode's busy cycles to ``busy``."""
+    dispatch = state[_DISPATCH]  # cycle at which the previous instruction dispatched
+    c_end, d_end, simd_end = state[_C_END], state[_D_END], state[_SIMD_END]
+    # When the compute engine's last instruction issued its last vector, and whether it was a MatMul.
+    c_issued, c_was_mm = state[_C_ISSUED], state[_C_WAS_MM] != 0
     # Local memory range (lo, hi, writes) of each engine's last instruction, if it has one.
-    c_has, c_lo, c_hi, c_writes = False, 0, 0, False
-    d_has, d_lo, d_hi, d_writes = False, 0, 0, False
-    last_simd_write, last_simd_time = -1, -10
-    finish = 0
+    c_has, c_lo, c_hi, c_writes = state[_C_HAS] != 0, state[_C_LO], state[_C_HI], state[_C_WRITES] != 0
+    d_has, d_lo, d_hi, d_writes = state[_D_HAS] != 0, state[_D_LO], state[_D_HI], state[_D_WRITES] != 0
+    last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
+    finish = state[_FINISH]
     for i in range(ops.shape[0]):
         ready = dispatch + 1
         op = ops[i]
@@ -126,7 +134,11 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, n, bpv, depth, rl
             busy[op] += 1
         dispatch = start
         finish = max(finish, start + 1)
-    return finish
+    state[_DISPATCH], state[_C_END], state[_D_END], state[_SIMD_END] = dispatch, c_end, d_end, simd_end
+    state[_C_ISSUED], state[_C_WAS_MM] = c_issued, c_was_mm
+    state[_C_HAS], state[_C_LO], state[_C_HI], state[_C_WRITES] = c_has, c_lo, c_hi, c_writes
+    state[_D_HAS], state[_D_LO], state[_D_HI], state[_D_WRITES] = d_has, d_lo, d_hi, d_writes
+    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_FINISH] = last_simd_write, last_simd_time, finish
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -136,10 +136,11 @@ class Program:
         return disassemble(self)
 
     # -- vectorised decode and validation ---------------------------------------------------
-    def fields(self) -> ProgramFields:
+    def fields(self, start: int = 0, stop: int | None = None) -> ProgramFields:
+        """Fields of instructions ``start .. stop-1`` (all by default)."""
         lay = self.layout
         n = len(self)
-        rows = np.frombuffer(self.data, dtype=np.uint8).reshape(n, lay.instruction_bytes)
+        rows = np.frombuffer(self.data, dtype=np.uint8).reshape(n, lay.instruction_bytes)[start:stop]
         b0, b1, b2 = lay.operand_bytes
         o0 = _operand(rows, 0, b0).astype(np.int64)
         o1 = _operand(rows, b0, b1).astype(np.int64)
@@ -210,6 +211,11 @@ class Program:
             m = op == code
             bad[m] = verdict[m]
         return bad
+
+    def chunks(self, size: int = 1 << 20):
+        """The program's fields, ``size`` instructions at a time (for passes over huge programs)."""
+        for start in range(0, len(self), size):
+            yield self.fields(start, start + size)
 
     def checked_fields(self) -> ProgramFields:
         """The decoded fields after ``validate``; computed once per program (its bytes are immutable)."""
