@@ -5,7 +5,9 @@ For every network and preset, in a fresh process each (so that peak memory is th
 compile seconds, peak resident memory, partitions, ops left on the CPU, instructions, the latency
 model's cycles and milliseconds at the preset's clock, the MAC bound (total MACs / N^2 cycles) and
 Tensil's published milliseconds. With ``--rtl PRESET``, ResNet-50 v2 and YOLOv4-tiny also run once
-on the verilator device for that preset: measured RTL cycles against the latency model.
+on the verilator device for that preset: measured RTL cycles against the latency model. Last, the
+FP16BP8 outputs (logits) of ResNet-50 v2 (64), YOLOv4-tiny (192) and MobileNet-v2 (64) on the emulator
+against TVM's CPU build.
 
     python benchmarks/workloads.py [--arch ...] [--nets ...] [--rtl ultra96v2_300mhz]
 
@@ -89,6 +91,41 @@ def run_one(name: str, size: int, arch: str, rtl: bool) -> dict:
     return row
 
 
+ACCURACY_SIZES = {"resnet50v2": 64, "yolov4_tiny": 192, "mobilenetv2": 64}
+
+
+def accuracy(arch: str) -> list[dict]:
+    """FP16BP8 outputs (logits, before any softmax) against TVM's CPU build, small inputs."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    from tvm_tensil import zoo
+    from tvm_tensil.runtime import bridge
+
+    def outputs(result):
+        return [result.numpy()] if hasattr(result, "numpy") else [r.numpy() for r in result]
+
+    rows = []
+    for net, size in ACCURACY_SIZES.items():
+        kwargs = {"size": size} if net == "yolov4_tiny" else {"size": size, "softmax": False}
+        mod = from_onnx(getattr(zoo, net)(**kwargs), keep_params_in_input=False)
+        x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
+        cpu = outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x))
+        ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+        tcu = outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
+        saturated = sum(s.saturated for s in bridge.last_run_stats(tvm_tensil.last_report()).values())
+        for i, (c, t) in enumerate(zip(cpu, tcu)):
+            span = float(np.ptp(c))
+            rows.append({"net": net, "size": size, "arch": arch, "output": i, "range": round(span, 3),
+                         "max_error": round(float(np.abs(c - t).max()), 4),
+                         "max_error_of_range": round(float(np.abs(c - t).max()) / span, 4),
+                         "rms_error": round(float(np.sqrt(np.mean((c - t) ** 2))), 4), "saturated": saturated})
+    return rows
+
+
 def chart(rows: list[dict]) -> None:
     import matplotlib
 
@@ -96,19 +133,23 @@ def chart(rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     nets = [n for n in NETS if any(r["net"] == n for r in rows)]
-    fig, axes = plt.subplots(1, len(nets), figsize=(4 * len(nets), 3.6))
-    for ax, net in zip(axes if len(nets) > 1 else [axes], nets):
+    fig, axes = plt.subplots(1, len(nets), figsize=(4 * len(nets), 3.8), squeeze=False)
+    for ax, net in zip(axes[0], nets):
         sel = [r for r in rows if r["net"] == net]
-        xs = range(len(sel))
+        xs = list(range(len(sel)))
         width = 0.27
         ax.bar([x - width for x in xs], [r["mac_bound_ms"] for r in sel], width, label="MAC bound")
-        ax.bar(list(xs), [r["estimated_ms"] for r in sel], width, label="this compiler (latency model)")
+        ax.bar(xs, [r["estimated_ms"] for r in sel], width, label="this compiler, latency model")
         ax.bar([x + width for x in xs], [r["published_ms"] or 0 for r in sel], width, label="Tensil, published")
-        ax.set_xticks(list(xs), [r["arch"].replace("_", "\n", 1) for r in sel], fontsize=7)
-        ax.set_title(f"{net} ({sel[0]['size']})", fontsize=9)
+        rtl = [(x, r["rtl_ms"]) for x, r in zip(xs, sel) if "rtl_ms" in r]
+        if rtl:
+            ax.plot([x for x, _ in rtl], [v for _, v in rtl], "k_", markersize=14, markeredgewidth=2,
+                    label="this compiler, RTL cycles")
+        ax.set_xticks(xs, [r["arch"].replace("_", "\n", 1) for r in sel], fontsize=7)
+        ax.set_title(f"{net} ({sel[0]['size']}x{sel[0]['size']})", fontsize=9)
         ax.set_ylabel("ms per inference")
-        ax.set_yscale("log")
-    axes[0].legend(fontsize=7) if len(nets) > 1 else axes.legend(fontsize=7)
+        ax.set_ylim(bottom=0)
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(CHART, dpi=110)
 
@@ -118,7 +159,17 @@ def main() -> None:
     p.add_argument("--arch", nargs="*", default=PRESETS)
     p.add_argument("--nets", nargs="*", default=list(NETS))
     p.add_argument("--rtl", nargs="*", default=[], help="presets on which ResNet-50 v2 and YOLOv4-tiny run on the RTL")
+    p.add_argument("--chart-only", action="store_true", help="redraw the chart from the recorded results")
+    p.add_argument("--accuracy-only", action="store_true", help="only (re)measure the FP16BP8 accuracy")
     args = p.parse_args()
+    if args.chart_only:
+        chart(json.loads(RESULTS.read_text())["results"])
+        return
+    if args.accuracy_only:
+        recorded = json.loads(RESULTS.read_text())
+        recorded["accuracy_fp16bp8"] = [row for a in args.arch for row in accuracy(a)]
+        RESULTS.write_text(json.dumps(recorded, indent=2) + "\n")
+        return
     rows = []
     for net in args.nets:
         for arch in args.arch:
@@ -128,6 +179,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "results": rows,
+        "accuracy_fp16bp8": [row for a in args.arch for row in accuracy(a)],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
     }, indent=2) + "\n")
