@@ -45,15 +45,23 @@ def test_workload_matches_the_cpu_at_the_logits(net, full):
 
 
 @pytest.mark.parametrize("preset", ["arty_a7_35", "pynqz1_12x12", "ultra96v2_300mhz"])
-def test_workloads_build_whole_for_the_benchmark_boards(preset, full):
-    """Every op but the final softmax on the TCU, in one partition, at the published input sizes."""
+def test_workloads_build_whole_and_run_for_the_benchmark_boards(preset, full):
+    """Every op but the final softmax on the TCU, in one partition, at the published input sizes; one
+    inference on the emulator gives finite, non-constant outputs of the right shapes."""
     if not full:
         pytest.skip("builds ResNet-50 v2 at 224 and YOLOv4-tiny at 416: run with --full")
+    import tvm
+    from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    for net, kwargs in (("resnet50v2", {"size": 224}), ("yolov4_tiny", {"size": 416}), ("mobilenetv2", {"size": 224})):
-        tvm_tensil.build(from_onnx(getattr(zoo, net)(**kwargs), keep_params_in_input=False), target="tensil",
-                         arch=preset)
+    for net, size, shapes in (("resnet50v2", 224, [(1, 1000)]), ("yolov4_tiny", 416, [(1, 255, 13, 13), (1, 255, 26, 26)]),
+                              ("mobilenetv2", 224, [(1, 1000)])):
+        ex = tvm_tensil.build(from_onnx(getattr(zoo, net)(size=size), keep_params_in_input=False), target="tensil",
+                              arch=preset)
         report = tvm_tensil.last_report()
         assert len(report.partitions) == 1, (net, str(report))
         assert {o["op"] for o in report.cpu_ops} <= {"relax.nn.softmax"}, (net, str(report))
+        x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
+        outs = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
+        assert [o.shape for o in outs] == shapes
+        assert all(np.isfinite(o).all() and np.ptp(o) > 0 for o in outs)
