@@ -56,6 +56,17 @@ class ProgramFields:
         return len(self.opcode)
 
 
+@dataclass(frozen=True)
+class ProgramSummary:
+    """What a validated program does, per opcode (``Program.check``)."""
+
+    instructions: int
+    counts: np.ndarray  # instructions per opcode value (16)
+    vectors: np.ndarray  # vectors moved or processed per opcode value (a SIMD instruction: 1)
+    writes_dram1: bool  # some DataMove stores to DRAM1
+    first_loadlut: int | None  # pc of the first LoadLUT, if any
+
+
 def _operand(rows: np.ndarray, start: int, nbytes: int) -> np.ndarray:
     """Little-endian integer from ``nbytes`` bytes of each row (nbytes <= 8)."""
     out = np.zeros(rows.shape[0], dtype=np.uint64)
@@ -217,15 +228,36 @@ class Program:
         for start in range(0, len(self), size):
             yield self.fields(start, start + size)
 
-    def checked_fields(self) -> ProgramFields:
-        """The decoded fields after ``validate``; computed once per program (its bytes are immutable)."""
-        cached = getattr(self, "_checked", None)
+    def check(self) -> "ProgramSummary":
+        """Validate the whole program (raising ``InvalidInstruction`` with the pc of the first bad
+        instruction) and summarise it. Done once per program, a chunk at a time, so that a program of
+        millions of instructions is never decoded whole; the result is cached (the bytes are immutable)."""
+        cached = getattr(self, "_summary", None)
         if cached is not None and cached[0] is self.data:
             return cached[1]
-        f = self.fields()
-        self.validate(f)
-        self._checked = (self.data, f)
-        return f
+        counts = np.zeros(16, dtype=np.int64)
+        vectors = np.zeros(16, dtype=np.int64)
+        writes_dram1, first_loadlut = False, None
+        step = 1 << 20
+        for start in range(0, len(self), step):
+            f = self.fields(start, start + step)
+            bad = self.invalid_mask(f)
+            if bad.any():
+                pc = start + int(np.argmax(bad))
+                self.instruction(pc)  # raises, naming the instruction and the field
+                raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
+            counts += np.bincount(f.opcode, minlength=16)
+            sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
+                             np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
+                                      (f.opcode == Opcode.SIMD).astype(np.int64)))
+            vectors += np.bincount(f.opcode, weights=sizes, minlength=16).astype(np.int64)
+            writes_dram1 |= bool(np.any((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM1)))
+            lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
+            if first_loadlut is None and lut.size:
+                first_loadlut = start + int(lut[0])
+        summary = ProgramSummary(len(self), counts, vectors, writes_dram1, first_loadlut)
+        self._summary = (self.data, summary)
+        return summary
 
     def validate(self, f: ProgramFields | None = None) -> None:
         """Raise ``InvalidInstruction`` (with the pc) for the first invalid instruction."""

@@ -37,9 +37,9 @@ class BoardDevice(Device):
 
     def execute(self, program: Program) -> RunStats:
         start = time.perf_counter()
-        f = self.checked_fields(program)
+        summary = self.check(program)
         measured = self.driver.run(program)
-        stats = RunStats.for_program(f)
+        stats = RunStats.for_program(summary)
         stats.cycles = measured.get("cycles")
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats

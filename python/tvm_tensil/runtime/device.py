@@ -16,8 +16,8 @@ from typing import ClassVar, Mapping
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import Direction, Opcode
-from ..isa.program import Program, ProgramError
+from ..isa.instructions import Opcode
+from ..isa.program import Program, ProgramError, ProgramSummary
 from ..numbers import SaturationCounter
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 
@@ -55,17 +55,12 @@ class RunStats:
     saturation_flag: bool = False
 
     @classmethod
-    def for_program(cls, f) -> "RunStats":
-        """Instructions and vectors per opcode of a decoded program (``Program.fields()``)."""
-        stats = cls(instructions=len(f))
-        counts = np.bincount(f.opcode, minlength=16)
-        sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
-                         np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
-                                  (f.opcode == Opcode.SIMD).astype(np.int64)))
-        vectors = np.bincount(f.opcode, weights=sizes, minlength=16)
+    def for_program(cls, summary: ProgramSummary) -> "RunStats":
+        """Instructions and vectors per opcode of a checked program (``Program.check()``)."""
+        stats = cls(instructions=summary.instructions)
         for op in Opcode:
-            stats.per_opcode[op.name.lower()] = int(counts[int(op)])
-            stats.vectors[op.name.lower()] = int(vectors[int(op)])
+            stats.per_opcode[op.name.lower()] = int(summary.counts[int(op)])
+            stats.vectors[op.name.lower()] = int(summary.vectors[int(op)])
         return stats
 
     @property
@@ -119,21 +114,21 @@ class Device(ABC):
         """Return the device to its power-on state (override if it keeps more)."""
 
     # -- shared helpers ----------------------------------------------------------------------
-    def checked_fields(self, program: Program):
-        """The program's decoded fields, after every check a device makes before running anything."""
+    def check(self, program: Program) -> ProgramSummary:
+        """Every check a device makes before running anything; the program's summary."""
         if program.layout.arch != self.arch:
             raise ProgramError(f"{program.name} was encoded for another architecture than this {self.name} device's")
-        f = program.checked_fields()
-        if np.any((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM1)):
+        summary = program.check()
+        if summary.writes_dram1:
             self._constants_of = None
-        lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
-        if lut.size:
+        if summary.first_loadlut is not None:
+            pc = summary.first_loadlut
             raise ProgramError(
-                f"{program.name}: pc {int(lut[0])}: LoadLUT: the TCU has no lookup tables "
+                f"{program.name}: pc {pc}: LoadLUT: the TCU has no lookup tables "
                 "(no architecture parameter provides them); remove the instruction",
-                pc=int(lut[0]),
+                pc=pc,
             )
-        return f
+        return summary
 
     def _check_range(self, bank: int, base: int, size: int) -> None:
         if bank not in (0, 1):

@@ -1,11 +1,12 @@
 """The "emulator" device, the default: the TCU's bit-exact model with a compiled instruction loop.
 
 The machine state and its meaning are the reference model's (``reference.py``); here the whole
-loop over the program (every opcode, the exactly rounded MAC chain, saturation and its counts)
-is one numba kernel over the decoded instruction fields and the memories. Its machine code is
-cached on disk, so only the first run on a machine pays for compiling it. The kernel trusts
-its input: ``checked_fields`` validates every address and field before it runs, as it does for
-every device.
+loop over the program (decoding each instruction's bytes, every opcode, the exactly rounded MAC
+chain, saturation and its counts) is one numba kernel over the program's bytes and the memories:
+no per-instruction arrays are ever built, so a program of millions of instructions costs only its
+own bytes. The machine code is cached on disk, so only the first run on a machine pays for
+compiling it. The kernel trusts its input: ``Device.check`` validates every address and field
+(once per program) before it runs, as it does for every device.
 """
 
 from __future__ import annotations
@@ -103,11 +104,24 @@ def _simd_lane(code, left, right, x, one, bp, lo, hi, sats):
     return max(left, right)  # _OP_MAX
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _operand(prog, pc, start, nbytes):
+    """A little-endian operand of ``nbytes`` bytes from instruction ``pc``'s bytes."""
+    v = np.int64(0)
+    for k in range(nbytes):
+        v |= np.int64(prog[pc, start + k]) << (8 * k)
+    return v
+
+
 @numba.njit(cache=True, nogil=True)
-def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, raw1,
-                local, acc, dram0, dram1, weights, regs, config, sats,
-                width, bp, storage_bits, simd_operand_bits, operand0_bits, operand1_bits):
+def _run_kernel(prog, local, acc, dram0, dram1, weights, regs, config, sats,
+                width, bp, storage_bits, simd_operand_bits, operand_bytes, address_bits, stride_bits):
     n = local.shape[1]
+    b0, b1, b2 = operand_bytes[0], operand_bytes[1], operand_bytes[2]
+    abits0, abits1 = address_bits[0], address_bits[1]
+    amask0, amask1 = (np.int64(1) << abits0) - 1, (np.int64(1) << abits1) - 1
+    smask0, smask1 = (np.int64(1) << stride_bits[0]) - 1, (np.int64(1) << stride_bits[1]) - 1
+    header = b0 + b1 + b2
     lo = -(1 << (width - 1))
     hi = (1 << (width - 1)) - 1
     one = np.int64(1) << bp
@@ -115,19 +129,24 @@ def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, r
     round_bias = (np.int64(1) << (bp - 1)) - 1  # (m + round_bias + lsb(m >> bp)) >> bp rounds half to even
     out = np.empty(n, dtype=np.int64)
     shifted = np.empty_like(weights)
-    for pc in range(opcode.shape[0]):
-        op = opcode[pc]
-        fl = flags[pc]
+    for pc in range(prog.shape[0]):
+        op = np.int64(prog[pc, header]) >> 4
+        fl = np.int64(prog[pc, header]) & 0xF
         if op == _NOOP:
             continue
+        raw0 = _operand(prog, pc, 0, b0)
+        raw1 = _operand(prog, pc, b0, b1)
+        operand2 = _operand(prog, pc, b0 + b1, b2)
+        addr0, stride0 = raw0 & amask0, (raw0 >> abits0) & smask0
+        addr1, stride1 = raw1 & amask1, (raw1 >> abits1) & smask1
         if op == _SIMD:
-            sub = operand2[pc]
+            sub = operand2
             dest = sub & rmask
             right = (sub >> simd_operand_bits) & rmask
             left = (sub >> (2 * simd_operand_bits)) & rmask
             code = sub >> (3 * simd_operand_bits)
             read = (fl & _SIMD_READ) != 0
-            src = addr1[pc]
+            src = addr1
             for i in range(n):
                 x = acc[src, i] if read else 0
                 lv = x if left == 0 else regs[left - 1, i]
@@ -137,7 +156,7 @@ def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, r
                 for i in range(n):
                     regs[dest - 1, i] = out[i]
             if fl & _SIMD_WRITE:
-                dst = addr0[pc]
+                dst = addr0
                 if fl & _SIMD_ACCUMULATE:
                     for i in range(n):
                         acc[dst, i] = _saturate(acc[dst, i] + out[i], lo, hi, sats, _SAT_SIMD)
@@ -145,14 +164,13 @@ def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, r
                     for i in range(n):
                         acc[dst, i] = out[i]
             continue
-        if op == _CONFIGURE:
-            args = raw0[pc] | (raw1[pc] << operand0_bits) | (operand2[pc] << (operand0_bits + operand1_bits))
-            config[args & 0xF] = args >> 4
+        if op == _CONFIGURE:  # register | value << 4, across the operands
+            config[raw0 & 0xF] = (raw0 >> 4) | (raw1 << (8 * b0 - 4)) | (operand2 << (8 * (b0 + b1) - 4))
             continue
         if op == _LOADWEIGHTS:  # shift in, highest address first: vector k lands in row k
-            cnt = raw1[pc] + 1
-            step = np.int64(1) << stride0[pc]
-            a0 = addr0[pc]
+            cnt = raw1 + 1
+            step = np.int64(1) << stride0
+            a0 = addr0
             rows = n + 1
             shifted[:, :] = weights
             for r in range(rows):
@@ -162,11 +180,11 @@ def _run_kernel(opcode, flags, addr0, stride0, addr1, stride1, operand2, raw0, r
                     else:
                         weights[r, i] = shifted[r - cnt, i]
             continue
-        cnt = operand2[pc] + 1
-        st0 = np.int64(1) << stride0[pc]
-        st1 = np.int64(1) << stride1[pc]
-        a0 = addr0[pc]
-        a1 = addr1[pc]
+        cnt = operand2 + 1
+        st0 = np.int64(1) << stride0
+        st1 = np.int64(1) << stride1
+        a0 = addr0
+        a1 = addr1
         if op == _DATAMOVE:
             for k in range(cnt):
                 la = a0 + k * st0
@@ -226,7 +244,7 @@ class Emulator(ReferenceEmulator):
 
     name = "emulator"
 
-    def _run(self, f, counters) -> None:
+    def _run(self, program, counters) -> None:
         arch = self.arch
         lay = arch.layout
         dt = arch.data_type
@@ -234,11 +252,12 @@ class Emulator(ReferenceEmulator):
         for reg, value in self.config.items():
             config[int(reg)] = value
         sats = np.zeros(3, dtype=np.int64)
-        fields = [np.ascontiguousarray(a, dtype=np.int64) for a in
-                  (f.opcode, f.flags, f.addr0, f.stride0, f.addr1, f.stride1, f.operand2, f.raw0, f.raw1)]
-        _run_kernel(*fields, self.local, self.acc, self.dram0, self.dram1, self.weights, self.registers,
-                    config, sats, dt.width, dt.binary_point, 8 * dt.storage_bytes,
-                    lay.simd_operand_bits, lay.operand0_bits, lay.operand1_bits)
+        prog = np.frombuffer(program.data, dtype=np.uint8).reshape(len(program), lay.instruction_bytes)
+        _run_kernel(prog, self.local, self.acc, self.dram0, self.dram1, self.weights, self.registers,
+                    config, sats, dt.width, dt.binary_point, 8 * dt.storage_bytes, lay.simd_operand_bits,
+                    np.array(lay.operand_bytes, dtype=np.int64),
+                    np.array([lay.operand0_address_bits, lay.operand1_address_bits], dtype=np.int64),
+                    np.array([lay.stride0_bits, lay.stride1_bits], dtype=np.int64))
         for reg in ConfigRegister:
             self.config[reg] = int(config[int(reg)])
         for name, index in (("matmul", _SAT_MATMUL), ("datamove", _SAT_DATAMOVE), ("simd", _SAT_SIMD)):

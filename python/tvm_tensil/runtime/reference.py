@@ -51,17 +51,18 @@ class ReferenceEmulator(HostDramDevice):
     # -- execution -------------------------------------------------------------------------------
     def execute(self, program: Program) -> RunStats:
         start = time.perf_counter()
-        f = self.checked_fields(program)
+        summary = self.check(program)
         counters = {name: SaturationCounter() for name in ("matmul", "datamove", "simd")}
-        self._run(f, counters)
-        stats = RunStats.for_program(f)
+        self._run(program, counters)
+        stats = RunStats.for_program(summary)
         stats.saturations = {k: c.count for k, c in counters.items()}
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         return stats
 
-    def _run(self, f, counters) -> None:
+    def _run(self, program: Program, counters) -> None:
         """The interpreter loop: fields are plain Python ints here for speed."""
+        f = program.fields()
         arch = self.arch
         dt = arch.data_type
         n = arch.array_size

@@ -87,7 +87,7 @@ class Verilator(HostDramDevice):
 
     def execute(self, program: Program) -> RunStats:
         start = time.perf_counter()
-        f = self.checked_fields(program)
+        summary = self.check(program)
         lay = self.arch.layout
         # The banks sit at address 0 of their own AXI ports; no timeout flag (hangs are caught here).
         head = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, 0),
@@ -105,7 +105,7 @@ class Verilator(HostDramDevice):
         if flags & sim.CoreFlag.ERROR:
             raise DeviceError(f"{program.name}: the RTL core raised its error flag (an invalid opcode or "
                               "DataMove direction) on a program the validator accepted: a bug, please report it")
-        stats = RunStats.for_program(f)
+        stats = RunStats.for_program(summary)
         stats.cycles = int(self.lib.tcu_sim_cycles(self._handle) - cycles0)
         valid, _ = self.counters()
         stats.busy = {u: valid[u] - valid0[u] for u in sim.UNITS}
