@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import ConfigRegister, Opcode, SIMDOp
-from ..isa.program import Program, ProgramError
+from ..isa.instructions import ConfigRegister, SIMDOp
+from ..isa.program import Program
 from ..numbers import SaturationCounter
 from .device import HostDramDevice, RunStats
 
