@@ -140,3 +140,18 @@ def test_inputs_outside_the_range_warn_with_the_name_and_count():
     x[0, :3, 0, 0] = [500.0, -300.0, 129.0]
     with pytest.warns(SaturationWarning, match=r"input '\w+' has 3 values outside the FP16BP8 range"):
         relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
+
+
+@pytest.mark.parametrize("preset", ["pynqz1", "pynqz1_12x12"])
+def test_channel_split_and_slice_at_any_offset_are_exact(preset):
+    """YOLOv4-tiny's route groups: a split and a slice cut channel blocks anywhere; 0/1 selection is
+    exact, so values on a 1/16 grid come back unchanged in FP16BP8, and the whole net is offloaded."""
+    b = OnnxBuilder(1)
+    first, second = b.ops("Split", ["x", b.const(np.array([5, 22]), "s", np.int64)], 2, axis=1)
+    part = b.op("Slice", [second, b.const(np.array([3]), "b", np.int64), b.const(np.array([-2]), "e", np.int64),
+                          b.const(np.array([1]), "a", np.int64)])
+    y = b.op("Concat", [part, first, part], axis=1)
+    x = np.round(_rand((1, 27, 5, 6)) * 16) / 16
+    cpu, tcu, report = _both(_model(b, _float([1, 27, 5, 6]), [y]), x, arch=preset)
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    np.testing.assert_array_equal(tcu, cpu)
