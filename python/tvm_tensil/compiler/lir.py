@@ -141,6 +141,15 @@ class LIR:
     def noop(self) -> None:
         self._emit(_NOOP, 0, 0, 0, 0, 0, 0)
 
+    def extend(self, other: "LIR") -> None:
+        """Append ``other``'s instructions (emitted for the same architecture) after this one's."""
+        self._flush()
+        other._flush()
+        offset = len(self)
+        self._encoded.extend(other._encoded)
+        self._done += other._done
+        self.comments.update({pc + offset: text for pc, text in other.comments.items()})
+
     # -- backend --------------------------------------------------------------------------------
     def _flush(self) -> None:
         """Encode and validate the pending rows."""

@@ -12,14 +12,19 @@ terms); accumulators and array weights never carry data between nodes. Within a 
   tile's vectors; when all of a layer's weights fit in local memory they are staged there
   once for the whole layer.
 - Runs of vectors are single instructions with strides (see ``lir.py``).
+- Convolutions overlap DRAM with compute when local memory holds two slabs and two store
+  buffers: the next tile's slab loads and the previous tile's stores are issued in pieces
+  between the current tile's compute instructions (``_Overlap``), so that the core's in-order
+  dispatch runs them on its DRAM engine beside the MatMuls.
 
-Memory map while a node runs: local = [weights | store buffer | slab]; accumulators =
+Memory map while a node runs: local = [weights | store buffer(s) | slab(s)]; accumulators =
 [tile | scratch | constants].
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +51,50 @@ class Tile:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+class _Overlap:
+    """DRAM moves deferred into the compute instructions that follow them.
+
+    The core dispatches in order: a DRAM move issued while the DRAM engine is still busy holds up
+    every compute instruction behind it. So deferred moves are cut into pieces and each piece is
+    issued only once the compute instructions issued since the previous piece are expected to have
+    covered its duration (the latency model's costs)."""
+
+    PIECE = 128  # vectors per deferred move
+
+    def __init__(self, lir: LIR, arch: Architecture):
+        from .latency import COSTS, DEFAULT_AXI_BITS
+        from ..arch import MEMORY_TIMING
+
+        self.lir = lir
+        self.pending: deque = deque()
+        self.busy = 0  # cycles the DRAM engine is still expected to be busy
+        bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
+        self._read = lambda k: MEMORY_TIMING["read_latency"] + k * bpv + COSTS["read"]
+        self._write = lambda k: k * bpv + MEMORY_TIMING["write_latency"] + COSTS["write"]
+
+    def defer(self, direction: Direction, local: int, address: int, size: int) -> None:
+        """A contiguous run (both sides step 1), queued in pieces."""
+        for off in range(0, size, self.PIECE):
+            self.pending.append((direction, local + off, address + off, min(self.PIECE, size - off)))
+
+    def compute(self, cycles: int) -> None:
+        """``cycles`` of compute were issued: issue the deferred moves that fit beside them."""
+        self.busy -= cycles
+        while self.pending and self.busy <= 0:
+            self._issue()
+
+    def drain(self) -> None:
+        while self.pending:
+            self._issue()
+        self.busy = 0
+
+    def _issue(self) -> None:
+        direction, local, address, size = self.pending.popleft()
+        self.lir.datamove(direction, local, address, size)
+        cost = self._write(size) if direction in (Direction.LOCAL_TO_DRAM0, Direction.LOCAL_TO_DRAM1) else self._read(size)
+        self.busy = max(self.busy, 0) + cost
 
 
 class Scheduler:
@@ -108,19 +157,20 @@ class Scheduler:
         tile pixel-major with all of the output's blocks (step ``blocks_padded``)."""
         self.lir.datamove(Direction.ACC_TO_LOCAL, buf + block, acc, tile.rows * tile.cols, out.blocks_padded, 1)
 
-    def _flush(self, out: TensorPlacement, tile: Tile, buf: int) -> None:
-        """The store buffer -> DRAM0 in contiguous runs (whole rows: one run for the tile)."""
+    def _flush(self, out: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
+        """The store buffer -> DRAM0 in contiguous runs (whole rows: one run for the tile).
+        ``move``: what issues each run (default: the LIR, now)."""
+        move = move or self.lir.datamove
         pb = out.blocks_padded
         if tile.cols == out.shape[2]:
-            self.lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, 0),
-                              tile.rows * tile.cols * pb)
+            move(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb)
             return
         for r in range(tile.rows):
-            self.lir.datamove(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols * pb,
-                              out.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb)
+            move(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols * pb,
+                 out.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb)
 
     def _plan_tiles(self, out_shape, window, in_blocks_padded: int, local_free: int,
-                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1):
+                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None):
         """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
 
         ``window`` = (kh, kw, sh, sw, dh, dw). The slab holds every input row and column the
@@ -130,14 +180,12 @@ class Scheduler:
         kh, kw, sh, sw, dh, dw = window
 
         def slab(rows, cols):
-            in_rows = (rows - 1) * sh + (kh - 1) * dh + 1
-            in_cols = (cols - 1) * sw + (kw - 1) * dw + 1
-            return in_rows * in_cols * in_blocks_padded
+            return self._slab_size(rows, cols, window, in_blocks_padded)
 
         cols = ow
         while cols >= 1:
             best = None
-            for rows in range(oh, 0, -1):
+            for rows in range(min(oh, max_rows or oh), 0, -1):
                 vectors = rows * cols
                 if (vectors + extra_acc_per_col * cols <= acc_free
                         and vectors * store_blocks + slab(rows, cols) <= local_free):
@@ -159,8 +207,10 @@ class Scheduler:
                 for x0 in range(0, ow, cols):
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
 
-    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int):
-        """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry."""
+    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None):
+        """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry.
+        ``move``: what issues each run (default: the LIR, now)."""
+        move = move or self.lir.datamove
         kh, kw, sh, sw, dh, dw = window
         pt, pl = padding[0], padding[1]
         _, h, w, _ = inp.shape
@@ -172,12 +222,11 @@ class Scheduler:
         pb = inp.blocks_padded
         if cols:
             if cols == w and y_hi >= y_lo:  # whole rows are one contiguous run
-                self.lir.datamove(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, y_lo, 0, 0),
-                                  (y_hi - y_lo + 1) * w * pb)
+                move(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, y_lo, 0, 0), (y_hi - y_lo + 1) * w * pb)
             else:
                 for y in range(y_lo, y_hi + 1):
-                    self.lir.datamove(Direction.DRAM0_TO_LOCAL, slab + (y - y_lo) * cols * pb,
-                                      inp.address(tile.image, y, x_lo, 0), cols * pb)
+                    move(Direction.DRAM0_TO_LOCAL, slab + (y - y_lo) * cols * pb, inp.address(tile.image, y, x_lo, 0),
+                         cols * pb)
         return y_lo, x_lo, cols
 
     def _tap_runs(self, tile: Tile, inp_shape, window, padding, tap):
@@ -199,6 +248,60 @@ class Scheduler:
 
     # -- convolution (also dense, depthwise, bias add) -----------------------------------------
     def conv2d(self, node: Node) -> None:
+        """The faster of the single- and double-buffered schedules, by the latency model: double
+        buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel)."""
+        from .latency import estimate_cycles
+
+        # (buffers, most output rows per tile). Layers of a few tiles are where the choice matters
+        # (a single tile cannot overlap its loads and stores with anything), and they are cheap to
+        # emit several times; a layer of many tiles keeps the single-buffered schedule.
+        single = self._conv2d(node, 1, None, emit=False)
+        oh = self.place[node.output].shape[1]
+        options = [(1, None)]
+        if self._tile_count(node, single) <= 4 and self._dram_share(node) >= 0.05:
+            options += [(2, None), (2, _ceil_div(oh, 2)), (2, _ceil_div(oh, 4))]
+        plans = {}
+        for buffers, max_rows in options:
+            try:
+                plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False), (buffers, max_rows))
+            except ScheduleError:
+                continue
+        if len(plans) == 1:
+            self._conv2d(node, 1, None)
+            return
+        final, best = self.lir, None
+        for buffers, max_rows in plans.values():
+            self.lir = LIR(self.arch)
+            try:
+                self._conv2d(node, buffers, max_rows)
+                cycles = estimate_cycles(self.lir.program(), self.arch)["total"]
+                if best is None or cycles < best[0]:
+                    best = (cycles, self.lir)
+            finally:
+                self.lir = final
+        final.extend(best[1])
+
+    def _dram_share(self, node: Node) -> float:
+        """Roughly, a conv's DRAM0 vectors (input and output) per MatMul vector: where overlapping
+        them with compute can pay."""
+        inp, out = self.place[node.inputs[0]], self.place[node.output]
+        a = node.attrs
+        taps = 1
+        if a.get("weight") is not None and a.get("layout", "OIHW") != "KM":
+            taps = int(np.prod(np.shape(self.graph.constants[a["weight"]])[2:]))
+        depthwise = a.get("weight") is None or a.get("groups", 1) != 1
+        reads = inp.blocks_padded * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
+        return (reads + out.blocks_padded) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
+
+    def _tile_count(self, node: Node, plan: tuple[int, int, int]) -> int:
+        _, rows, cols = plan
+        n, oh, ow, _ = self.place[node.output].shape
+        return n * _ceil_div(oh, rows) * _ceil_div(ow, cols)
+
+    def _conv2d(self, node: Node, buffers: int, max_rows: int | None = None, emit: bool = True) -> tuple[int, int, int]:
+        """Emit ``node`` with up to ``buffers`` slabs and store buffers and at most ``max_rows``
+        output rows per tile; returns the plan it used: (buffers, rows, cols). With ``emit=False``,
+        only the plan."""
         a = node.attrs
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         n = self.n
@@ -232,14 +335,32 @@ class Scheduler:
         preload = weights_local <= local_free // 2
         wbase = 0
         staging = weights_local if preload else block
-        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
-                                      store_blocks=out.blocks_padded)
-        store = staging
-        slab = store + rows * cols * out.blocks_padded
+        store_blocks = out.blocks_padded
+        # Two slabs and two store buffers (the next tile's loads and the previous tile's stores then
+        # run beside this tile's MatMuls) or one of each.
+        if buffers == 2:
+            try:
+                rows, cols = self._plan_tiles(out.shape, window, pbi, (local_free - staging) // 2, acc_free,
+                                              store_blocks=store_blocks, max_rows=max_rows)
+            except ScheduleError:
+                buffers = 1
+        if buffers == 1:
+            rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
+                                          store_blocks=store_blocks, max_rows=max_rows)
+        tiles = list(self._tiles(out.shape, rows, cols))
+        if len(tiles) == 1:
+            buffers = 1
+        if not emit:
+            return buffers, rows, cols
+        store_size = rows * cols * store_blocks
+        slab_size = self._slab_size(rows, cols, window, pbi)
+        stores = [staging + k * store_size for k in range(buffers)]
+        slabs = [staging + buffers * store_size + k * slab_size for k in range(buffers)]
         cvec = self._const_vectors(cvals, acc_free)
         if preload:
             lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, wrec.base, wrec.size)
             lir.datamove(Direction.DRAM1_TO_LOCAL, wbase + wrec.size, brec.base, brec.size)
+        overlap = _Overlap(lir, self.arch)
 
         def load_block(dram1: int, local_off: int, size: int) -> None:
             if preload:
@@ -247,29 +368,48 @@ class Scheduler:
             else:
                 lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, dram1, size)
                 lir.load_weights(wbase, size)
+            overlap.compute(size + 4)
+
+        def matmul(local: int, acc: int, size: int, local_step: int = 1, **flags) -> None:
+            lir.matmul(local, acc, size, local_step, 1, **flags)
+            overlap.compute(size + 1)
 
         pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
-        for tile in self._tiles(out.shape, rows, cols):
-            y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
+        geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
+        for i, tile in enumerate(tiles):
+            slab, store = slabs[i % buffers], stores[i % buffers]
+            if i and buffers == 1:
+                geometry = self._load_slab(inp, tile, window, padding, slab)
+            y_lo, x_lo, scols = geometry
+            if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
+                geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer)
             count = tile.rows * tile.cols
             for ob in range(cbo):
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
                             f"cols {tile.x0}+{tile.cols} block {ob}")
                 load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
-                lir.matmul(0, 0, count, zeroes=True)
+                matmul(0, 0, count, zeroes=True)
                 for ib in ([ob] if depthwise else range(cbi)):
                     for t, tap in enumerate(taps):
                         idx = (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
                         load_block(wrec.base + idx * block, idx * block, block)
                         if pointwise and tile.cols == inp.shape[2] == scols:
-                            lir.matmul(slab + ib, 0, count, pbi, 1, accumulate=True)
+                            matmul(slab + ib, 0, count, pbi, accumulate=True)
                             continue
                         for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
                             src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
-                            lir.matmul(src, r * tile.cols + c0, cnt, sw * pbi, 1, accumulate=True)
+                            matmul(src, r * tile.cols + c0, cnt, sw * pbi, accumulate=True)
                 self._epilogue(0, count, node.epilogue, cvec)
                 self._gather(out, tile, ob, 0, store)
-            self._flush(out, tile, store)
+                overlap.compute(count * (1 + len(node.epilogue)))
+            overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
+            self._flush(out, tile, store, overlap.defer if buffers == 2 else None)
+        overlap.drain()
+        return buffers, rows, cols
+
+    def _slab_size(self, rows: int, cols: int, window, in_blocks_padded: int) -> int:
+        kh, kw, sh, sw, dh, dw = window
+        return ((rows - 1) * sh + (kh - 1) * dh + 1) * ((cols - 1) * sw + (kw - 1) * dw + 1) * in_blocks_padded
 
     # -- element-wise -------------------------------------------------------------------------------
     def eltwise(self, node: Node) -> None:
