@@ -149,10 +149,21 @@ def packer(name: str):
     return register
 
 
+def _bias_rows(consts, bias: int, blocks: int, n: int) -> np.ndarray:
+    """A bias vector as one row per output channel block (zero-padded)."""
+    b = np.zeros(blocks * n)
+    values = np.asarray(consts[bias], dtype=np.float64).reshape(-1)
+    b[: values.size] = values
+    return b.reshape(blocks, n)
+
+
 @packer("conv_weights")
 def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "OIHW",
-                      flatten: Sequence[int] | None = None) -> np.ndarray:
-    """Weight blocks of N+1 vectors (zero bias row, then row j = input channel j).
+                      flatten: Sequence[int] | None = None, bias: int | None = None,
+                      bias_tap: Sequence[int] | None = None) -> np.ndarray:
+    """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
+    except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
+    block then carry the bias, so the MatMul that starts each output block adds it.
 
     Dense conv: blocks ordered (output block, input block, kh, kw).
     Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
@@ -180,6 +191,8 @@ def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "O
         blocks = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         out = np.zeros((cbo, cbi, kh, kw, n + 1, n))
         out[..., 1:, :] = blocks
+        if bias is not None:
+            out[:, 0, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
@@ -189,16 +202,21 @@ def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "O
     out = np.zeros((cbo, kh, kw, n + 1, n))
     idx = np.arange(n)
     out[..., 1 + idx, idx] = blocks
+    if bias is not None:
+        out[:, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
     return out.reshape(-1, n)
 
 
 @packer("identity_weights")
-def pack_identity_weights(consts, n: int, channels: int) -> np.ndarray:
-    """Depthwise 1x1 blocks with ones on the diagonal: x -> x (+ bias) exactly."""
+def pack_identity_weights(consts, n: int, channels: int, bias: int | None = None) -> np.ndarray:
+    """Depthwise 1x1 blocks with ones on the diagonal, and ``bias`` in the bias rows: x -> x + bias,
+    exactly."""
     blocks = math.ceil(channels / n)
     out = np.zeros((blocks, n + 1, n))
     idx = np.arange(n)
     out[:, 1 + idx, idx] = 1.0
+    if bias is not None:
+        out[:, 0, :] = _bias_rows(consts, bias, blocks, n)
     return out.reshape(-1, n)
 
 

@@ -281,6 +281,21 @@ class Scheduler:
                 self.lir = final
         final.extend(best[1])
 
+    @staticmethod
+    def _covering_tap(in_shape, out_shape, window, padding, taps) -> int | None:
+        """Index of a tap that reads an input pixel for every output pixel (the centre first)."""
+        kh, kw, sh, sw, dh, dw = window
+        _, h, w, _ = in_shape
+        _, oh, ow, _ = out_shape
+        pt, pl = padding[0], padding[1]
+        centre = (kh // 2, kw // 2)
+        for t in sorted(range(len(taps)), key=lambda t: taps[t] != centre):
+            ky, kx = taps[t]
+            if (0 <= ky * dh - pt and (oh - 1) * sh - pt + ky * dh < h
+                    and 0 <= kx * dw - pl and (ow - 1) * sw - pl + kx * dw < w):
+                return t
+        return None
+
     def _dram_share(self, node: Node) -> float:
         """Roughly, a conv's DRAM0 vectors (input and output) per MatMul vector: where overlapping
         them with compute can pay."""
@@ -306,32 +321,44 @@ class Scheduler:
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         n = self.n
         lir = self.lir
+        layout = a.get("layout", "OIHW")
         if a.get("weight") is None:  # identity (a standalone bias add)
             kh = kw = 1
-            wrec = self.consts.add("identity_weights", self.graph.constants, channels=out.shape[3])
-            depthwise = True
         else:
-            layout = a.get("layout", "OIHW")
             kh, kw = (1, 1) if layout == "KM" else np.shape(self.graph.constants[a["weight"]])[2:]
-            depthwise = a["groups"] != 1
-            extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
-            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"],
-                                   groups=a["groups"], layout=layout, **extra)
-        brec = self.consts.add("channel_vectors", self.graph.constants, channels=out.shape[3], values=a.get("bias"))
         sh, sw = a.get("strides", (1, 1))
         dh, dw = a.get("dilation", (1, 1))
         padding = a.get("padding", (0, 0, 0, 0))
         window = (kh, kw, sh, sw, dh, dw)
+        taps = [(y, x) for y in range(kh) for x in range(kw)]
+        # A tap that reads a real input pixel for every output pixel starts each output block: its
+        # MatMuls overwrite the accumulators and its first input block's weights carry the bias, so
+        # no bias-initialising MatMul is needed. Without such a tap (padding cuts every tap
+        # somewhere) the accumulators start from the bias by a MatMul of zeroes.
+        cover = self._covering_tap(inp.shape, out.shape, window, padding, taps)
+        bias = a.get("bias")
+        fused_bias = {"bias": bias, "bias_tap": list(taps[cover])} if cover is not None and bias is not None else {}
+        if a.get("weight") is None:
+            wrec = self.consts.add("identity_weights", self.graph.constants, channels=out.shape[3],
+                                   **({"bias": bias} if fused_bias else {}))
+            depthwise = True
+        else:
+            depthwise = a["groups"] != 1
+            extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
+            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"],
+                                   groups=a["groups"], layout=layout, **extra, **fused_bias)
+        brec = None if cover is not None else self.consts.add(
+            "channel_vectors", self.graph.constants, channels=out.shape[3], values=bias)
         cbi, cbo = inp.blocks, out.blocks
         pbi = inp.blocks_padded
         block = n + 1
-        taps = [(y, x) for y in range(kh) for x in range(kw)]
+        order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
 
         cvals = self._epilogue_constants(node.epilogue)
         acc_free = self.arch.accumulator_depth - len(cvals)
         local_free = self.arch.local_depth - max(len(cvals), 0)
         # Stage all weights in local memory once if that leaves room for decent tiles.
-        weights_local = wrec.size + brec.size
+        weights_local = wrec.size + (brec.size if brec else 0)
         preload = weights_local <= local_free // 2
         wbase = 0
         staging = weights_local if preload else block
@@ -359,7 +386,8 @@ class Scheduler:
         cvec = self._const_vectors(cvals, acc_free)
         if preload:
             lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, wrec.base, wrec.size)
-            lir.datamove(Direction.DRAM1_TO_LOCAL, wbase + wrec.size, brec.base, brec.size)
+            if brec:
+                lir.datamove(Direction.DRAM1_TO_LOCAL, wbase + wrec.size, brec.base, brec.size)
         overlap = _Overlap(lir, self.arch)
 
         def load_block(dram1: int, local_off: int, size: int) -> None:
@@ -387,18 +415,23 @@ class Scheduler:
             for ob in range(cbo):
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
                             f"cols {tile.x0}+{tile.cols} block {ob}")
-                load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
-                matmul(0, 0, count, zeroes=True)
+                if brec:
+                    load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
+                    matmul(0, 0, count, zeroes=True)
+                first = brec is None  # the covering tap's MatMuls start the accumulators
                 for ib in ([ob] if depthwise else range(cbi)):
-                    for t, tap in enumerate(taps):
+                    for t in order:
+                        tap = taps[t]
                         idx = (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
                         load_block(wrec.base + idx * block, idx * block, block)
                         if pointwise and tile.cols == inp.shape[2] == scols:
-                            matmul(slab + ib, 0, count, pbi, accumulate=True)
+                            matmul(slab + ib, 0, count, pbi, accumulate=not first)
+                            first = False
                             continue
                         for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
                             src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
-                            matmul(src, r * tile.cols + c0, cnt, sw * pbi, accumulate=True)
+                            matmul(src, r * tile.cols + c0, cnt, sw * pbi, accumulate=not first)
+                        first = False
                 self._epilogue(0, count, node.epilogue, cvec)
                 self._gather(out, tile, ob, 0, store)
                 overlap.compute(count * (1 + len(node.epilogue)))
