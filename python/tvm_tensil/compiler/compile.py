@@ -103,6 +103,19 @@ def fuse(graph: Graph) -> Graph:
             if (node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.get("bias") is None
                     and not node.epilogue):
                 node.attrs["bias"] = nxt.attrs["bias"]
+            elif (node.op == "conv2d" and nxt.op == "add" and not node.epilogue and not node.attrs.get("residual")
+                  and len(set(nxt.inputs)) == 2
+                  and len({graph.tensors[t].shape for t in nxt.inputs + [nxt.output]}) == 1):
+                # A residual add: the conv's accumulators start from the other operand (the shortcut).
+                # The fused node takes the add's place, after the shortcut's producer.
+                node.attrs["residual"] = True
+                node.inputs = node.inputs + [t for t in nxt.inputs if t != node.output]
+                node.source_ops += nxt.source_ops
+                node.output = nxt.output
+                nodes[nodes.index(nxt)] = node
+                nodes.remove(node)
+                changed = True
+                break
             elif nxt.op in EPILOGUE_OPS and node.op in ("conv2d", "bias_add", "add", "max_pool2d",
                                                            "avg_pool2d", "global_avg_pool", "concat", "slice"):
                 node.epilogue.append((nxt.op, dict(nxt.attrs)))

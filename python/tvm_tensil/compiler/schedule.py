@@ -207,6 +207,17 @@ class Scheduler:
                 for x0 in range(0, ow, cols):
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
 
+    def _load_tile(self, src: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
+        """A tile of ``src`` (all its blocks, pixel-major) -> local memory, the store buffer's layout."""
+        move = move or self.lir.datamove
+        pb = src.blocks_padded
+        if tile.cols == src.shape[2]:
+            move(Direction.DRAM0_TO_LOCAL, buf, src.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb)
+            return
+        for r in range(tile.rows):
+            move(Direction.DRAM0_TO_LOCAL, buf + r * tile.cols * pb, src.address(tile.image, tile.y0 + r, tile.x0, 0),
+                 tile.cols * pb)
+
     def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None):
         """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry.
         ``move``: what issues each run (default: the LIR, now)."""
@@ -349,6 +360,9 @@ class Scheduler:
                                    groups=a["groups"], layout=layout, **extra, **fused_bias)
         brec = None if cover is not None else self.consts.add(
             "channel_vectors", self.graph.constants, channels=out.shape[3], values=bias)
+        # A fused residual add: the shortcut tile is loaded into the store buffer (the same layout
+        # as the output tile), and each output block's accumulators start from it.
+        short = self.place[node.inputs[1]] if a.get("residual") else None
         cbi, cbo = inp.blocks, out.blocks
         pbi = inp.blocks_padded
         block = n + 1
@@ -404,21 +418,30 @@ class Scheduler:
 
         pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
         geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
+        if short:
+            self._load_tile(short, tiles[0], stores[0])
         for i, tile in enumerate(tiles):
             slab, store = slabs[i % buffers], stores[i % buffers]
             if i and buffers == 1:
                 geometry = self._load_slab(inp, tile, window, padding, slab)
+                if short:
+                    self._load_tile(short, tile, store)
             y_lo, x_lo, scols = geometry
             if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
                 geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer)
+                if short:
+                    self._load_tile(short, tiles[i + 1], stores[(i + 1) % 2], overlap.defer)
             count = tile.rows * tile.cols
             for ob in range(cbo):
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
                             f"cols {tile.x0}+{tile.cols} block {ob}")
+                if short:
+                    lir.datamove(Direction.LOCAL_TO_ACC, store + ob, 0, count, store_blocks, 1)
+                    overlap.compute(count + 6)
                 if brec:
                     load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
-                    matmul(0, 0, count, zeroes=True)
-                first = brec is None  # the covering tap's MatMuls start the accumulators
+                    matmul(0, 0, count, zeroes=True, accumulate=bool(short))
+                first = brec is None and not short  # the covering tap's MatMuls start the accumulators
                 for ib in ([ob] if depthwise else range(cbi)):
                     for t in order:
                         tap = taps[t]
