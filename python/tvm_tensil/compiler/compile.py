@@ -231,7 +231,7 @@ def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architect
 def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:
     """Vectors used in each memory (the highest address any instruction touches, plus one)."""
     local = acc = 0
-    for f in program.chunks():  # a huge program is never decoded whole
+    for _, f in program.chunks():  # a huge program is never decoded whole
         size = f.operand2 + 1
         op = f.opcode
         end0 = f.addr0 + (size - 1) * np.left_shift(1, f.stride0)

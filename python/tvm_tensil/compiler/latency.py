@@ -43,12 +43,12 @@ _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
 def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
     """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""
     t = dict(MEMORY_TIMING, **(timing or {}))
-    bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
+    bpv = beats_per_vector(arch)
     c = COSTS
     busy = np.zeros(16, dtype=np.int64)
     state = np.zeros(_STATE_SIZE, dtype=np.int64)
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = -1, -10
-    for f in program.chunks():  # a huge program is never decoded whole
+    for _, f in program.chunks():  # a huge program is never decoded whole
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
@@ -56,6 +56,28 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
     out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
     out["total"] = int(state[_FINISH])
     return out
+
+
+def beats_per_vector(arch: Architecture) -> int:
+    return max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
+
+
+def dram_move_cycles(arch: Architecture, direction: Direction, size: int) -> int:
+    """Estimated cycles of one contiguous DRAM <-> local DataMove (what the scheduler paces by)."""
+    t, c = MEMORY_TIMING, COSTS
+    return int(_dram_cycles(size, int(direction) & 1, 0, beats_per_vector(arch), t["read_latency"],
+                            t["write_latency"], t["max_reads"], c["read"], c["write"]))
+
+
+@numba.njit(cache=True, nogil=True)
+def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
+    """A DataMove of ``k`` vectors: a write is one burst; a read is one burst at stride 1, else every
+    vector is its own burst with at most ``max_reads`` in flight."""
+    if to_dram:
+        return k * bpv + wl + write
+    if dram_stride == 0:
+        return rl + k * bpv + read
+    return rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
 
 
 # The simulation's state between chunks of a program: indices into one int64 array.
@@ -116,12 +138,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             start = max(ready, d_end)
             if c_end > start and c_has and (writes or c_writes) and lo <= c_hi and c_lo <= hi:
                 start = c_end
-            if to_dram:
-                cost = k * bpv + wl + write
-            elif s1[i] == 0:
-                cost = rl + k * bpv + read
-            else:
-                cost = rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
+            cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
             d_end = start + cost
             d_has, d_lo, d_hi, d_writes = True, lo, hi, writes
             busy[op] += cost

@@ -32,6 +32,7 @@ import numpy as np
 from ..arch import Architecture
 from ..isa.instructions import Direction, SIMDOp
 from .graph import Graph, Node
+from .latency import dram_move_cycles, estimate_cycles
 from .lir import LIR
 from .memory import ConstTable, TensorPlacement, selection_blocks
 
@@ -64,15 +65,10 @@ class _Overlap:
     PIECE = 128  # vectors per deferred move
 
     def __init__(self, lir: LIR, arch: Architecture):
-        from .latency import COSTS, DEFAULT_AXI_BITS
-        from ..arch import MEMORY_TIMING
-
         self.lir = lir
+        self.arch = arch
         self.pending: deque = deque()
         self.busy = 0  # cycles the DRAM engine is still expected to be busy
-        bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
-        self._read = lambda k: MEMORY_TIMING["read_latency"] + k * bpv + COSTS["read"]
-        self._write = lambda k: k * bpv + MEMORY_TIMING["write_latency"] + COSTS["write"]
 
     def defer(self, direction: Direction, local: int, address: int, size: int) -> None:
         """A contiguous run (both sides step 1), queued in pieces."""
@@ -93,8 +89,7 @@ class _Overlap:
     def _issue(self) -> None:
         direction, local, address, size = self.pending.popleft()
         self.lir.datamove(direction, local, address, size)
-        cost = self._write(size) if direction in (Direction.LOCAL_TO_DRAM0, Direction.LOCAL_TO_DRAM1) else self._read(size)
-        self.busy = max(self.busy, 0) + cost
+        self.busy = max(self.busy, 0) + dram_move_cycles(self.arch, direction, size)
 
 
 class Scheduler:
@@ -158,16 +153,25 @@ class Scheduler:
         self.lir.datamove(Direction.ACC_TO_LOCAL, buf + block, acc, tile.rows * tile.cols, out.blocks_padded, 1)
 
     def _flush(self, out: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
-        """The store buffer -> DRAM0 in contiguous runs (whole rows: one run for the tile).
-        ``move``: what issues each run (default: the LIR, now)."""
-        move = move or self.lir.datamove
-        pb = out.blocks_padded
-        if tile.cols == out.shape[2]:
-            move(Direction.LOCAL_TO_DRAM0, buf, out.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb)
+        """The store buffer -> DRAM0. ``move``: what issues each run (default: the LIR, now)."""
+        for local, address, size in self._tile_runs(out, tile, buf):
+            (move or self.lir.datamove)(Direction.LOCAL_TO_DRAM0, local, address, size)
+
+    def _load_tile(self, src: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
+        """A tile of ``src`` -> local memory in the store buffer's layout (a fused residual's shortcut)."""
+        for local, address, size in self._tile_runs(src, tile, buf):
+            (move or self.lir.datamove)(Direction.DRAM0_TO_LOCAL, local, address, size)
+
+    @staticmethod
+    def _tile_runs(place: TensorPlacement, tile: Tile, buf: int):
+        """(local, DRAM0 address, vectors) runs between a tile of ``place`` (all its channel blocks,
+        pixel-major) and a local buffer: whole rows are one run for the tile, else one per row."""
+        pb = place.blocks_padded
+        if tile.cols == place.shape[2]:
+            yield buf, place.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb
             return
         for r in range(tile.rows):
-            move(Direction.LOCAL_TO_DRAM0, buf + r * tile.cols * pb,
-                 out.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb)
+            yield buf + r * tile.cols * pb, place.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb
 
     def _plan_tiles(self, out_shape, window, in_blocks_padded: int, local_free: int,
                     acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None):
@@ -206,17 +210,6 @@ class Scheduler:
             for y0 in range(0, oh, rows):
                 for x0 in range(0, ow, cols):
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
-
-    def _load_tile(self, src: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
-        """A tile of ``src`` (all its blocks, pixel-major) -> local memory, the store buffer's layout."""
-        move = move or self.lir.datamove
-        pb = src.blocks_padded
-        if tile.cols == src.shape[2]:
-            move(Direction.DRAM0_TO_LOCAL, buf, src.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb)
-            return
-        for r in range(tile.rows):
-            move(Direction.DRAM0_TO_LOCAL, buf + r * tile.cols * pb, src.address(tile.image, tile.y0 + r, tile.x0, 0),
-                 tile.cols * pb)
 
     def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None):
         """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry.
@@ -261,8 +254,6 @@ class Scheduler:
     def conv2d(self, node: Node) -> None:
         """The faster of the single- and double-buffered schedules, by the latency model: double
         buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel)."""
-        from .latency import estimate_cycles
-
         # (buffers, most output rows per tile). Layers of a few tiles are where the choice matters
         # (a single tile cannot overlap its loads and stores with anything), and they are cheap to
         # emit several times; a layer of many tiles keeps the single-buffered schedule.

@@ -224,9 +224,9 @@ class Program:
         return bad
 
     def chunks(self, size: int = 1 << 20):
-        """The program's fields, ``size`` instructions at a time (for passes over huge programs)."""
+        """(first pc, fields) of ``size`` instructions at a time (for passes over huge programs)."""
         for start in range(0, len(self), size):
-            yield self.fields(start, start + size)
+            yield start, self.fields(start, start + size)
 
     def check(self) -> "ProgramSummary":
         """Validate the whole program (raising ``InvalidInstruction`` with the pc of the first bad
@@ -238,14 +238,8 @@ class Program:
         counts = np.zeros(16, dtype=np.int64)
         vectors = np.zeros(16, dtype=np.int64)
         writes_dram1, first_loadlut = False, None
-        step = 1 << 20
-        for start in range(0, len(self), step):
-            f = self.fields(start, start + step)
-            bad = self.invalid_mask(f)
-            if bad.any():
-                pc = start + int(np.argmax(bad))
-                self.instruction(pc)  # raises, naming the instruction and the field
-                raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
+        for start, f in self.chunks():
+            self._raise_first_invalid(self.invalid_mask(f), start)
             counts += np.bincount(f.opcode, minlength=16)
             sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
                              np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
@@ -261,9 +255,12 @@ class Program:
 
     def validate(self, f: ProgramFields | None = None) -> None:
         """Raise ``InvalidInstruction`` (with the pc) for the first invalid instruction."""
-        bad = self.invalid_mask(f)
+        self._raise_first_invalid(self.invalid_mask(f), 0)
+
+    def _raise_first_invalid(self, bad: np.ndarray, first_pc: int) -> None:
+        """``bad``: the invalid mask of instructions from ``first_pc`` on."""
         if bad.any():
-            pc = int(np.argmax(bad))
+            pc = first_pc + int(np.argmax(bad))
             self.instruction(pc)  # raises, naming the instruction and the field
             raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
 

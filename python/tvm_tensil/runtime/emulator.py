@@ -47,15 +47,16 @@ def _saturate(v, lo, hi, sats, unit):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _round_shift(m, bp):
+    """``m >> bp`` rounded half to even: adding ``2**(bp-1) - 1`` plus the kept lsb carries into the
+    kept bits exactly when the dropped bits exceed half, or equal it with an odd lsb."""
+    return (m + ((np.int64(1) << (bp - 1)) - 1) + ((m >> bp) & 1)) >> bp
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _mac(x, y, z, bp, lo, hi, sats, unit):
     """``x*y + z`` shifted right by bp with round-half-to-even, saturated (``DataType.mac``)."""
-    m = x * y + (z << bp)
-    q = m >> bp
-    half = (m >> (bp - 1)) & 1
-    sticky = (m & ((1 << (bp - 1)) - 1)) != 0
-    if half and (sticky or (q & 1)):
-        q += 1
-    return _saturate(q, lo, hi, sats, unit)
+    return _saturate(_round_shift(x * y + (z << bp), bp), lo, hi, sats, unit)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -126,7 +127,6 @@ def _run_kernel(prog, local, acc, dram0, dram1, weights, regs, config, sats,
     hi = (1 << (width - 1)) - 1
     one = np.int64(1) << bp
     rmask = (1 << simd_operand_bits) - 1
-    round_bias = (np.int64(1) << (bp - 1)) - 1  # (m + round_bias + lsb(m >> bp)) >> bp rounds half to even
     out = np.empty(n, dtype=np.int64)
     shifted = np.empty_like(weights)
     for pc in range(prog.shape[0]):
@@ -186,21 +186,16 @@ def _run_kernel(prog, local, acc, dram0, dram1, weights, regs, config, sats,
         a0 = addr0
         a1 = addr1
         if op == _DATAMOVE:
+            dram = dram1 if fl == _DRAM1_TO_LOCAL or fl == _LOCAL_TO_DRAM1 else dram0
             for k in range(cnt):
                 la = a0 + k * st0
                 oa = a1 + k * st1
-                if fl == _DRAM0_TO_LOCAL:
+                if fl == _DRAM0_TO_LOCAL or fl == _DRAM1_TO_LOCAL:
                     for i in range(n):
-                        local[la, i] = _widen(dram0[oa, i], width, storage_bits)
-                elif fl == _LOCAL_TO_DRAM0:
+                        local[la, i] = _widen(dram[oa, i], width, storage_bits)
+                elif fl == _LOCAL_TO_DRAM0 or fl == _LOCAL_TO_DRAM1:
                     for i in range(n):
-                        dram0[oa, i] = local[la, i]
-                elif fl == _DRAM1_TO_LOCAL:
-                    for i in range(n):
-                        local[la, i] = _widen(dram1[oa, i], width, storage_bits)
-                elif fl == _LOCAL_TO_DRAM1:
-                    for i in range(n):
-                        dram1[oa, i] = local[la, i]
+                        dram[oa, i] = local[la, i]
                 elif fl == _ACC_TO_LOCAL:
                     for i in range(n):
                         local[la, i] = acc[oa, i]
@@ -225,9 +220,8 @@ def _run_kernel(prog, local, acc, dram0, dram1, weights, regs, config, sats,
                 for j in range(n):
                     xj = local[la, j]
                     for o in range(n):
-                        m = xj * weights[j + 1, o] + (out[o] << bp)
-                        q = (m + round_bias + ((m >> bp) & 1)) >> bp  # round half to even
-                        z = min(max(q, lo), hi)
+                        q = _round_shift(xj * weights[j + 1, o] + (out[o] << bp), bp)
+                        z = min(max(q, lo), hi)  # branch-free saturation: the loop over o vectorises
                         clipped += q != z
                         out[o] = z
                 sats[_SAT_MATMUL] += clipped
