@@ -157,3 +157,33 @@ def test_global_avg_pool_of_any_size_within_its_bound(hw):
     mean = x.mean(axis=(1, 2), keepdims=True)
     bound = (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2 ** -9
     assert np.abs(y["y"] - mean).max() <= bound
+
+
+@pytest.mark.parametrize("local_depth, mode", [(4096, "resident"), (800, "input blocks"), (120, "blocks"),
+                                               (46, "one block")])
+@pytest.mark.parametrize("padding", [(1, 1, 1, 1), (3, 3, 3, 3)])  # the second: no tap covers every pixel
+def test_weights_streamed_in_every_mode(local_depth, mode, padding, monkeypatch):
+    """Resident weights, two slots of several input blocks, two slots of one block, one slot: the
+    same exact results whichever way the weights reach the array."""
+    from tvm_tensil.compiler.schedule import Scheduler
+
+    used = []
+    groups = Scheduler._weight_groups
+
+    def record(self, m, *args):
+        result = groups(self, m, *args)
+        if result[0] is not None:
+            used.append(m)
+        return result
+
+    monkeypatch.setattr(Scheduler, "_weight_groups", record)
+    arch = Architecture("FP16BP8", 4, 4096, 4096, local_depth, 24)
+    rng = np.random.default_rng(5)
+    x_shape = (1, 5, 6, 16)
+    w = grid(rng, (12, 16, 3, 3), -2, 2)
+    b = grid(rng, (12,))
+    x = grid(rng, x_shape)
+    g, out = conv_graph(x_shape, w, b, padding=padding)
+    y, part, _ = run(g, {"x": x}, arch)
+    np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b, padding=padding))
+    assert mode in used

@@ -14,7 +14,7 @@ from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode
 from ..isa.program import Program
 from ..model import ConstsEntry, TensilModel, TensorEntry
 from .graph import EPILOGUE_OPS, Graph, Node
-from .latency import estimate_cycles
+from .latency import critical_path, estimate_cycles
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
 from .schedule import ScheduleError, Scheduler
@@ -152,10 +152,11 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = Scheduler(arch, graph, place, consts, lir, dram0)
-    per_node = []
+    per_node, node_starts = [], []
     # A progress bar for builds that take a while (shown after 2 s, on terminals only).
     for node in tqdm(graph.nodes, desc=f"tensil: compiling {name}", unit="op", delay=2, leave=False, disable=None):
         start = len(lir)
+        node_starts.append(start)
         try:
             sched.lower(node)
         except InvalidInstruction:
@@ -170,10 +171,14 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
                          "relax_ops": node.source_ops, "instructions": len(lir) - start})
     consts.check()
     program = lir.program(name)
+    path = critical_path(program, arch, node_starts)
+    for entry, cycles in zip(per_node, path["by_node"]):
+        entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
     report = {
         "nodes": per_node,
         "instructions": len(program),
         "cycles": estimate_cycles(program, arch),
+        "critical_path": path["by_kind"],
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }

@@ -19,6 +19,10 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   (read_latency + 2) / max_reads) + read``;
 - local -> DRAM: ``size * B + write_latency + write``;
 - Configure waits for everything to finish; NoOp costs its dispatch cycle.
+
+``critical_path`` splits the total into what held the in-order dispatch up: each instruction's own
+dispatch cycle, and every wait charged to the instruction waited for (by kind, and by the
+compiler's node that emitted it). The parts sum to the total.
 """
 
 from __future__ import annotations
@@ -40,22 +44,57 @@ _DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
 _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
 
 
+# What an instruction is, for the critical-path split (``KINDS[kind_of(...)]``).
+KINDS = ("matmul", "load_weights", "dram0_to_local", "local_to_dram0", "dram1_to_local", "local_to_dram1",
+         "acc_to_local", "local_to_acc", "simd", "other")
+
+
 def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
     """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""
+    busy, state, _ = _run(program, arch, timing, None, 0)
+    out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
+    out["total"] = int(state[_FINISH])
+    return out
+
+
+def critical_path(program: Program, arch: Architecture, node_starts=(), timing: dict | None = None) -> dict:
+    """The total split by what held dispatch up: ``{"total", "by_kind": {kind: cycles},
+    "by_node": [{kind: cycles}, ...]}``, where node ``k`` emitted the instructions from
+    ``node_starts[k]`` up to the next start (instructions before the first start count as node 0)."""
+    starts = np.asarray(node_starts, dtype=np.int64)
+    nodes = max(1, starts.size)
+    _, state, blame = _run(program, arch, timing, starts, nodes)
+    by_node = [{KINDS[k]: int(blame[i, k]) for k in range(len(KINDS)) if blame[i, k]} for i in range(nodes)]
+    totals = blame.sum(axis=0)
+    return {"total": int(state[_FINISH]),
+            "by_kind": {KINDS[k]: int(totals[k]) for k in range(len(KINDS)) if totals[k]},
+            "by_node": by_node}
+
+
+def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     t = dict(MEMORY_TIMING, **(timing or {}))
     bpv = beats_per_vector(arch)
     c = COSTS
     busy = np.zeros(16, dtype=np.int64)
     state = np.zeros(_STATE_SIZE, dtype=np.int64)
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = -1, -10
-    for _, f in program.chunks():  # a huge program is never decoded whole
+    blame = np.zeros((nodes, len(KINDS)), dtype=np.int64)
+    for start, f in program.chunks():  # a huge program is never decoded whole
+        if node_starts is None:
+            node = np.zeros(0, dtype=np.int64)
+        else:
+            pcs = np.arange(start, start + f.opcode.shape[0])
+            node = np.maximum(np.searchsorted(node_starts, pcs, side="right") - 1, 0)
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"])
-    out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
-    out["total"] = int(state[_FINISH])
-    return out
+                  c["read"], c["write"], node, blame)
+    if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
+        end = max(state[_C_END], state[_D_END], state[_SIMD_END])
+        owner = _D_OWNER if state[_D_END] == end else _S_OWNER if state[_SIMD_END] == end else _C_OWNER
+        tail = state[_FINISH] - state[_DISPATCH]
+        blame[state[owner] // len(KINDS), state[owner] % len(KINDS)] += tail
+    return busy, state, blame
 
 
 def beats_per_vector(arch: Architecture) -> int:
@@ -82,15 +121,48 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 
 # The simulation's state between chunks of a program: indices into one int64 array.
 (_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_WAS_MM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
- _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH) = range(17)
-_STATE_SIZE = 17
+ _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH, _C_OWNER, _D_OWNER, _S_OWNER) = range(20)
+_STATE_SIZE = 20
+# Kind indices (KINDS) as the kernel computes them.
+(_K_MATMUL, _K_LOADWEIGHTS, _K_DRAM0_TO_LOCAL, _K_LOCAL_TO_DRAM0, _K_DRAM1_TO_LOCAL, _K_LOCAL_TO_DRAM1,
+ _K_ACC_TO_LOCAL, _K_LOCAL_TO_ACC, _K_SIMD, _K_OTHER) = range(10)
+_DRAM0_TO_LOCAL, _LOCAL_TO_DRAM0 = int(Direction.DRAM0_TO_LOCAL), int(Direction.LOCAL_TO_DRAM0)
+_DRAM1_TO_LOCAL = int(Direction.DRAM1_TO_LOCAL)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _kind(op, fl):
+    if op == _MATMUL:
+        return _K_MATMUL
+    if op == _LOADWEIGHTS:
+        return _K_LOADWEIGHTS
+    if op == _SIMD:
+        return _K_SIMD
+    if op == _DATAMOVE:
+        if fl == _DRAM0_TO_LOCAL:
+            return _K_DRAM0_TO_LOCAL
+        if fl == _LOCAL_TO_DRAM0:
+            return _K_LOCAL_TO_DRAM0
+        if fl == _DRAM1_TO_LOCAL:
+            return _K_DRAM1_TO_LOCAL
+        if fl == _ACC_TO_LOCAL:
+            return _K_ACC_TO_LOCAL
+        if fl > _ACC_TO_LOCAL:
+            return _K_LOCAL_TO_ACC
+        return _K_LOCAL_TO_DRAM1
+    return _K_OTHER
 
 
 @numba.njit(cache=True, nogil=True)
 def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write):
+              mm, lw, move, simd_drain, simd_dependent, read, write, node, blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
-    opcode's busy cycles to ``busy``."""
+    opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
+    dispatch advances to ``blame[node, kind]`` of the instruction that held it up."""
+    track = node.shape[0] > 0
+    nk = blame.shape[1]
+    # (node * kinds + kind) of each engine's last instruction: whom a wait for that engine is charged to.
+    c_owner, d_owner, s_owner = state[_C_OWNER], state[_D_OWNER], state[_S_OWNER]
     dispatch = state[_DISPATCH]  # cycle at which the previous instruction dispatched
     c_end, d_end, simd_end = state[_C_END], state[_D_END], state[_SIMD_END]
     # When the compute engine's last instruction issued its last vector, and whether it was a MatMul.
@@ -104,10 +176,15 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         ready = dispatch + 1
         op = ops[i]
         fl = flags[i]
+        me = node[i] * nk + _kind(op, fl) if track else 0
+        held = me  # whom the cycles from the previous dispatch to this one are charged to
         if op == _SIMD:
-            start = max(ready, c_end)
+            start = ready
+            if c_end > start:
+                start, held = c_end, c_owner
             if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
-                start = last_simd_time + simd_dependent
+                start, held = last_simd_time + simd_dependent, s_owner
+            s_owner = me
             last_simd_write = a0[i] if fl & 2 else -1
             last_simd_time = start
             simd_end = start + simd_drain
@@ -120,10 +197,15 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             lo, hi = _local_range(a0[i], s0[i], k, depth)
             # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
             follows = op == _MATMUL and c_was_mm
-            start = max(ready, c_issued if follows else c_end, simd_end)
+            start = ready
+            if (c_issued if follows else c_end) > start:
+                start, held = c_issued if follows else c_end, c_owner
+            if simd_end > start:
+                start, held = simd_end, s_owner
             if (not zeros and d_end > start and d_has and (writes or d_writes)
                     and lo <= d_hi and d_lo <= hi):
-                start = d_end
+                start, held = d_end, d_owner
+            c_owner = me
             cost = k + (n + mm if op == _MATMUL else lw if op == _LOADWEIGHTS else move)
             c_end = start + cost
             c_has, c_lo, c_hi, c_writes = not zeros, lo, hi, writes
@@ -135,20 +217,28 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             to_dram = (fl & 1) != 0
             writes = not to_dram
             lo, hi = _local_range(a0[i], s0[i], k, depth)
-            start = max(ready, d_end)
+            start = ready
+            if d_end > start:
+                start, held = d_end, d_owner
             if c_end > start and c_has and (writes or c_writes) and lo <= c_hi and c_lo <= hi:
-                start = c_end
+                start, held = c_end, c_owner
+            d_owner = me
             cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
             d_end = start + cost
             d_has, d_lo, d_hi, d_writes = True, lo, hi, writes
             busy[op] += cost
             finish = max(finish, d_end)
         elif op == _CONFIGURE:
-            start = max(ready, c_end, d_end, simd_end)
+            start = ready
+            for end, owner in ((c_end, c_owner), (d_end, d_owner), (simd_end, s_owner)):
+                if end > start:
+                    start, held = end, owner
             busy[op] += 1
         else:
             start = ready
             busy[op] += 1
+        if track:
+            blame[held // nk, held % nk] += start - dispatch
         dispatch = start
         finish = max(finish, start + 1)
     state[_DISPATCH], state[_C_END], state[_D_END], state[_SIMD_END] = dispatch, c_end, d_end, simd_end
@@ -156,6 +246,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     state[_C_HAS], state[_C_LO], state[_C_HI], state[_C_WRITES] = c_has, c_lo, c_hi, c_writes
     state[_D_HAS], state[_D_LO], state[_D_HI], state[_D_WRITES] = d_has, d_lo, d_hi, d_writes
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_FINISH] = last_simd_write, last_simd_time, finish
+    state[_C_OWNER], state[_D_OWNER], state[_S_OWNER] = c_owner, d_owner, s_owner
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -60,7 +60,7 @@ class _Overlap:
     The core dispatches in order: a DRAM move issued while the DRAM engine is still busy holds up
     every compute instruction behind it. So deferred moves are cut into pieces and each piece is
     issued only once the compute instructions issued since the previous piece are expected to have
-    covered its duration (the latency model's costs)."""
+    covered its duration (the latency model's costs). Urgent moves (the next weights) go first."""
 
     PIECE = 128  # vectors per deferred move
 
@@ -68,26 +68,33 @@ class _Overlap:
         self.lir = lir
         self.arch = arch
         self.pending: deque = deque()
+        self.urgent: deque = deque()
         self.busy = 0  # cycles the DRAM engine is still expected to be busy
 
-    def defer(self, direction: Direction, local: int, address: int, size: int) -> None:
+    def defer(self, direction: Direction, local: int, address: int, size: int, urgent: bool = False) -> None:
         """A contiguous run (both sides step 1), queued in pieces."""
+        queue = self.urgent if urgent else self.pending
         for off in range(0, size, self.PIECE):
-            self.pending.append((direction, local + off, address + off, min(self.PIECE, size - off)))
+            queue.append((direction, local + off, address + off, min(self.PIECE, size - off)))
 
     def compute(self, cycles: int) -> None:
         """``cycles`` of compute were issued: issue the deferred moves that fit beside them."""
         self.busy -= cycles
-        while self.pending and self.busy <= 0:
+        while (self.urgent or self.pending) and self.busy <= 0:
+            self._issue()
+
+    def need_urgent(self) -> None:
+        """What comes next reads the urgent moves' data: issue them all now."""
+        while self.urgent:
             self._issue()
 
     def drain(self) -> None:
-        while self.pending:
+        while self.urgent or self.pending:
             self._issue()
         self.busy = 0
 
     def _issue(self) -> None:
-        direction, local, address, size = self.pending.popleft()
+        direction, local, address, size = (self.urgent or self.pending).popleft()
         self.lir.datamove(direction, local, address, size)
         self.busy = max(self.busy, 0) + dram_move_cycles(self.arch, direction, size)
 
@@ -362,11 +369,19 @@ class Scheduler:
         cvals = self._epilogue_constants(node.epilogue)
         acc_free = self.arch.accumulator_depth - len(cvals)
         local_free = self.arch.local_depth - max(len(cvals), 0)
-        # Stage all weights in local memory once if that leaves room for decent tiles.
-        weights_local = wrec.size + (brec.size if brec else 0)
-        preload = weights_local <= local_free // 2
-        wbase = 0
-        staging = weights_local if preload else block
+        # Weights come in groups, each group's next one loaded beside its MatMuls (``_weight_groups``).
+        groups, slot, slots = None, 0, 0
+        for mode in ("resident", "input blocks", "blocks", "one block"):
+            groups, slot, slots = self._weight_groups(mode, wrec, brec, taps, order, cbi, cbo, depthwise, local_free)
+            if groups is not None:
+                staging = slot * max(slots, 1)
+                try:
+                    self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
+                                     store_blocks=out.blocks_padded, max_rows=max_rows)
+                    break
+                except ScheduleError:
+                    if mode == "one block":
+                        raise
         store_blocks = out.blocks_padded
         # Two slabs and two store buffers (the next tile's loads and the previous tile's stores then
         # run beside this tile's MatMuls) or one of each.
@@ -389,28 +404,33 @@ class Scheduler:
         stores = [staging + k * store_size for k in range(buffers)]
         slabs = [staging + buffers * store_size + k * slab_size for k in range(buffers)]
         cvec = self._const_vectors(cvals, acc_free)
-        if preload:
-            lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, wrec.base, wrec.size)
-            if brec:
-                lir.datamove(Direction.DRAM1_TO_LOCAL, wbase + wrec.size, brec.base, brec.size)
         overlap = _Overlap(lir, self.arch)
 
-        def load_block(dram1: int, local_off: int, size: int) -> None:
-            if preload:
-                lir.load_weights(wbase + local_off, size)
-            else:
-                lir.datamove(Direction.DRAM1_TO_LOCAL, wbase, dram1, size)
-                lir.load_weights(wbase, size)
+        def fetch(seq: int) -> None:
+            """Queue the weights of the ``seq``-th group in program order as urgent DRAM1 moves."""
+            group = groups[sequence[seq][1]][sequence[seq][2]]
+            if slots == 0 and sequence[seq][0] > 0:
+                return  # resident: loaded during the first tile
+            base = (seq % slots) * slot if slots else 0
+            for dram1, local, size in group[0]:
+                overlap.defer(Direction.DRAM1_TO_LOCAL, base + local, dram1, size, urgent=True)
+
+        def load_weights(local: int, size: int) -> None:
+            lir.load_weights(local, size)
             overlap.compute(size + 4)
 
         def matmul(local: int, acc: int, size: int, local_step: int = 1, **flags) -> None:
             lir.matmul(local, acc, size, local_step, 1, **flags)
             overlap.compute(size + 1)
 
+        # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
+        sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
         pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
         geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
         if short:
             self._load_tile(short, tiles[0], stores[0])
+        fetch(0)
+        seq = 0
         for i, tile in enumerate(tiles):
             slab, store = slabs[i % buffers], stores[i % buffers]
             if i and buffers == 1:
@@ -429,23 +449,29 @@ class Scheduler:
                 if short:
                     lir.datamove(Direction.LOCAL_TO_ACC, store + ob, 0, count, store_blocks, 1)
                     overlap.compute(count + 6)
-                if brec:
-                    load_block(brec.base + ob, wrec.size + ob, 1)  # bias into row 0
-                    matmul(0, 0, count, zeroes=True, accumulate=bool(short))
                 first = brec is None and not short  # the covering tap's MatMuls start the accumulators
-                for ib in ([ob] if depthwise else range(cbi)):
-                    for t in order:
-                        tap = taps[t]
-                        idx = (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
-                        load_block(wrec.base + idx * block, idx * block, block)
+                for _, loads in groups[ob]:
+                    overlap.need_urgent()  # this group's weights
+                    base = (seq % slots) * slot if slots else 0
+                    if slots != 1 and seq + 1 < len(sequence):
+                        fetch(seq + 1)  # into the other slot, beside this group's MatMuls
+                    seq += 1
+                    for ib, t, local in loads:
+                        if ib is None:  # the bias into row 0 of a MatMul of zeroes
+                            load_weights(base + local, 1)
+                            matmul(0, 0, count, zeroes=True, accumulate=bool(short))
+                            continue
+                        load_weights(base + local, block)
                         if pointwise and tile.cols == inp.shape[2] == scols:
                             matmul(slab + ib, 0, count, pbi, accumulate=not first)
                             first = False
                             continue
-                        for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
+                        for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, taps[t]):
                             src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
                             matmul(src, r * tile.cols + c0, cnt, sw * pbi, accumulate=not first)
                         first = False
+                    if slots == 1 and seq < len(sequence):
+                        fetch(seq)  # one slot: the next group's load waits for this group's LoadWeights
                 self._epilogue(0, count, node.epilogue, cvec)
                 self._gather(out, tile, ob, 0, store)
                 overlap.compute(count * (1 + len(node.epilogue)))
@@ -453,6 +479,62 @@ class Scheduler:
             self._flush(out, tile, store, overlap.defer if buffers == 2 else None)
         overlap.drain()
         return buffers, rows, cols
+
+    def _weight_groups(self, mode, wrec, brec, taps, order, cbi, cbo, depthwise, local_free):
+        """How a conv's weights reach the array: ``(groups, slot, slots)`` or ``(None, 0, 0)`` when
+        ``mode`` does not apply. ``groups[ob]`` lists output block ``ob``'s groups in use order, each
+        ``(DRAM1 runs [(address, local offset, vectors)], loads [(input block or None for the bias,
+        tap index, local offset)])``. Modes: "resident" (all weights stay in local memory for the
+        layer, at fixed offsets in ``slot = `` their size; ``slots = 0``), "input blocks" (as many input blocks' weights per
+        group as fit a quarter of local memory twice), "blocks" (one weight block per group), both
+        in two alternating slots of ``slot`` vectors, and "one block" (a single slot)."""
+        block = self.n + 1
+        unit = len(taps) * block  # the weights of one (output block, input block)
+        ibs_per_ob = 1 if depthwise else cbi
+        total = wrec.size + (brec.size if brec else 0)
+
+        def idx(ob, ib, t):
+            return (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
+
+        def ibs(ob):
+            return [ob] if depthwise else list(range(cbi))
+
+        groups = []
+        if mode == "resident":
+            if total > local_free // 2:
+                return None, 0, 0
+            for ob in range(cbo):
+                first = idx(ob, ibs(ob)[0], 0)
+                runs = [(wrec.base + first * block, first * block, ibs_per_ob * unit)]
+                loads = [(ib, t, idx(ob, ib, t) * block) for ib in ibs(ob) for t in order]
+                if brec:
+                    runs.append((brec.base + ob, wrec.size + ob, 1))
+                    loads.insert(0, (None, 0, wrec.size + ob))
+                groups.append([(runs, loads)])
+            return groups, total, 0
+        if mode == "input blocks":
+            per_group = min(ibs_per_ob, (local_free // 4) // (2 * unit + 2))
+            if per_group < 1:
+                return None, 0, 0
+            for ob in range(cbo):
+                obs_groups = []
+                for g0 in range(0, ibs_per_ob, per_group):
+                    chunk = ibs(ob)[g0:g0 + per_group]
+                    first = idx(ob, chunk[0], 0)
+                    runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
+                    loads = [(ib, t, (idx(ob, ib, t) - first) * block) for ib in chunk for t in order]
+                    if brec and g0 == 0:
+                        runs.append((brec.base + ob, per_group * unit, 1))
+                        loads.insert(0, (None, 0, per_group * unit))
+                    obs_groups.append((runs, loads))
+                groups.append(obs_groups)
+            return groups, per_group * unit + (1 if brec else 0), 2
+        for ob in range(cbo):
+            obs_groups = [([(brec.base + ob, 0, 1)], [(None, 0, 0)])] if brec else []
+            obs_groups += [([(wrec.base + idx(ob, ib, t) * block, 0, block)], [(ib, t, 0)])
+                           for ib in ibs(ob) for t in order]
+            groups.append(obs_groups)
+        return groups, block, 2 if mode == "blocks" else 1
 
     def _slab_size(self, rows: int, cols: int, window, in_blocks_padded: int) -> int:
         kh, kw, sh, sw, dh, dw = window
