@@ -187,3 +187,25 @@ def test_weights_streamed_in_every_mode(local_depth, mode, padding, monkeypatch)
     y, part, _ = run(g, {"x": x}, arch)
     np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b, padding=padding))
     assert mode in used
+
+
+@pytest.mark.parametrize("arch", [ARCH, Architecture("FP16BP8", 4, 4096, 4096, 300, 64)])
+def test_channel_affine_becomes_a_second_output(arch):
+    """ResNet v2's pre-activation batch norm + ReLU reads a conv's result that is also the next
+    shortcut: it becomes the conv's second output (or, when the second store buffer would shrink the
+    tiles, a layer of its own, whichever the latency model prefers); exact either way."""
+    rng = np.random.default_rng(6)
+    x_shape = (1, 6, 7, 8)
+    w = grid(rng, (8, 8, 3, 3), -2, 2)
+    scale, shift = rng.integers(-2, 3, (8, 1, 1, 1)).astype(float), grid(rng, (8,))  # products stay exact
+    x = grid(rng, x_shape)
+    t = {k: Tensor(k, x_shape) for k in ("x", "c", "s", "a", "r", "y")}
+    g = Graph(t, [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
+                  Node("add", ["c", "x"], "s"),
+                  Node("conv2d", ["s"], "a", dict(weight=1, bias=2, groups=8)), Node("relu", ["a"], "r"),
+                  Node("add", ["r", "s"], "y")],
+              ["x"], ["y"], [w, scale, shift])
+    y, part, _ = run(g, {"x": x}, arch)
+    s = conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)) + x
+    np.testing.assert_array_equal(y["y"], np.maximum(s * scale.reshape(-1) + shift, 0) + s)
+    assert [n["op"] for n in part.report["nodes"]] == ["conv2d", "add"]

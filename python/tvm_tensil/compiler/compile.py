@@ -126,10 +126,50 @@ def fuse(graph: Graph) -> Graph:
             nodes.remove(nxt)
             changed = True
             break
-    used = ({t for n in nodes for t in n.inputs} | {n.output for n in nodes} | set(graph.inputs)
+    _fuse_second_outputs(graph, nodes, pinned)
+    used = ({t for n in nodes for t in n.inputs} | {t for n in nodes for t in outputs_of(n)} | set(graph.inputs)
             | set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()})
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def outputs_of(node: Node) -> list[str]:
+    """The tensors a node writes: its output, and a conv's fused second output."""
+    second = node.attrs.get("second")
+    return [node.output] + ([second["output"]] if second else [])
+
+
+def _is_channel_affine(node: Node, graph: Graph) -> bool:
+    """A depthwise 1x1 conv that only scales and shifts channels (an inference batch norm that had
+    no conv to fold into), possibly with an activation."""
+    a = node.attrs
+    if node.op != "conv2d" or a.get("weight") is None or a.get("residual") or a.get("second"):
+        return False
+    c = graph.tensors[node.output].c
+    w = np.shape(graph.constants[a["weight"]])
+    return (a.get("groups") == c == graph.tensors[node.inputs[0]].c and tuple(w[1:]) == (1, 1, 1)
+            and tuple(a.get("strides", (1, 1))) == (1, 1) and not any(a.get("padding", (0, 0, 0, 0)))
+            and a.get("layout", "OIHW") == "OIHW")
+
+
+def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> None:
+    """A channel affine (+ activation) reading a conv's result that is also used elsewhere (the
+    pre-activation batch norm + ReLU of a ResNet v2 block, reading the previous block's sum) becomes
+    the conv's second output: computed from the conv's result while it is still in local memory,
+    instead of a layer that reads it back from DRAM0."""
+    for node in list(nodes):
+        if node.op != "conv2d" or node.attrs.get("second") or node.attrs.get("flatten"):
+            continue
+        users = [n for n in nodes if node.output in n.inputs]
+        for user in users:
+            if (_is_channel_affine(user, graph) and user.inputs == [node.output]
+                    and (len(users) > 1 or node.output in pinned)):
+                node.attrs["second"] = {"output": user.output, "weight": user.attrs["weight"],
+                                        "bias": user.attrs.get("bias"), "groups": user.attrs["groups"],
+                                        "epilogue": list(user.epilogue)}
+                node.source_ops += user.source_ops
+                nodes.remove(user)
+                break
 
 
 def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> CompiledPartition:
@@ -197,9 +237,10 @@ def _lifetimes(graph: Graph, placed: set[str]) -> dict[str, tuple[int, int]]:
 
     spans: dict[str, tuple[int, int]] = {}
     for i, node in enumerate(graph.nodes):
-        out = storage(node.output)
-        if out not in placed:
-            spans[out] = (min(spans.get(out, (i, i))[0], i), max(spans.get(out, (i, i))[1], i))
+        for written in outputs_of(node):
+            out = storage(written)
+            if out not in placed:
+                spans[out] = (min(spans.get(out, (i, i))[0], i), max(spans.get(out, (i, i))[1], i))
         for t in node.inputs:
             src = storage(t)
             if src in spans:

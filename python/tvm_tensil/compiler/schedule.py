@@ -259,6 +259,29 @@ class Scheduler:
 
     # -- convolution (also dense, depthwise, bias add) -----------------------------------------
     def conv2d(self, node: Node) -> None:
+        """A conv, and its fused second output (if any) when that is faster than a layer of its own:
+        the second output saves reading the result back from DRAM0 but needs a second store buffer,
+        which can shrink the conv's tiles."""
+        second = node.attrs.get("second")
+        if not second:
+            self._conv2d_best(node)
+            return
+        plain = Node(node.op, node.inputs, node.output, {k: v for k, v in node.attrs.items() if k != "second"},
+                     node.epilogue, node.source_ops)
+        affine = Node("conv2d", [node.output], second["output"],
+                      {"weight": second["weight"], "bias": second["bias"], "groups": second["groups"]},
+                      second["epilogue"])
+        fused_plan, plain_plan = self._conv2d(node, 1, None, emit=False), self._conv2d(plain, 1, None, emit=False)
+        if fused_plan[1:] == plain_plan[1:]:  # the same tiles: the second output only saves DRAM traffic
+            self._conv2d_best(node)
+        elif self._tile_count(node, plain_plan) <= 4:
+            self._cheapest([lambda: self._conv2d_best(node),
+                            lambda: (self._conv2d_best(plain), self._conv2d_best(affine))])
+        else:
+            self._conv2d_best(plain)
+            self._conv2d_best(affine)
+
+    def _conv2d_best(self, node: Node) -> None:
         """The faster of the single- and double-buffered schedules, by the latency model: double
         buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel)."""
         # (buffers, most output rows per tile). Layers of a few tiles are where the choice matters
@@ -268,21 +291,25 @@ class Scheduler:
         oh = self.place[node.output].shape[1]
         options = [(1, None)]
         if self._tile_count(node, single) <= 4 and self._dram_share(node) >= 0.05:
-            options += [(2, None), (2, _ceil_div(oh, 2)), (2, _ceil_div(oh, 4))]
+            options += [(2, None)] + [(2, _ceil_div(oh, k)) for k in (2, 4, 8)]
         plans = {}
         for buffers, max_rows in options:
             try:
                 plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False), (buffers, max_rows))
             except ScheduleError:
                 continue
-        if len(plans) == 1:
-            self._conv2d(node, 1, None)
+        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m) for b, m in plans.values()])
+
+    def _cheapest(self, emitters) -> None:
+        """Emit the alternative the latency model finds fastest (each is emitted once to measure it)."""
+        if len(emitters) == 1:
+            emitters[0]()
             return
         final, best = self.lir, None
-        for buffers, max_rows in plans.values():
+        for emit in emitters:
             self.lir = LIR(self.arch)
             try:
-                self._conv2d(node, buffers, max_rows)
+                emit()
                 cycles = estimate_cycles(self.lir.program(), self.arch)["total"]
                 if best is None or cycles < best[0]:
                     best = (cycles, self.lir)
@@ -315,7 +342,8 @@ class Scheduler:
             taps = int(np.prod(np.shape(self.graph.constants[a["weight"]])[2:]))
         depthwise = a.get("weight") is None or a.get("groups", 1) != 1
         reads = inp.blocks_padded * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
-        return (reads + out.blocks_padded) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
+        writes = out.blocks_padded * (2 if a.get("second") else 1)
+        return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
 
     def _tile_count(self, node: Node, plan: tuple[int, int, int]) -> int:
         _, rows, cols = plan
@@ -361,14 +389,24 @@ class Scheduler:
         # A fused residual add: the shortcut tile is loaded into the store buffer (the same layout
         # as the output tile), and each output block's accumulators start from it.
         short = self.place[node.inputs[1]] if a.get("residual") else None
+        # A fused second output (a channel affine + activation of this conv's result): each output
+        # block's result, once gathered into the store buffer, goes through one more MatMul with
+        # diagonal weights (bias in row 0) and its own epilogue into a second store buffer.
+        second = a.get("second")
+        out2 = self.place[second["output"]] if second else None
+        srec = self.consts.add("conv_weights", self.graph.constants, weight=second["weight"],
+                               groups=second["groups"], layout="OIHW",
+                               **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {})
+                               ) if second else None
+        store_cap = out.blocks_padded * (2 if second else 1)  # store buffer vectors per tile pixel
         cbi, cbo = inp.blocks, out.blocks
         pbi = inp.blocks_padded
         block = n + 1
         order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
 
-        cvals = self._epilogue_constants(node.epilogue)
+        cvals = self._epilogue_constants(node.epilogue + (second["epilogue"] if second else []))
         acc_free = self.arch.accumulator_depth - len(cvals)
-        local_free = self.arch.local_depth - max(len(cvals), 0)
+        local_free = self.arch.local_depth - len(cvals) - (srec.size if srec else 0)
         # Weights come in groups, each group's next one loaded beside its MatMuls (``_weight_groups``).
         groups, slot, slots = None, 0, 0
         for mode in ("resident", "input blocks", "blocks", "one block"):
@@ -377,7 +415,7 @@ class Scheduler:
                 staging = slot * max(slots, 1)
                 try:
                     self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
-                                     store_blocks=out.blocks_padded, max_rows=max_rows)
+                                     store_blocks=store_cap, max_rows=max_rows)
                     break
                 except ScheduleError:
                     if mode == "one block":
@@ -388,12 +426,12 @@ class Scheduler:
         if buffers == 2:
             try:
                 rows, cols = self._plan_tiles(out.shape, window, pbi, (local_free - staging) // 2, acc_free,
-                                              store_blocks=store_blocks, max_rows=max_rows)
+                                              store_blocks=store_cap, max_rows=max_rows)
             except ScheduleError:
                 buffers = 1
         if buffers == 1:
             rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
-                                          store_blocks=store_blocks, max_rows=max_rows)
+                                          store_blocks=store_cap, max_rows=max_rows)
         tiles = list(self._tiles(out.shape, rows, cols))
         if len(tiles) == 1:
             buffers = 1
@@ -401,8 +439,11 @@ class Scheduler:
             return buffers, rows, cols
         store_size = rows * cols * store_blocks
         slab_size = self._slab_size(rows, cols, window, pbi)
-        stores = [staging + k * store_size for k in range(buffers)]
-        slabs = [staging + buffers * store_size + k * slab_size for k in range(buffers)]
+        wsecond = staging  # the second output's weights, resident for the layer
+        staging += srec.size if srec else 0
+        stores = [staging + k * store_size for k in range(buffers * (2 if second else 1))]
+        stores, stores2 = stores[:buffers], stores[buffers:]
+        slabs = [staging + len(stores + stores2) * store_size + k * slab_size for k in range(buffers)]
         cvec = self._const_vectors(cvals, acc_free)
         overlap = _Overlap(lir, self.arch)
 
@@ -455,6 +496,8 @@ class Scheduler:
                     base = (seq % slots) * slot if slots else 0
                     if slots != 1 and seq + 1 < len(sequence):
                         fetch(seq + 1)  # into the other slot, beside this group's MatMuls
+                    if seq == 0 and srec:
+                        overlap.defer(Direction.DRAM1_TO_LOCAL, wsecond, srec.base, srec.size, urgent=True)
                     seq += 1
                     for ib, t, local in loads:
                         if ib is None:  # the bias into row 0 of a MatMul of zeroes
@@ -475,8 +518,18 @@ class Scheduler:
                 self._epilogue(0, count, node.epilogue, cvec)
                 self._gather(out, tile, ob, 0, store)
                 overlap.compute(count * (1 + len(node.epilogue)))
+                if second:
+                    if i == ob == 0:
+                        overlap.need_urgent()  # the second output's weights
+                    load_weights(wsecond + ob * block, block)
+                    matmul(store + ob, 0, count, store_blocks)
+                    self._epilogue(0, count, second["epilogue"], cvec)
+                    self._gather(out2, tile, ob, 0, stores2[i % buffers])
+                    overlap.compute(count * (1 + len(second["epilogue"])))
             overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
             self._flush(out, tile, store, overlap.defer if buffers == 2 else None)
+            if second:
+                self._flush(out2, tile, stores2[i % buffers], overlap.defer if buffers == 2 else None)
         overlap.drain()
         return buffers, rows, cols
 
