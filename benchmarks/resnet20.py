@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -148,7 +147,7 @@ def chart(rows: list[dict]) -> None:
     ax.set_xlim(left=0)
     ax.set_xlabel("ms per inference at the preset's clock")
     ax.set_title("ResNet-20 v2: where the cycles go (latency model's critical path, by instruction kind)", fontsize=10)
-    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     for ax, r in zip(axes[1:], rows):
         layers = r["critical_path_by_layer"]
         bottom = [0.0] * len(layers)

@@ -209,3 +209,34 @@ def test_channel_affine_becomes_a_second_output(arch):
     s = conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)) + x
     np.testing.assert_array_equal(y["y"], np.maximum(s * scale.reshape(-1) + shift, 0) + s)
     assert [n["op"] for n in part.report["nodes"]] == ["conv2d", "add"]
+
+
+def test_a_whole_map_passes_to_the_next_conv_in_local_memory():
+    """A conv whose result is one whole tile hands it to the next conv in local memory: an
+    intermediate that only the next conv reads never goes to DRAM0, and one that others read too is
+    stored beside the next conv's compute. Exact either way."""
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    rng = np.random.default_rng(7)
+    x_shape = (1, 6, 5, 8)
+    # Exact in FP16BP8: a on the 1/256 grid, then sparse weights of +-1 keep it there.
+    w1 = grid(rng, (8, 8, 3, 3), -16, 16)
+    w2, w3 = (rng.choice([-1.0, 1.0], (8, 8, 3, 3)) * (rng.random((8, 8, 3, 3)) < 0.1) for _ in range(2))
+    x = grid(rng, x_shape, -4, 4)
+    t = {k: Tensor(k, x_shape) for k in ("x", "a", "b", "c", "r", "y")}
+    conv = dict(bias=None, padding=(1, 1, 1, 1), groups=1)
+    g = Graph(t, [Node("conv2d", ["x"], "a", dict(weight=0, **conv)),   # read only by the next conv
+                  Node("conv2d", ["a"], "b", dict(weight=1, **conv)),   # read by the next conv and the add
+                  Node("conv2d", ["b"], "c", dict(weight=2, **conv)), Node("relu", ["c"], "r"),
+                  Node("add", ["r", "b"], "y")],
+              ["x"], ["y"], [w1, w2, w3])
+    y, part, _ = run(g, {"x": x})
+    a = conv2d_nhwc(x, w1, None, padding=(1, 1, 1, 1))
+    b = conv2d_nhwc(a, w2, None, padding=(1, 1, 1, 1))
+    np.testing.assert_array_equal(y["y"], np.maximum(conv2d_nhwc(b, w3, None, padding=(1, 1, 1, 1)), 0) + b)
+    f = part.program.fields()
+    stores = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM0)
+    pixels = 6 * 5  # vectors per map (8 channels: one block)
+    assert int((f.operand2[stores] + 1).sum()) == 3 * pixels  # b, r and y; never a
+    loads = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)
+    assert int((f.operand2[loads] + 1).sum()) == 3 * pixels  # x, and r, b for the add; never a or b for a conv

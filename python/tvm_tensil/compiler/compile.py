@@ -209,6 +209,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
         per_node.append({"op": node.op, "output": node.output,
                          "epilogue": [e[0] for e in node.epilogue],
                          "relax_ops": node.source_ops, "instructions": len(lir) - start})
+    sched.finish()
     consts.check()
     program = lir.program(name)
     path = critical_path(program, arch, node_starts)

@@ -50,6 +50,15 @@ class Tile:
     cols: int
 
 
+def _consumer_counts(graph: Graph) -> dict[str, int]:
+    """How many nodes read each tensor (a fused second output reads its conv's result too)."""
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        for t in set(node.inputs) | ({node.output} if node.attrs.get("second") else set()):
+            counts[t] = counts.get(t, 0) + 1
+    return counts
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -109,6 +118,13 @@ class Scheduler:
         self.consts = consts
         self.lir = lir
         self.dram0 = dram0  # for temporaries (Dram0Allocator)
+        # Hand-over between consecutive convs: the tensors the last node left whole in local memory
+        # ({name: (local address, vectors)}), and its stores of them to DRAM0 not issued yet
+        # ([(name, [DataMove arguments])]), which the next node issues beside its own compute.
+        self.in_local: dict[str, tuple[int, int]] = {}
+        self.carried: list[tuple[str, list[tuple]]] = []
+        pinned = set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()}
+        self._read_once = {t for t, users in _consumer_counts(graph).items() if users == 1 and t not in pinned}
 
     # -- shared pieces ---------------------------------------------------------------------------
     def _const_vectors(self, values: list[float], acc_base: int) -> dict[float, int]:
@@ -306,16 +322,25 @@ class Scheduler:
             emitters[0]()
             return
         final, best = self.lir, None
+        start = (self.in_local, self.carried)
         for emit in emitters:
             self.lir = LIR(self.arch)
+            self.in_local, self.carried = start
             try:
                 emit()
-                cycles = estimate_cycles(self.lir.program(), self.arch)["total"]
+                # What a node leaves to the next one counts too: the stores it carries.
+                trial = LIR(self.arch)
+                trial.extend(self.lir)
+                for _, moves in self.carried:
+                    for move in moves:
+                        trial.datamove(*move)
+                cycles = estimate_cycles(trial.program(), self.arch)["total"]
                 if best is None or cycles < best[0]:
-                    best = (cycles, self.lir)
+                    best = (cycles, self.lir, (self.in_local, self.carried))
             finally:
                 self.lir = final
         final.extend(best[1])
+        self.in_local, self.carried = best[2]
 
     @staticmethod
     def _covering_tap(in_shape, out_shape, window, padding, taps) -> int | None:
@@ -439,20 +464,39 @@ class Scheduler:
             return buffers, rows, cols
         store_size = rows * cols * store_blocks
         slab_size = self._slab_size(rows, cols, window, pbi)
-        wsecond = staging  # the second output's weights, resident for the layer
-        staging += srec.size if srec else 0
-        stores = [staging + k * store_size for k in range(buffers * (2 if second else 1))]
+        # Local memory: [weights | second output's weights | store buffer(s) | slab(s)] from ``lo``.
+        # When the previous conv left this conv's whole input in local memory (``handed``), that is
+        # the slab, and the rest goes below or above it (and above what it still has to store).
+        own = staging + (srec.size if srec else 0) + (2 if second else 1) * buffers * store_size
+        whole = len(tiles) == 1 and (tiles[0].rows, tiles[0].cols) == out.shape[1:3] and out.shape[0] == 1
+        handed = self._handed_over(node, inp, tiles[0], window, padding, own, len(cvals)) if whole else None
+        carried, self.carried, self.in_local = self.carried, [], {}
+        if handed is None:
+            for _, moves in carried:  # this node reads DRAM0: what the previous one still had to store first
+                for move in moves:
+                    lir.datamove(*move)
+            carried = []
+            lo = 0
+        else:
+            lo, slabs, geometry = handed
+        wbase = lo
+        wsecond = lo + staging  # the second output's weights, resident for the layer
+        stores = [wsecond + (srec.size if srec else 0) + k * store_size for k in range(buffers * (2 if second else 1))]
         stores, stores2 = stores[:buffers], stores[buffers:]
-        slabs = [staging + len(stores + stores2) * store_size + k * slab_size for k in range(buffers)]
+        if handed is None:
+            slabs = [lo + own + k * slab_size for k in range(buffers)]
         cvec = self._const_vectors(cvals, acc_free)
         overlap = _Overlap(lir, self.arch)
+        for name, moves in carried:  # the previous node's stores, beside this node's compute
+            if not (name == node.inputs[0] and name in self._read_once):  # (nobody else reads that one)
+                overlap.pending.extend(moves)
 
         def fetch(seq: int) -> None:
             """Queue the weights of the ``seq``-th group in program order as urgent DRAM1 moves."""
             group = groups[sequence[seq][1]][sequence[seq][2]]
             if slots == 0 and sequence[seq][0] > 0:
                 return  # resident: loaded during the first tile
-            base = (seq % slots) * slot if slots else 0
+            base = wbase + ((seq % slots) * slot if slots else 0)
             for dram1, local, size in group[0]:
                 overlap.defer(Direction.DRAM1_TO_LOCAL, base + local, dram1, size, urgent=True)
 
@@ -467,7 +511,8 @@ class Scheduler:
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
         pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
-        geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
+        if handed is None:
+            geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
         if short:
             self._load_tile(short, tiles[0], stores[0])
         fetch(0)
@@ -493,7 +538,7 @@ class Scheduler:
                 first = brec is None and not short  # the covering tap's MatMuls start the accumulators
                 for _, loads in groups[ob]:
                     overlap.need_urgent()  # this group's weights
-                    base = (seq % slots) * slot if slots else 0
+                    base = wbase + ((seq % slots) * slot if slots else 0)
                     if slots != 1 and seq + 1 < len(sequence):
                         fetch(seq + 1)  # into the other slot, beside this group's MatMuls
                     if seq == 0 and srec:
@@ -527,11 +572,37 @@ class Scheduler:
                     self._gather(out2, tile, ob, 0, stores2[i % buffers])
                     overlap.compute(count * (1 + len(second["epilogue"])))
             overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
+            if whole:  # the next conv may take the result from local memory; it issues these stores
+                outputs = [(node.output, out, store)] + ([(second["output"], out2, stores2[0])] if second else [])
+                for name, place, buf in outputs:
+                    moves = []
+                    self._flush(place, tile, buf, lambda *m, moves=moves: moves.append(m))
+                    self.carried.append((name, moves))
+                    self.in_local[name] = (buf, store_size)
+                continue
             self._flush(out, tile, store, overlap.defer if buffers == 2 else None)
             if second:
                 self._flush(out2, tile, stores2[i % buffers], overlap.defer if buffers == 2 else None)
         overlap.drain()
         return buffers, rows, cols
+
+    def _handed_over(self, node: Node, inp: TensorPlacement, tile: Tile, window, padding, own: int, consts: int):
+        """``(lo, [slab], geometry)`` when the previous conv left this conv's whole input in local
+        memory where this conv can read it as its slab, with its own ``own`` vectors from ``lo``
+        (below or above everything the previous conv still holds); else None."""
+        held = self.in_local.get(node.inputs[0])
+        if held is None or any(t in dict(self.carried) for t in node.inputs[1:]):
+            return None
+        geometry = self._load_slab(inp, tile, window, padding, 0, lambda *move: None)
+        if geometry[:2] != (0, 0) or geometry[2] != inp.shape[2]:
+            return None  # the window does not read the input as one whole map
+        spans = [(a, a + n) for a, n in self.in_local.values()]
+        hole = (min(a for a, _ in spans), max(b for _, b in spans))
+        limit = self.arch.local_depth - consts  # the epilogue's constants pass through the top
+        if hole[1] > limit:
+            return None
+        lo = 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
+        return None if lo is None else (lo, [held[0]], geometry)
 
     def _weight_groups(self, mode, wrec, brec, taps, order, cbi, cbo, depthwise, local_free):
         """How a conv's weights reach the array: ``(groups, slot, slots)`` or ``(None, 0, 0)`` when
@@ -1000,7 +1071,19 @@ class Scheduler:
         return runs
 
     # -- dispatch -----------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """After the last node: issue the stores still carried."""
+        self._issue_carried()
+
+    def _issue_carried(self) -> None:
+        for _, moves in self.carried:
+            for move in moves:
+                self.lir.datamove(*move)
+        self.carried, self.in_local = [], {}
+
     def lower(self, node: Node) -> None:
+        if node.op not in ("conv2d", "bias_add"):
+            self._issue_carried()
         if node.op in ("conv2d", "bias_add"):
             self.conv2d(node)
         elif node.op in ("add", "relu", "leaky_relu", "clip"):
