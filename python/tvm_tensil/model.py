@@ -4,9 +4,11 @@ The format is the one existing Tensil tools read and write (docs/isa.md, "Model 
 units (program size in bytes, constants and tensors in vectors). Our extra information
 (tensor shapes, cycle estimates) sits under a ``"tvm_tensil"`` key that other readers ignore.
 
-Tensors live in DRAM as NHWC with the channel axis cut into vectors of N scalars, zero
-padded (docs/isa.md): a tensor (..., C) takes prod(...) * ceil(C / N) vectors, channel
-block fastest. ``tensor_to_vectors`` and ``vectors_to_tensor`` convert.
+Tensors live in DRAM with the channel axis cut into vectors of N scalars, zero padded
+(docs/isa.md): a tensor (..., C) takes prod(...) * ceil(C / N) vectors. Tensil's own models store
+them channel block fastest (``(..., C)`` in order); models compiled here record the layout
+``"block-major"`` (our extension): block by block, each block's vectors in pixel order.
+``tensor_to_vectors`` and ``vectors_to_tensor`` convert either way.
 """
 
 from __future__ import annotations
@@ -69,9 +71,10 @@ def vectors_for_shape(shape: Sequence[int], array_size: int, channels_padded: in
     return math.prod(shape[:-1]) * math.ceil((channels_padded or shape[-1]) / array_size)
 
 
-def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | None = None) -> np.ndarray:
+def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | None = None,
+                      block_major: bool = False) -> np.ndarray:
     """(..., C) -> (vectors, N): channel axis cut into blocks of N, zero padded
-    (to ``channels_padded`` channels per pixel when given)."""
+    (to ``channels_padded`` channels per pixel when given); ``block_major``: block by block."""
     x = np.asarray(x)
     if x.ndim == 0:
         x = x.reshape(1)
@@ -82,12 +85,15 @@ def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | Non
         flat = np.concatenate(
             [flat, np.zeros((flat.shape[0], blocks * array_size - c), dtype=flat.dtype)], axis=1
         )
+    if block_major:
+        return flat.reshape(-1, blocks, array_size).transpose(1, 0, 2).reshape(-1, array_size)
     return flat.reshape(-1, array_size)
 
 
 def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
-                      channels_padded: int | None = None) -> np.ndarray:
-    """(vectors, N) -> tensor of ``shape``, dropping channel padding."""
+                      channels_padded: int | None = None, block_major: bool = False) -> np.ndarray:
+    """(vectors, N) -> tensor of ``shape``, dropping channel padding (``block_major``: stored block
+    by block)."""
     shape = tuple(int(s) for s in shape) or (1,)
     c = shape[-1]
     blocks = math.ceil((channels_padded or c) / array_size)
@@ -98,6 +104,8 @@ def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
             f"{v.shape[0]} vectors do not hold a tensor of shape {shape} "
             f"({want} vectors of {array_size} expected)"
         )
+    if block_major:
+        v = v.reshape(blocks, -1, array_size).transpose(1, 0, 2)
     return v.reshape(-1, blocks * array_size)[:, :c].reshape(shape)
 
 
@@ -151,6 +159,10 @@ class TensilModel:
         """Channels per pixel in DRAM when the model pads channel blocks (our extension)."""
         v = self._tensor_info(name, outputs).get("channels_padded")
         return int(v) if isinstance(v, int) else None
+
+    def block_major(self, name: str, outputs: bool = False) -> bool:
+        """Whether the tensor is stored block by block (our extension; Tensil's models are not)."""
+        return self._tensor_info(name, outputs).get("layout") == "block-major"
 
     def _tensor_info(self, name: str, outputs: bool) -> dict:
         table = self.extras.get("outputs" if outputs else "inputs", {})

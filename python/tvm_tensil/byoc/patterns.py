@@ -93,8 +93,7 @@ def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
         return f"grouped convolution (groups = {groups}); only groups = 1 and depthwise run on the TCU"
     dh, dw = (int(d) for d in a.dilation)
     n = arch.array_size
-    pb = 1 << max(0, math.ceil(ci / n) - 1).bit_length()
-    window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * pb
+    window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * math.ceil(ci / n)
     if window + 2 * (n + 1) + 1 > arch.local_depth:
         return (f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; "
                 f"local_depth is {arch.local_depth}")

@@ -42,7 +42,7 @@ class CompiledPartition:
             data = pack_consts(self.recipes, constants, self.arch)
             consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
         extras = {
-            kind: {name: {"shape": list(p.shape), "channels_padded": p.channels_padded}
+            kind: {name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
                    for name, p in table.items()}
             for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
         }
@@ -262,16 +262,18 @@ def _views_in_order(graph: Graph):
 
 
 def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architecture) -> TensorPlacement:
-    """A flattened feature map read in place: each image becomes one pixel of h*w*blocks."""
+    """A flattened feature map read in place: each image becomes one pixel of blocks*h*w vectors
+    (for a batch, an image's vectors are h*w apart in each of those: a power of two encodes)."""
     n, h, w, c = src.shape
-    vp = TensorPlacement(src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size)
-    if n > 1 and vp.blocks_padded != h * w * src.blocks_padded:
+    if n > 1 and (h * w) & (h * w - 1):
         raise ScheduleError(f"flattening a batch of {n} {h}x{w} maps needs h*w to be a power of two")
+    vp = TensorPlacement(src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size,
+                         flattened_hw=h * w if n > 1 else 0)
     for node in graph.nodes:
         if view in node.inputs:
             if node.op != "conv2d" or node.attrs.get("layout") != "KM":
                 raise ScheduleError(f"a flattened feature map feeds {node.op}; only a dense layer reads one")
-            node.attrs["flatten"] = [c, h, w, src.blocks_padded]
+            node.attrs["flatten"] = [c, h, w]
     return vp
 
 

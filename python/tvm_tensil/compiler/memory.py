@@ -1,9 +1,9 @@
 """Memory manager: where tensors live in DRAM0 and how constants are packed into DRAM1.
 
-DRAM0 tensors are NHWC with the channel axis cut into blocks of N (docs/isa.md). The
-number of blocks per pixel is padded to a power of two (``blocks_padded``) so that walking
-one channel block across pixels is an encodable stride; for the usual channel counts on
-8x8 and 16x16 arrays this is no padding at all. Padding blocks are never read.
+DRAM0 tensors are block-major: the channel axis cut into blocks of N (one vector each), and a
+block's vectors for every pixel of every image contiguous, ``[block][n][h][w]``. Walking a row
+of pixels in one block is stride 1 (or the conv's stride), so no block count is ever padded;
+any reshape that keeps the pixel order and the channels keeps the storage.
 
 DRAM1 constants are described by recipes: a packing function (by name) and its arguments,
 which refer to the partition's constants by index. The same recipe produces the ``.tdata``
@@ -22,10 +22,6 @@ from ..arch import Architecture
 from ..numbers import SaturationCounter
 
 
-def next_pow2(x: int) -> int:
-    return 1 if x <= 1 else 1 << (x - 1).bit_length()
-
-
 @dataclass(frozen=True)
 class TensorPlacement:
     """A feature map (n, h, w, c) in DRAM0 starting at vector ``base``."""
@@ -33,31 +29,40 @@ class TensorPlacement:
     base: int
     shape: tuple[int, int, int, int]
     array_size: int
+    # A batch of NCHW maps of h*w pixels flattened for a dense layer, read in place: "pixel" i is
+    # image i, "block" k is (map block k // hw, map pixel k % hw), so pixels are hw apart.
+    flattened_hw: int = 0
 
     @property
     def blocks(self) -> int:
         return math.ceil(self.shape[3] / self.array_size)
 
     @property
-    def blocks_padded(self) -> int:
-        return next_pow2(self.blocks)
-
-    @property
     def pixels(self) -> int:
+        """Pixels of all images: the vectors of one channel block (its stride in DRAM0)."""
         n, h, w, _ = self.shape
         return n * h * w
 
     @property
     def size(self) -> int:
-        return self.pixels * self.blocks_padded
+        return self.pixels * self.blocks
 
     def address(self, n: int, y: int, x: int, block: int) -> int:
         _, h, w, _ = self.shape
-        return self.base + ((n * h + y) * w + x) * self.blocks_padded + block
+        if self.flattened_hw:
+            hw = self.flattened_hw
+            return self.base + (block // hw) * self.pixels * hw + ((n * h + y) * w + x) * hw + block % hw
+        return self.base + block * self.pixels + (n * h + y) * w + x
+
+    @property
+    def pixel_step(self) -> int:
+        """DRAM0 vectors from one pixel to the next in a channel block."""
+        return self.flattened_hw or 1
 
     @property
     def channels_padded(self) -> int:
-        return self.blocks_padded * self.array_size
+        """Channels rounded up to whole blocks (the last block's extra lanes are zero)."""
+        return self.blocks * self.array_size
 
     def to_json(self) -> dict:
         return {"base": self.base, "shape": list(self.shape)}
@@ -168,15 +173,17 @@ def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "O
     Dense conv: blocks ordered (output block, input block, kh, kw).
     Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
     ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
-    ``flatten`` = (C, H, W, blocks_padded): the matmul's input is an NCHW feature map flattened in
-    (c, h, w) order but stored as (h, w, padded c) lanes; the weight rows are permuted to match.
+    ``flatten`` = (C, H, W): the matmul's input is one NCHW feature map flattened in (c, h, w) order
+    but stored block-major (vector ``(c // N) * H * W + y * W + x``, lane ``c % N``); the weight rows
+    are permuted to match.
     """
     w = np.asarray(consts[weight], dtype=np.float64)
     if flatten is not None:
-        c, h, wd, pb = (int(v) for v in flatten)
-        lanes = pb * n
-        rows = (np.arange(h)[:, None] * wd + np.arange(wd)[None, :])[None] * lanes + np.arange(c)[:, None, None]
-        permuted = np.zeros((h * wd * lanes, w.shape[1]))
+        c, h, wd = (int(v) for v in flatten[:3])
+        ch = np.arange(c)[:, None, None]
+        pixel = (np.arange(h)[:, None] * wd + np.arange(wd)[None, :])[None]
+        rows = ((ch // n) * h * wd + pixel) * n + ch % n
+        permuted = np.zeros((math.ceil(c / n) * h * wd * n, w.shape[1]))
         permuted[rows.reshape(-1)] = w
         w = permuted
     if layout == "KM":

@@ -80,9 +80,13 @@ class _Overlap:
         self.urgent: deque = deque()
         self.busy = 0  # cycles the DRAM engine is still expected to be busy
 
-    def defer(self, direction: Direction, local: int, address: int, size: int, urgent: bool = False) -> None:
-        """A contiguous run (both sides step 1), queued in pieces."""
+    def defer(self, direction: Direction, local: int, address: int, size: int, local_step: int = 1, step: int = 1,
+              urgent: bool = False) -> None:
+        """A run, queued in pieces (a strided one whole)."""
         queue = self.urgent if urgent else self.pending
+        if (local_step, step) != (1, 1):
+            queue.append((direction, local, address, size, local_step, step))
+            return
         for off in range(0, size, self.PIECE):
             queue.append((direction, local + off, address + off, min(self.PIECE, size - off)))
 
@@ -103,9 +107,9 @@ class _Overlap:
         self.busy = 0
 
     def _issue(self) -> None:
-        direction, local, address, size = (self.urgent or self.pending).popleft()
-        self.lir.datamove(direction, local, address, size)
-        self.busy = max(self.busy, 0) + dram_move_cycles(self.arch, direction, size)
+        move = (self.urgent or self.pending).popleft()
+        self.lir.datamove(*move)
+        self.busy = max(self.busy, 0) + dram_move_cycles(self.arch, move[0], move[3])
 
 
 class Scheduler:
@@ -171,9 +175,10 @@ class Scheduler:
                 raise ScheduleError(f"unknown epilogue {op}")
 
     def _gather(self, out: TensorPlacement, tile: Tile, block: int, acc: int, buf: int) -> None:
-        """One channel block of the tile: accumulators -> the store buffer, which holds the
-        tile pixel-major with all of the output's blocks (step ``blocks_padded``)."""
-        self.lir.datamove(Direction.ACC_TO_LOCAL, buf + block, acc, tile.rows * tile.cols, out.blocks_padded, 1)
+        """One channel block of the tile: accumulators -> the store buffer, which holds the tile
+        block-major (block ``b`` at ``buf + b * pixels``)."""
+        count = tile.rows * tile.cols
+        self.lir.datamove(Direction.ACC_TO_LOCAL, buf + block * count, acc, count)
 
     def _flush(self, out: TensorPlacement, tile: Tile, buf: int, move=None) -> None:
         """The store buffer -> DRAM0. ``move``: what issues each run (default: the LIR, now)."""
@@ -188,15 +193,19 @@ class Scheduler:
     @staticmethod
     def _tile_runs(place: TensorPlacement, tile: Tile, buf: int):
         """(local, DRAM0 address, vectors) runs between a tile of ``place`` (all its channel blocks,
-        pixel-major) and a local buffer: whole rows are one run for the tile, else one per row."""
-        pb = place.blocks_padded
-        if tile.cols == place.shape[2]:
-            yield buf, place.address(tile.image, tile.y0, 0, 0), tile.rows * tile.cols * pb
+        block-major) and a local buffer: per block, whole rows are one run, else one per row."""
+        count = tile.rows * tile.cols
+        if count == place.pixels and place.pixel_step == 1:  # the whole (single) map: one run
+            yield buf, place.base, count * place.blocks
             return
-        for r in range(tile.rows):
-            yield buf + r * tile.cols * pb, place.address(tile.image, tile.y0 + r, tile.x0, 0), tile.cols * pb
+        for b in range(place.blocks):
+            if tile.cols == place.shape[2]:
+                yield buf + b * count, place.address(tile.image, tile.y0, 0, b), count
+                continue
+            for r in range(tile.rows):
+                yield buf + b * count + r * tile.cols, place.address(tile.image, tile.y0 + r, tile.x0, b), tile.cols
 
-    def _plan_tiles(self, out_shape, window, in_blocks_padded: int, local_free: int,
+    def _plan_tiles(self, out_shape, window, in_blocks: int, local_free: int,
                     acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None):
         """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
 
@@ -207,7 +216,7 @@ class Scheduler:
         kh, kw, sh, sw, dh, dw = window
 
         def slab(rows, cols):
-            return self._slab_size(rows, cols, window, in_blocks_padded)
+            return self._slab_size(rows, cols, window, in_blocks)
 
         cols = ow
         while cols >= 1:
@@ -223,7 +232,7 @@ class Scheduler:
             cols = cols // 2 if cols > 1 else 0
         raise ScheduleError(
             "one output pixel's input window does not fit local memory "
-            f"(window {kh}x{kw}, {in_blocks_padded} channel blocks, {local_free} vectors free); "
+            f"(window {kh}x{kw}, {in_blocks} channel blocks, {local_free} vectors free); "
             "use an architecture with a larger local_depth"
         )
 
@@ -235,7 +244,8 @@ class Scheduler:
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
 
     def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None):
-        """Load the valid input rows/columns of ``tile``'s window; returns the slab geometry.
+        """Load the valid input rows/columns of ``tile``'s window, block-major (block ``b`` at
+        ``slab + b * plane``); returns the slab geometry ``(y_lo, x_lo, cols, plane)``.
         ``move``: what issues each run (default: the LIR, now)."""
         move = move or self.lir.datamove
         kh, kw, sh, sw, dh, dw = window
@@ -246,15 +256,20 @@ class Scheduler:
         x_lo = max(0, tile.x0 * sw - pl)
         x_hi = min(w - 1, (tile.x0 + tile.cols - 1) * sw - pl + (kw - 1) * dw)
         cols = max(0, x_hi - x_lo + 1)
-        pb = inp.blocks_padded
-        if cols:
-            if cols == w and y_hi >= y_lo:  # whole rows are one contiguous run
-                move(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, y_lo, 0, 0), (y_hi - y_lo + 1) * w * pb)
-            else:
-                for y in range(y_lo, y_hi + 1):
-                    move(Direction.DRAM0_TO_LOCAL, slab + (y - y_lo) * cols * pb, inp.address(tile.image, y, x_lo, 0),
-                         cols * pb)
-        return y_lo, x_lo, cols
+        rows = max(0, y_hi - y_lo + 1)
+        plane = rows * cols
+        step = inp.pixel_step
+        if plane == inp.pixels and step == 1:  # the whole (single) map: every block in one run
+            move(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, 0, 0, 0), plane * inp.blocks)
+            return y_lo, x_lo, cols, plane
+        for b in range(inp.blocks if plane else 0):
+            if cols == w and step == 1:  # whole rows are one contiguous run
+                move(Direction.DRAM0_TO_LOCAL, slab + b * plane, inp.address(tile.image, y_lo, 0, b), plane)
+                continue
+            for y in range(y_lo, y_hi + 1):
+                move(Direction.DRAM0_TO_LOCAL, slab + b * plane + (y - y_lo) * cols, inp.address(tile.image, y, x_lo, b),
+                     cols, 1, step)
+        return y_lo, x_lo, cols, plane
 
     def _tap_runs(self, tile: Tile, inp_shape, window, padding, tap):
         """For one kernel tap: (row in tile, input y, first col, input x of it, count) runs."""
@@ -366,8 +381,8 @@ class Scheduler:
         if a.get("weight") is not None and a.get("layout", "OIHW") != "KM":
             taps = int(np.prod(np.shape(self.graph.constants[a["weight"]])[2:]))
         depthwise = a.get("weight") is None or a.get("groups", 1) != 1
-        reads = inp.blocks_padded * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
-        writes = out.blocks_padded * (2 if a.get("second") else 1)
+        reads = inp.blocks * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
+        writes = out.blocks * (2 if a.get("second") else 1)
         return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
 
     def _tile_count(self, node: Node, plan: tuple[int, int, int]) -> int:
@@ -423,9 +438,8 @@ class Scheduler:
                                groups=second["groups"], layout="OIHW",
                                **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {})
                                ) if second else None
-        store_cap = out.blocks_padded * (2 if second else 1)  # store buffer vectors per tile pixel
+        store_cap = out.blocks * (2 if second else 1)  # store buffer vectors per tile pixel
         cbi, cbo = inp.blocks, out.blocks
-        pbi = inp.blocks_padded
         block = n + 1
         order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
 
@@ -439,23 +453,23 @@ class Scheduler:
             if groups is not None:
                 staging = slot * max(slots, 1)
                 try:
-                    self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
+                    self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
                                      store_blocks=store_cap, max_rows=max_rows)
                     break
                 except ScheduleError:
                     if mode == "one block":
                         raise
-        store_blocks = out.blocks_padded
+        store_blocks = out.blocks
         # Two slabs and two store buffers (the next tile's loads and the previous tile's stores then
         # run beside this tile's MatMuls) or one of each.
         if buffers == 2:
             try:
-                rows, cols = self._plan_tiles(out.shape, window, pbi, (local_free - staging) // 2, acc_free,
+                rows, cols = self._plan_tiles(out.shape, window, cbi, (local_free - staging) // 2, acc_free,
                                               store_blocks=store_cap, max_rows=max_rows)
             except ScheduleError:
                 buffers = 1
         if buffers == 1:
-            rows, cols = self._plan_tiles(out.shape, window, pbi, local_free - staging, acc_free,
+            rows, cols = self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
                                           store_blocks=store_cap, max_rows=max_rows)
         tiles = list(self._tiles(out.shape, rows, cols))
         if len(tiles) == 1:
@@ -463,7 +477,7 @@ class Scheduler:
         if not emit:
             return buffers, rows, cols
         store_size = rows * cols * store_blocks
-        slab_size = self._slab_size(rows, cols, window, pbi)
+        slab_size = self._slab_size(rows, cols, window, cbi)
         # Local memory: [weights | second output's weights | store buffer(s) | slab(s)] from ``lo``.
         # When the previous conv left this conv's whole input in local memory (``handed``), that is
         # the slab, and the rest goes below or above it (and above what it still has to store).
@@ -523,7 +537,7 @@ class Scheduler:
                 geometry = self._load_slab(inp, tile, window, padding, slab)
                 if short:
                     self._load_tile(short, tile, store)
-            y_lo, x_lo, scols = geometry
+            y_lo, x_lo, scols, plane = geometry
             if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
                 geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer)
                 if short:
@@ -533,7 +547,7 @@ class Scheduler:
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
                             f"cols {tile.x0}+{tile.cols} block {ob}")
                 if short:
-                    lir.datamove(Direction.LOCAL_TO_ACC, store + ob, 0, count, store_blocks, 1)
+                    lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, 0, count)
                     overlap.compute(count + 6)
                 first = brec is None and not short  # the covering tap's MatMuls start the accumulators
                 for _, loads in groups[ob]:
@@ -551,12 +565,12 @@ class Scheduler:
                             continue
                         load_weights(base + local, block)
                         if pointwise and tile.cols == inp.shape[2] == scols:
-                            matmul(slab + ib, 0, count, pbi, accumulate=not first)
+                            matmul(slab + ib * plane, 0, count, accumulate=not first)
                             first = False
                             continue
                         for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, taps[t]):
-                            src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + ib
-                            matmul(src, r * tile.cols + c0, cnt, sw * pbi, accumulate=not first)
+                            src = slab + ib * plane + (y - y_lo) * scols + (x - x_lo)
+                            matmul(src, r * tile.cols + c0, cnt, sw, accumulate=not first)
                         first = False
                     if slots == 1 and seq < len(sequence):
                         fetch(seq)  # one slot: the next group's load waits for this group's LoadWeights
@@ -567,7 +581,7 @@ class Scheduler:
                     if i == ob == 0:
                         overlap.need_urgent()  # the second output's weights
                     load_weights(wsecond + ob * block, block)
-                    matmul(store + ob, 0, count, store_blocks)
+                    matmul(store + ob * count, 0, count)
                     self._epilogue(0, count, second["epilogue"], cvec)
                     self._gather(out2, tile, ob, 0, stores2[i % buffers])
                     overlap.compute(count * (1 + len(second["epilogue"])))
@@ -594,7 +608,7 @@ class Scheduler:
         if held is None or any(t in dict(self.carried) for t in node.inputs[1:]):
             return None
         geometry = self._load_slab(inp, tile, window, padding, 0, lambda *move: None)
-        if geometry[:2] != (0, 0) or geometry[2] != inp.shape[2]:
+        if geometry[:2] != (0, 0) or geometry[2:] != (inp.shape[2], inp.shape[1] * inp.shape[2]):
             return None  # the window does not read the input as one whole map
         spans = [(a, a + n) for a, n in self.in_local.values()]
         hole = (min(a for a, _ in spans), max(b for _, b in spans))
@@ -660,9 +674,9 @@ class Scheduler:
             groups.append(obs_groups)
         return groups, block, 2 if mode == "blocks" else 1
 
-    def _slab_size(self, rows: int, cols: int, window, in_blocks_padded: int) -> int:
+    def _slab_size(self, rows: int, cols: int, window, in_blocks: int) -> int:
         kh, kw, sh, sw, dh, dw = window
-        return ((rows - 1) * sh + (kh - 1) * dh + 1) * ((cols - 1) * sw + (kw - 1) * dw + 1) * in_blocks_padded
+        return ((rows - 1) * sh + (kh - 1) * dh + 1) * ((cols - 1) * sw + (kw - 1) * dw + 1) * in_blocks
 
     # -- element-wise -------------------------------------------------------------------------------
     def eltwise(self, node: Node) -> None:
@@ -675,20 +689,16 @@ class Scheduler:
         acc_free = self.arch.accumulator_depth - len(cvals)
         cvec = self._const_vectors(cvals, acc_free)
         chunk = min(acc_free, self.arch.local_depth - len(cvals))
-        pb = out.blocks_padded
-        # With no padding blocks every vector is real: one flat run. Otherwise, per block.
-        runs = [(0, out.pixels * pb, 1)] if out.blocks == pb else [(b, out.pixels, pb) for b in range(out.blocks)]
-        for first, total, step in runs:
-            for start in range(0, total, chunk):
-                cnt = min(chunk, total - start)
-                off = first + start * step
-                lir.comment(f"{node.op} {node.output}: vectors {off}+{cnt} step {step}")
-                for k, src in enumerate(ins):
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt, 1, step)
-                    lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if k else Direction.LOCAL_TO_ACC, 0, 0, cnt)
-                self._epilogue(0, cnt, epilogue, cvec)
-                lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, cnt)
-                lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.base + off, cnt, 1, step)
+        # Every vector is real (no padding blocks) and the operands share the layout: one flat run.
+        for off in range(0, out.size, chunk):
+            cnt = min(chunk, out.size - off)
+            lir.comment(f"{node.op} {node.output}: vectors {off}+{cnt}")
+            for k, src in enumerate(ins):
+                lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt)
+                lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if k else Direction.LOCAL_TO_ACC, 0, 0, cnt)
+            self._epilogue(0, cnt, epilogue, cvec)
+            lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, cnt)
+            lir.datamove(Direction.LOCAL_TO_DRAM0, 0, out.base + off, cnt)
 
     # -- pooling ------------------------------------------------------------------------------------
     def pool2d(self, node: Node) -> None:
@@ -701,7 +711,7 @@ class Scheduler:
         padding = a["padding"]
         window = (kh, kw, sh, sw, dh, dw)
         is_max = node.op == "max_pool2d"
-        pbi = inp.blocks_padded
+        cbi = inp.blocks
         taps = [(y, x) for y in range(kh) for x in range(kw)]
         dt = self.arch.data_type
 
@@ -723,8 +733,8 @@ class Scheduler:
         acc_free = self.arch.accumulator_depth - len(cvals)
         local_free = self.arch.local_depth - len(cvals) - 1 - wsize
         # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
-        rows, cols = self._plan_tiles(out.shape, window, pbi, local_free, acc_free,
-                                      extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks_padded)
+        rows, cols = self._plan_tiles(out.shape, window, cbi, local_free, acc_free,
+                                      extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks)
         cvec = self._const_vectors(cvals, acc_free)
         if is_max:
             init = self.consts.add("fill", self.graph.constants, values=[dt.min_float])
@@ -734,9 +744,9 @@ class Scheduler:
             lir.datamove(Direction.DRAM1_TO_LOCAL, 1, diag.base, wsize)
             lir.load_weights(1, wsize)  # the array keeps them for the whole layer
         store = 1 + wsize
-        slab = store + rows * cols * out.blocks_padded
+        slab = store + rows * cols * out.blocks
         for tile in self._tiles(out.shape, rows, cols):
-            y_lo, x_lo, scols = self._load_slab(inp, tile, window, padding, slab)
+            y_lo, x_lo, scols, plane = self._load_slab(inp, tile, window, padding, slab)
             count = tile.rows * tile.cols
             scratch = count
             for b in range(out.blocks):
@@ -746,15 +756,15 @@ class Scheduler:
                 lir.matmul(0, 0, count, zeroes=True)  # max: the minimum everywhere; average: 0
                 for tap in taps:
                     for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap):
-                        src = slab + ((y - y_lo) * scols + (x - x_lo)) * pbi + b
+                        src = slab + b * plane + (y - y_lo) * scols + (x - x_lo)
                         dst = r * tile.cols + c0
                         if is_max:
-                            lir.datamove(Direction.LOCAL_TO_ACC, src, scratch, cnt, sw * pbi, 1)
+                            lir.datamove(Direction.LOCAL_TO_ACC, src, scratch, cnt, sw, 1)
                             for i in range(cnt):
                                 lir.simd(SIMDOp.MOVE, dest=1, left=0, read=scratch + i)
                                 lir.simd(SIMDOp.MAX, left=0, right=1, read=dst + i, write=dst + i)
                         else:
-                            lir.matmul(src, dst, cnt, sw * pbi, 1, accumulate=True)
+                            lir.matmul(src, dst, cnt, sw, 1, accumulate=True)
                 if not is_max:
                     tc = counts[tile.y0 : tile.y0 + tile.rows, tile.x0 : tile.x0 + tile.cols].reshape(-1)
                     for c, factor in scales.items():
@@ -828,7 +838,6 @@ class Scheduler:
                 if width > 1:
                     lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, size)
 
-        pb = inp.blocks_padded
         for img in range(n_img):
             for b in range(inp.blocks):
                 lir.comment(f"global_avg_pool {node.output}: image {img} block {b}")
@@ -836,7 +845,7 @@ class Scheduler:
                 chunks = _ceil_div(pixels, chunk)
                 for q in range(chunks):
                     cnt = min(chunk, pixels - q * chunk)
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, block, first + q * chunk * pb, cnt, 1, pb)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, block, first + q * chunk, cnt)
                     if chunks > 1:
                         reduce(block, cnt, chunk)
                         lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
@@ -874,8 +883,7 @@ class Scheduler:
         block = n + 1
         wlocal = 1
         stage = wlocal + block
-        pbo = out.blocks_padded
-        chunk = min(acc_free, (self.arch.local_depth - stage - len(cvals)) // (pbo + 1))
+        chunk = min(acc_free, (self.arch.local_depth - stage - len(cvals)) // 2)
         if chunk < 1:
             raise ScheduleError(f"{node.op}: local memory too small for one pixel of the output")
         buf = stage + chunk
@@ -891,14 +899,13 @@ class Scheduler:
                     if pob != ob:
                         continue
                     src = ins[segments[seg][0]]
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, stage, src.base + start * src.blocks_padded + ib,
-                                 cnt, 1, src.blocks_padded)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, stage, src.base + ib * src.pixels + start, cnt)
                     lir.datamove(Direction.DRAM1_TO_LOCAL, wlocal, wrec.base + k * block, block)
                     lir.load_weights(wlocal, block)
                     lir.matmul(stage, 0, cnt, accumulate=True)
                 self._epilogue(0, cnt, node.epilogue, cvec)
-                lir.datamove(Direction.ACC_TO_LOCAL, buf + ob, 0, cnt, pbo, 1)
-            lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.base + start * pbo, cnt * pbo)
+                lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, cnt)
+                lir.datamove(Direction.LOCAL_TO_DRAM0, buf, out.base + ob * out.pixels + start, cnt)
 
     # -- pad ----------------------------------------------------------------------------------------
     def pad(self, node: Node) -> None:
@@ -910,23 +917,22 @@ class Scheduler:
         fill = self.consts.add("fill", self.graph.constants, values=[node.attrs["value"]])
         lir.datamove(Direction.DRAM1_TO_LOCAL, 0, fill.base, 1)
         lir.load_weights(0, 1)
-        pb = out.blocks_padded
-        chunk = min(self.arch.accumulator_depth, (self.arch.local_depth - 1) // pb)
+        chunk = min(self.arch.accumulator_depth, self.arch.local_depth - 1)
         lir.matmul(0, 0, chunk, zeroes=True)  # every accumulator vector = the value
-        for b in range(pb):  # the whole store buffer, every block, holds the value
-            lir.datamove(Direction.ACC_TO_LOCAL, 1 + b, 0, chunk, pb, 1)
-        total = out.pixels
-        for start in range(0, total, chunk):
-            cnt = min(chunk, total - start)
-            lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.base + start * pb, cnt * pb)
+        lir.datamove(Direction.ACC_TO_LOCAL, 1, 0, chunk)
+        for start in range(0, out.size, chunk):
+            lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.base + start, min(chunk, out.size - start))
         n, h, w, _ = inp.shape
-        row = w * inp.blocks_padded
-        rows_per_move = max(1, (self.arch.local_depth - 1) // row)
-        for img in range(n):
-            for y0 in range(0, h, rows_per_move):
-                for y in range(y0, min(h, y0 + rows_per_move)):
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, 1, inp.address(img, y, 0, 0), row)
-                    lir.datamove(Direction.LOCAL_TO_DRAM0, 1, out.address(img, y + pt, pl, 0), row)
+        if w > self.arch.local_depth - 1:
+            raise ScheduleError(f"pad: a row of {w} pixels does not fit local memory")
+        rows_per_move = (self.arch.local_depth - 1) // w
+        for b in range(inp.blocks):
+            for img in range(n):
+                for y0 in range(0, h, rows_per_move):  # rows of one block are contiguous
+                    k = min(rows_per_move, h - y0)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, 1, inp.address(img, y0, 0, b), k * w)
+                    for y in range(k):
+                        lir.datamove(Direction.LOCAL_TO_DRAM0, 1 + y * w, out.address(img, y0 + y + pt, pl, b), w)
 
     # -- nearest resize -----------------------------------------------------------------------------
     def resize_nearest(self, node: Node) -> None:
@@ -937,18 +943,19 @@ class Scheduler:
         rows, cols = node.attrs["rows"], node.attrs["cols"]
         lir = self.lir
         n, h, w, _ = inp.shape
-        pb = inp.blocks_padded
+        if w * inp.blocks > self.arch.local_depth:
+            raise ScheduleError(f"resize: a row of {w} pixels x {inp.blocks} channel blocks does not fit local memory")
         runs = self._column_runs(cols)
         for img in range(n):
             loaded = None
             for oy, sy in enumerate(rows):
-                if sy != loaded:
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, 0, inp.address(img, sy, 0, 0), w * pb)
+                if sy != loaded:  # the source row, block b at b * w
+                    for b in range(inp.blocks):
+                        lir.datamove(Direction.DRAM0_TO_LOCAL, b * w, inp.address(img, sy, 0, b), w)
                     loaded = sy
                 for ox0, sx0, step, count in runs:
                     for b in range(inp.blocks):
-                        lir.datamove(Direction.LOCAL_TO_DRAM0, sx0 * pb + b, out.address(img, oy, ox0, b),
-                                     count, pb, step * pb)
+                        lir.datamove(Direction.LOCAL_TO_DRAM0, b * w + sx0, out.address(img, oy, ox0, b), count, 1, step)
 
     # -- linear resize ------------------------------------------------------------------------------
     def resize_linear(self, node: Node) -> None:
@@ -975,16 +982,17 @@ class Scheduler:
         lir = self.lir
         n, h, w, _ = inp.shape
         ow = mw.shape[0]
-        pb = inp.blocks_padded
+        cb = inp.blocks
         blocks = self._diag_blocks(mw)
         block = self.n + 1
         wbuf, src = 0, block
-        store = src + w * pb
-        if store + ow * pb > self.arch.local_depth or ow > self.arch.accumulator_depth:
+        store = src + w * cb
+        if store + ow * cb > self.arch.local_depth or ow > self.arch.accumulator_depth:
             raise ScheduleError(f"resize: a row of {w} -> {ow} pixels does not fit local memory/accumulators")
         for img in range(n):
             for y in range(h):
-                lir.datamove(Direction.DRAM0_TO_LOCAL, src, inp.address(img, y, 0, 0), w * pb)
+                for b in range(cb):  # the row, block b at src + b * w
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, src + b * w, inp.address(img, y, 0, b), w)
                 tile = Tile(img, y, 1, 0, ow)
                 for b in range(inp.blocks):
                     lir.load_weights(0, 1, zeroes=True)
@@ -996,7 +1004,7 @@ class Scheduler:
                         lir.datamove(Direction.DRAM1_TO_LOCAL, wbuf, dram1, block)
                         lir.load_weights(wbuf, block)
                         for o0, i0, ostep, istep, cnt in self._pair_runs(pairs):
-                            lir.matmul(src + i0 * pb + b, o0, cnt, istep * pb, ostep, accumulate=True)
+                            lir.matmul(src + b * w + i0, o0, cnt, istep, ostep, accumulate=True)
                     self._gather(out, tile, b, 0, store)
                 self._flush(out, tile, store)
 
@@ -1004,12 +1012,11 @@ class Scheduler:
         lir = self.lir
         n, h, w, _ = inp.shape
         oh = mh.shape[0]
-        pb = inp.blocks_padded
         blocks = self._diag_blocks(mh)
         block = self.n + 1
         wbuf, src = 0, block
-        store = src + w * pb
-        if store + w * pb > self.arch.local_depth or w > self.arch.accumulator_depth:
+        store = src + w
+        if store + w * inp.blocks > self.arch.local_depth or w > self.arch.accumulator_depth:
             raise ScheduleError(f"resize: a row of {w} pixels does not fit local memory/accumulators")
         for img in range(n):
             for oy in range(oh):
@@ -1019,7 +1026,7 @@ class Scheduler:
                     lir.load_weights(0, 1, zeroes=True)
                     lir.matmul(0, 0, w, zeroes=True)
                     for iy, v in terms:
-                        lir.datamove(Direction.DRAM0_TO_LOCAL, src, inp.address(img, iy, 0, b), w, 1, pb)
+                        lir.datamove(Direction.DRAM0_TO_LOCAL, src, inp.address(img, iy, 0, b), w)
                         lir.datamove(Direction.DRAM1_TO_LOCAL, wbuf, blocks[v], block)
                         lir.load_weights(wbuf, block)
                         lir.matmul(src, 0, w, 1, 1, accumulate=True)

@@ -188,7 +188,7 @@ class Device(ABC):
             if np.isnan(x).any():
                 raise ModelError(f"input '{name}' holds NaN values; the TCU's fixed-point numbers have no NaN")
             clipped = SaturationCounter()
-            vec = tensor_to_vectors(dt.from_float(x, clipped), n, cpad)
+            vec = tensor_to_vectors(dt.from_float(x, clipped), n, cpad, model.block_major(name))
             if warn_saturation and clipped.count:
                 warnings.warn(SaturationWarning(
                     f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
@@ -228,7 +228,8 @@ class Device(ABC):
             values = dt.to_float(vec)
             shape = model.tensor_shape(name, outputs=True)
             cpad = model.channels_padded(name, outputs=True)
-            outputs[name] = vectors_to_tensor(values, shape, n, cpad) if shape is not None else values
+            outputs[name] = (vectors_to_tensor(values, shape, n, cpad, model.block_major(name, outputs=True))
+                             if shape is not None else values)
         return outputs
 
 
