@@ -206,7 +206,8 @@ class Scheduler:
                 yield buf + b * count + r * tile.cols, place.address(tile.image, tile.y0 + r, tile.x0, b), tile.cols
 
     def _plan_tiles(self, out_shape, window, in_blocks: int, local_free: int,
-                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None):
+                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None,
+                    in_w: int | None = None):
         """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
 
         ``window`` = (kh, kw, sh, sw, dh, dw). The slab holds every input row and column the
@@ -216,7 +217,7 @@ class Scheduler:
         kh, kw, sh, sw, dh, dw = window
 
         def slab(rows, cols):
-            return self._slab_size(rows, cols, window, in_blocks)
+            return self._slab_size(rows, cols, window, in_blocks, in_w if cols == ow else None)
 
         cols = ow
         while cols >= 1:
@@ -243,10 +244,12 @@ class Scheduler:
                 for x0 in range(0, ow, cols):
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
 
-    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None):
+    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None,
+                   whole_width: bool = False):
         """Load the valid input rows/columns of ``tile``'s window, block-major (block ``b`` at
         ``slab + b * plane``); returns the slab geometry ``(y_lo, x_lo, cols, plane)``.
-        ``move``: what issues each run (default: the LIR, now)."""
+        ``move``: what issues each run (default: the LIR, now). ``whole_width`` (the tile spans
+        every output column): whole input rows, so each block's rows are one run."""
         move = move or self.lir.datamove
         kh, kw, sh, sw, dh, dw = window
         pt, pl = padding[0], padding[1]
@@ -255,6 +258,8 @@ class Scheduler:
         y_hi = min(h - 1, (tile.y0 + tile.rows - 1) * sh - pt + (kh - 1) * dh)
         x_lo = max(0, tile.x0 * sw - pl)
         x_hi = min(w - 1, (tile.x0 + tile.cols - 1) * sw - pl + (kw - 1) * dw)
+        if whole_width:
+            x_lo, x_hi = 0, w - 1
         cols = max(0, x_hi - x_lo + 1)
         rows = max(0, y_hi - y_lo + 1)
         plane = rows * cols
@@ -454,7 +459,7 @@ class Scheduler:
                 staging = slot * max(slots, 1)
                 try:
                     self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
-                                     store_blocks=store_cap, max_rows=max_rows)
+                                     store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
                     break
                 except ScheduleError:
                     if mode == "one block":
@@ -465,19 +470,20 @@ class Scheduler:
         if buffers == 2:
             try:
                 rows, cols = self._plan_tiles(out.shape, window, cbi, (local_free - staging) // 2, acc_free,
-                                              store_blocks=store_cap, max_rows=max_rows)
+                                              store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
             except ScheduleError:
                 buffers = 1
         if buffers == 1:
             rows, cols = self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
-                                          store_blocks=store_cap, max_rows=max_rows)
+                                          store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
         tiles = list(self._tiles(out.shape, rows, cols))
         if len(tiles) == 1:
             buffers = 1
         if not emit:
             return buffers, rows, cols
         store_size = rows * cols * store_blocks
-        slab_size = self._slab_size(rows, cols, window, cbi)
+        full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
+        slab_size = self._slab_size(rows, cols, window, cbi, inp.shape[2] if full_rows else None)
         # Local memory: [weights | second output's weights | store buffer(s) | slab(s)] from ``lo``.
         # When the previous conv left this conv's whole input in local memory (``handed``), that is
         # the slab, and the rest goes below or above it (and above what it still has to store).
@@ -526,7 +532,7 @@ class Scheduler:
         sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
         pointwise = kh == kw == 1 and sh == sw == 1 and not any(padding)
         if handed is None:
-            geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0])
+            geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0], whole_width=full_rows)
         if short:
             self._load_tile(short, tiles[0], stores[0])
         fetch(0)
@@ -534,12 +540,13 @@ class Scheduler:
         for i, tile in enumerate(tiles):
             slab, store = slabs[i % buffers], stores[i % buffers]
             if i and buffers == 1:
-                geometry = self._load_slab(inp, tile, window, padding, slab)
+                geometry = self._load_slab(inp, tile, window, padding, slab, whole_width=full_rows)
                 if short:
                     self._load_tile(short, tile, store)
             y_lo, x_lo, scols, plane = geometry
             if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
-                geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer)
+                geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer,
+                                           whole_width=full_rows)
                 if short:
                     self._load_tile(short, tiles[i + 1], stores[(i + 1) % 2], overlap.defer)
             count = tile.rows * tile.cols
@@ -607,7 +614,7 @@ class Scheduler:
         held = self.in_local.get(node.inputs[0])
         if held is None or any(t in dict(self.carried) for t in node.inputs[1:]):
             return None
-        geometry = self._load_slab(inp, tile, window, padding, 0, lambda *move: None)
+        geometry = self._load_slab(inp, tile, window, padding, 0, lambda *move: None, whole_width=True)
         if geometry[:2] != (0, 0) or geometry[2:] != (inp.shape[2], inp.shape[1] * inp.shape[2]):
             return None  # the window does not read the input as one whole map
         spans = [(a, a + n) for a, n in self.in_local.values()]
@@ -674,9 +681,12 @@ class Scheduler:
             groups.append(obs_groups)
         return groups, block, 2 if mode == "blocks" else 1
 
-    def _slab_size(self, rows: int, cols: int, window, in_blocks: int) -> int:
+    def _slab_size(self, rows: int, cols: int, window, in_blocks: int, whole_width: int | None = None) -> int:
+        """Local vectors of the slab of a tile; ``whole_width``: the input's width, when the tile
+        spans every output column (its slab then holds whole input rows)."""
         kh, kw, sh, sw, dh, dw = window
-        return ((rows - 1) * sh + (kh - 1) * dh + 1) * ((cols - 1) * sw + (kw - 1) * dw + 1) * in_blocks
+        width = whole_width or (cols - 1) * sw + (kw - 1) * dw + 1
+        return ((rows - 1) * sh + (kh - 1) * dh + 1) * width * in_blocks
 
     # -- element-wise -------------------------------------------------------------------------------
     def eltwise(self, node: Node) -> None:
@@ -733,7 +743,7 @@ class Scheduler:
         acc_free = self.arch.accumulator_depth - len(cvals)
         local_free = self.arch.local_depth - len(cvals) - 1 - wsize
         # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
-        rows, cols = self._plan_tiles(out.shape, window, cbi, local_free, acc_free,
+        rows, cols = self._plan_tiles(out.shape, window, cbi, local_free, acc_free, in_w=inp.shape[2],
                                       extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks)
         cvec = self._const_vectors(cvals, acc_free)
         if is_max:
@@ -746,7 +756,8 @@ class Scheduler:
         store = 1 + wsize
         slab = store + rows * cols * out.blocks
         for tile in self._tiles(out.shape, rows, cols):
-            y_lo, x_lo, scols, plane = self._load_slab(inp, tile, window, padding, slab)
+            y_lo, x_lo, scols, plane = self._load_slab(inp, tile, window, padding, slab,
+                                                       whole_width=cols == out.shape[2])
             count = tile.rows * tile.cols
             scratch = count
             for b in range(out.blocks):
