@@ -131,6 +131,35 @@ class LIR:
                  | SIMDFlag.ACCUMULATE * accumulate)
         self._emit(_SIMD, fl, write or 0, 0, read or 0, 0, dest | right << b | left << (2 * b) | int(op) << (3 * b))
 
+    def simd_run(self, op: SIMDOp, first: int, count: int, dest: int = 0, left: int = 0, right: int = 0) -> None:
+        """``count`` SIMD instructions, the i-th reading and writing accumulator ``first + i``
+        (an element-wise op over a run of vectors), emitted at once."""
+        self.simd_runs(first, count, [(op, dest, left, right, "v", "v")])
+
+    def simd_runs(self, first: int, count: int, steps) -> None:
+        """For each vector ``v = first + i`` of a run, the SIMD instructions ``steps`` in order,
+        emitted at once. A step is ``(op, dest, left, right, read, write)``: ``read`` is ``"v"``
+        (vector v), an int (that fixed accumulator address, e.g. a constant) or ``None``;
+        ``write`` is ``"v"`` or ``None``."""
+        if count <= 0:
+            return
+        b = self._simd_bits
+        v = np.arange(first, first + count)
+        rows = np.zeros((count, len(steps), _ROW), dtype=np.int64)
+        rows[:, :, 0] = _SIMD
+        for k, (op, dest, left, right, read, write) in enumerate(steps):
+            rows[:, k, 1] = int(SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None))
+            rows[:, k, 2] = v if write is not None else 0
+            rows[:, k, 4] = 0 if read is None else v if read == "v" else read
+            rows[:, k, 6] = dest | right << b | left << (2 * b) | int(op) << (3 * b)
+        self._rows.frombytes(rows.tobytes())
+        if len(self._rows) >= _ROW * self.CHUNK:
+            if self._discarding:
+                self._done += len(self._rows) // _ROW
+                self._rows = array("q")
+            else:
+                self._flush()
+
     def configure(self, register: ConfigRegister, value: int) -> None:
         lay = self.layout
         word = Configure(register, value).encode(lay)  # rare: the object checks the value

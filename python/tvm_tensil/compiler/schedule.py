@@ -79,6 +79,7 @@ class _Overlap:
         self.pending: deque = deque()
         self.urgent: deque = deque()
         self.busy = 0  # cycles the DRAM engine is still expected to be busy
+        self._cost: dict[tuple, int] = {}
 
     def defer(self, direction: Direction, local: int, address: int, size: int, local_step: int = 1, step: int = 1,
               urgent: bool = False) -> None:
@@ -109,7 +110,10 @@ class _Overlap:
     def _issue(self) -> None:
         move = (self.urgent or self.pending).popleft()
         self.lir.datamove(*move)
-        self.busy = max(self.busy, 0) + dram_move_cycles(self.arch, move[0], move[3])
+        key = (move[0], move[3])
+        if key not in self._cost:
+            self._cost[key] = dram_move_cycles(self.arch, move[0], move[3])
+        self.busy = max(self.busy, 0) + self._cost[key]
 
 
 class Scheduler:
@@ -156,21 +160,17 @@ class Scheduler:
         for op, attrs in epilogue:
             if op == "relu":
                 lir.simd(SIMDOp.ZERO, dest=1)
-                for i in range(count):
-                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+                lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
             elif op == "leaky_relu":  # max(x, alpha * x), for 0 <= alpha <= 1
                 a = cvec[float(attrs["alpha"])]
-                for i in range(count):
-                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=a)
-                    lir.simd(SIMDOp.MULTIPLY, dest=1, left=0, right=1, read=acc + i)
-                    lir.simd(SIMDOp.MAX, left=0, right=1, read=acc + i, write=acc + i)
+                lir.simd_runs(acc, count, [(SIMDOp.MOVE, 1, 0, 0, a, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None),
+                                           (SIMDOp.MAX, 0, 0, 1, "v", "v")])
             elif op == "clip":  # an infinite bound clips nothing beyond saturation
                 for bound, fn in ((attrs["hi"], SIMDOp.MIN), (attrs["lo"], SIMDOp.MAX)):
                     if not np.isfinite(bound):
                         continue
                     lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])
-                    for i in range(count):
-                        lir.simd(fn, left=0, right=1, read=acc + i, write=acc + i)
+                    lir.simd_run(fn, acc, count, left=0, right=1)
             else:  # pragma: no cover - the frontend only fuses the ops above
                 raise ScheduleError(f"unknown epilogue {op}")
 
@@ -334,16 +334,20 @@ class Scheduler:
                 plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False), (buffers, max_rows))
             except ScheduleError:
                 continue
-        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m) for b, m in plans.values()])
+        # Narrower bands overlap more but reload weights more often: stop at the first band count
+        # that loses to the one before it.
+        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m) for b, m in plans.values()], stop_when_worse=True)
 
-    def _cheapest(self, emitters) -> None:
-        """Emit the alternative the latency model finds fastest (each is emitted once to measure it)."""
+    def _cheapest(self, emitters, stop_when_worse: bool = False) -> None:
+        """Emit the alternative the latency model finds fastest (each is emitted once to measure it;
+        with ``stop_when_worse``, from the third on, the search stops at the first alternative
+        slower than the one before it)."""
         if len(emitters) == 1:
             emitters[0]()
             return
-        final, best = self.lir, None
+        final, best, previous = self.lir, None, None
         start = (self.in_local, self.carried)
-        for emit in emitters:
+        for i, emit in enumerate(emitters):
             self.lir = LIR(self.arch)
             self.in_local, self.carried = start
             try:
@@ -355,10 +359,14 @@ class Scheduler:
                     for move in moves:
                         trial.datamove(*move)
                 cycles = estimate_cycles(trial.program(), self.arch)["total"]
+                worse = i >= 2 and cycles > previous
+                previous = cycles
                 if best is None or cycles < best[0]:
                     best = (cycles, self.lir, (self.in_local, self.carried))
             finally:
                 self.lir = final
+            if stop_when_worse and worse:
+                break
         final.extend(best[1])
         self.in_local, self.carried = best[2]
 
@@ -544,6 +552,10 @@ class Scheduler:
                 if short:
                     self._load_tile(short, tile, store)
             y_lo, x_lo, scols, plane = geometry
+            # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
+            tap_runs = [[((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt)
+                         for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap)]
+                        for tap in taps]
             if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
                 geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer,
                                            whole_width=full_rows)
@@ -575,9 +587,9 @@ class Scheduler:
                             matmul(slab + ib * plane, 0, count, accumulate=not first)
                             first = False
                             continue
-                        for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, taps[t]):
-                            src = slab + ib * plane + (y - y_lo) * scols + (x - x_lo)
-                            matmul(src, r * tile.cols + c0, cnt, sw, accumulate=not first)
+                        src = slab + ib * plane
+                        for offset, acc, cnt in tap_runs[t]:
+                            matmul(src + offset, acc, cnt, sw, accumulate=not first)
                         first = False
                     if slots == 1 and seq < len(sequence):
                         fetch(seq)  # one slot: the next group's load waits for this group's LoadWeights
