@@ -156,10 +156,10 @@ def chart(rows: list[dict]) -> None:
             v = [n["cycles"].get(k, 0) / 1e3 for n in layers]
             ax.bar(range(len(layers)), v, bottom=bottom, color=colours[k], width=0.8)
             bottom = [b + x for b, x in zip(bottom, v)]
-        ax.set_xticks(range(len(layers)), [n["op"] for n in layers], rotation=90, fontsize=5)
+        ax.set_xticks(range(len(layers)), [f"{i} {n['op']}" for i, n in enumerate(layers)], rotation=90, fontsize=5)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("k cycles")
-        ax.set_title(f"{r['arch']}: critical-path cycles by layer", fontsize=9)
+        ax.set_title(f"{r['arch']}: critical-path cycles by layer (compiler node; fused ops joined by +)", fontsize=9)
     fig.tight_layout()
     fig.savefig(CHART, dpi=100)
 
