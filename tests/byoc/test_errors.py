@@ -1,5 +1,7 @@
 """Build errors: one clear message each; unsupported ops never raise, they stay on the CPU."""
 
+import re
+
 import numpy as np
 import pytest
 from tvm.relax.frontend.onnx import from_onnx
@@ -74,3 +76,24 @@ def test_saturation_at_run_time_is_reported():
     with pytest.warns(SaturationWarning, match="values saturated at the FP16BP8 range"):
         out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.full((1, 8), 2.0, "float32")))
     np.testing.assert_array_equal(out.numpy(), np.full((1, 8), 32767 / 256, "float32"))
+
+
+@pytest.mark.parametrize("target, message", [
+    ("cuda", "target 'cuda' (kind cuda) cannot host a Tensil build"),
+    ("no-such-target", "target 'no-such-target' is not a TVM target"),
+])
+def test_a_target_that_cannot_host_the_build_is_refused(target, message):
+    mod = from_onnx(zoo.mlp(), keep_params_in_input=False)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tvm_tensil.build(mod, target=target, arch="pynqz1")
+
+
+def test_a_cpu_target_hosts_the_build():
+    import tvm
+    from tvm import relax
+
+    mod = from_onnx(zoo.mlp(batch=4), keep_params_in_input=False)
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
+    ex = tvm_tensil.build(mod, target={"kind": "llvm", "opt-level": 2}, arch="pynqz1")
+    assert tvm_tensil.last_report().partitions  # the dense layers still run on the TCU
+    assert relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy().shape == (4, 10)

@@ -191,7 +191,9 @@ def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Ar
     mod : tvm.IRModule
         The model, e.g. ``from_onnx(onnx_model, keep_params_in_input=False)``.
     target : str
-        ``"tensil"`` (TCU + the host's LLVM) or any host target string with ``-keys=tensil``.
+        ``"tensil"`` (TCU + the host's LLVM) or a CPU target for the host (kind ``llvm`` or ``c``,
+        e.g. ``{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}`` for a board); any other kind is an
+        error.
     arch : str, path or Architecture
         A preset name (``tvm-tensil arch --list``), a ``.tarch`` path, or an Architecture.
     params : dict, optional
@@ -209,13 +211,31 @@ def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Ar
     arch = load_arch(arch)
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    host = "llvm" if str(target) == TARGET else target
+    host = _host_target(target)
     mod, report = offload(mod, arch)
     if model_dir is not None:
         write_models(report, model_dir)
     ex = tvm.compile(mod, target=host)
     LAST_REPORT = report
     return ex
+
+
+def _host_target(target) -> "str | tvm.target.Target":
+    """The CPU target the rest of the model compiles for: "tensil" means the host's LLVM; any other
+    target must be a CPU one (kind llvm or c), since only the host runs what the TCU does not."""
+    if str(target) == TARGET:
+        return "llvm"
+    try:
+        host = tvm.target.Target(target)
+    except Exception as e:  # noqa: BLE001 - TVM's own parse error, restated
+        raise ValueError(f"target {str(target)!r} is not a TVM target ({str(e).splitlines()[0][:120]}); "
+                         f"use target=\"{TARGET}\" (the TCU and the host's LLVM)") from None
+    kind = host.kind.name
+    if kind not in ("llvm", "c"):
+        raise ValueError(f"target {str(target)!r} (kind {kind}) cannot host a Tensil build: the ops the TCU "
+                         f"does not run go to the CPU; use target=\"{TARGET}\" or a CPU target such as "
+                         "{\"kind\": \"llvm\", \"mtriple\": \"aarch64-linux-gnu\"}")
+    return host
 
 
 def write_models(report: BuildReport, directory: "str | os.PathLike") -> list[Path]:
