@@ -97,3 +97,20 @@ def test_a_cpu_target_hosts_the_build():
     ex = tvm_tensil.build(mod, target={"kind": "llvm", "opt-level": 2}, arch="pynqz1")
     assert tvm_tensil.last_report().partitions  # the dense layers still run on the TCU
     assert relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy().shape == (4, 10)
+
+
+def test_build_says_how_to_import_a_model_it_cannot_take(tmp_path):
+    import onnx
+
+    model = zoo.mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    for wrong, hint in ((model, "from_onnx"), (str(path), "from_onnx"), (path, "from_onnx"), ([1], "frontend")):
+        with pytest.raises(TypeError, match=f"takes a Relax IRModule, not .*{hint}"):
+            tvm_tensil.build(wrong, target="tensil", arch="pynqz1")
+
+
+def test_build_says_how_to_import_a_torch_module():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="torch.export.export"):
+        tvm_tensil.build(torch.nn.Linear(4, 2), target="tensil", arch="pynqz1")

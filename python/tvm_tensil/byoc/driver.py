@@ -208,6 +208,7 @@ def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Ar
         ``tvm_tensil.byoc.driver.LAST_REPORT`` (and ``tvm_tensil.last_report()``) holds the report.
     """
     global LAST_REPORT
+    _check_module(mod)
     arch = load_arch(arch)
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
@@ -218,6 +219,22 @@ def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Ar
     ex = tvm.compile(mod, target=host)
     LAST_REPORT = report
     return ex
+
+
+def _check_module(mod) -> None:
+    """``build`` takes a Relax IRModule: say how to get one from what was passed instead."""
+    if isinstance(mod, tvm.IRModule):
+        return
+    kind = type(mod).__module__.split(".")[0] + "." + type(mod).__name__
+    if type(mod).__name__ == "ModelProto" or isinstance(mod, (str, os.PathLike)):
+        how = ("import the ONNX model first: mod = tvm.relax.frontend.onnx.from_onnx(onnx.load(path), "
+               "keep_params_in_input=False)")
+    elif any(c.__module__.startswith("torch") for c in type(mod).__mro__):
+        how = ("export the PyTorch model first: mod = tvm.relax.frontend.torch.from_exported_program("
+               "torch.export.export(model, (x,)), keep_params_as_input=False)")
+    else:
+        how = "import the model with a TVM Relax frontend (tvm.relax.frontend.onnx or .torch)"
+    raise TypeError(f"tvm_tensil.build takes a Relax IRModule, not {kind}: {how}")
 
 
 def _host_target(target) -> "str | tvm.target.Target":
