@@ -60,3 +60,15 @@ def test_emulate_subprocess(tmp_path):
         [sys.executable, "-m", "tvm_tensil.cli", "emulate", str(path), "--input", "x=/nonexistent.npy"],
         capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot load input 'x'" in bad.stderr
+
+
+def test_version_and_python_m(tmp_path):
+    """``python -m tvm_tensil`` is the command; ``--version`` is the installed distribution's."""
+    from importlib.metadata import version
+
+    r = subprocess.run([sys.executable, "-m", "tvm_tensil", "--version"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == f"tvm-tensil {version('tvm-tensil')}"
+    r = subprocess.run([sys.executable, "-m", "tvm_tensil", "arch", "pynqz1"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "pynqz1" in r.stdout

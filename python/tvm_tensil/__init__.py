@@ -11,7 +11,12 @@ from .model import TensilModel, ModelError
 from .runtime import device, get_device, Emulator
 from .runtime import bridge as _bridge  # registers the functions compiled models call
 
-__version__ = "0.1.0"
+try:  # one version source: the installed distribution's (pyproject.toml)
+    from importlib.metadata import PackageNotFoundError as _NotInstalled, version as _version
+
+    __version__ = _version("tvm-tensil")
+except _NotInstalled:  # pragma: no cover - a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "numbers", "Architecture", "ArchitectureError", "PRESETS", "load_arch",

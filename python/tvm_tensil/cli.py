@@ -253,7 +253,10 @@ def _cmd_ip(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
+    p.add_argument("--version", action="version", version=f"tvm-tensil {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("arch", help="print a preset or .tarch with its derived instruction layout")
