@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
-from ..rtl.sim import CoreFlag
+from ..rtl.sim import CoreFlag, RunStatus
 from . import WINDOW_ALIGN, Buffer, DriverError, Transport
 
 SLICE_CYCLES = 200_000  # simulated between checks that the client is still there
@@ -178,7 +178,7 @@ class SimBoardServer:
         self.lib.tcu_sim_start(self.core, program.ctypes.data, len(data), self.stream_bytes)
         while True:
             rc = self.lib.tcu_sim_continue(self.core, self.stall_limit, SLICE_CYCLES)
-            if rc != 3:
+            if rc != RunStatus.CYCLE_LIMIT:  # else the slice is over: check the client, go on
                 break
             readable, _, _ = select.select([conn], [], [], 0)
             if readable and not conn.recv(1, socket.MSG_PEEK):
@@ -186,13 +186,13 @@ class SimBoardServer:
                 return None
         cycles = int(self.lib.tcu_sim_cycles(self.core) - c0)
         flags = CoreFlag(self.lib.tcu_sim_flags(self.core))
-        if rc == 0 and CoreFlag.ERROR in flags:
+        if rc == RunStatus.DONE and CoreFlag.ERROR in flags:
             pc = int(self.lib.tcu_sim_program_counter(self.core))
             self.new_core()
             return {"ok": False, "cycles": cycles,
                     "error": f"the core raised its error flag (an invalid opcode or DataMove direction) by "
                              f"program counter {pc}; it was reset"}
-        if rc == 0:
+        if rc == RunStatus.DONE:
             return {"ok": True, "cycles": cycles, "saturated": CoreFlag.SATURATED in flags}
         msg = self.lib.tcu_sim_message(self.core).decode()
         pc = int(self.lib.tcu_sim_program_counter(self.core))

@@ -38,6 +38,15 @@ class CoreFlag(enum.IntFlag):
     SATURATED = 16  # sticky since reset
 
 
+class RunStatus(enum.IntEnum):
+    """What ``tcu_sim_run`` / ``tcu_sim_continue`` return (src/sim/tcu_sim.cc)."""
+
+    DONE = 0  # the program was streamed and the core is idle
+    HUNG = 1  # no progress for stall_limit cycles
+    OUT_OF_RANGE = 2  # a DRAM access outside the bank's buffer
+    CYCLE_LIMIT = 3  # max_cycles passed (tcu_sim_continue: the slice is over, call it again)
+
+
 UNITS = ("array", "accumulators", "dataflow", "dram1", "dram0", "local_port_b", "local_port_a", "instruction")
 
 

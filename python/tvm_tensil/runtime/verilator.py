@@ -99,7 +99,7 @@ class Verilator(HostDramDevice):
         valid0, _ = self.counters()
         rc = self.lib.tcu_sim_run(self._handle, buf.ctypes.data, len(stream), self.bus_bytes,
                                   self.stall_limit, self.max_cycles)
-        if rc != 0:
+        if rc != sim.RunStatus.DONE:
             self._fail(program, rc, len(head))
         flags = self.lib.tcu_sim_flags(self._handle)
         if flags & sim.CoreFlag.ERROR:
@@ -128,10 +128,10 @@ class Verilator(HostDramDevice):
                  f"units with work: {', '.join(busy) or 'none'}; waiting on a handshake: "
                  f"{', '.join(waiting) or 'none'}; {memory}")
         self.reset()  # the next run starts from a clean core
-        if rc == 1:
+        if rc == sim.RunStatus.HUNG:
             raise DeviceError(f"{program.name}: the RTL core hung ({msg}): {state}. Raise stall_limit if the "
                               "memory latency is that long; otherwise this is a core bug")
-        if rc == 2:
+        if rc == sim.RunStatus.OUT_OF_RANGE:
             raise DeviceError(f"{program.name}: {msg}: {state}. The program's Configure instructions moved a "
                               "DRAM offset, or its addresses pass the bank's depth")
         raise DeviceError(f"{program.name}: the RTL core {msg}: {state}")
