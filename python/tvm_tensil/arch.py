@@ -71,6 +71,10 @@ _AXI_WIDTHS = (32, 64, 128, 256, 512)
 MEMORY_TIMING = {"read_latency": 32, "write_latency": 16, "max_reads": 8}
 
 
+# The memories instructions address, and the field that holds each one's depth in vectors.
+DEPTH_FIELDS = {"local": "local_depth", "acc": "accumulator_depth", "dram0": "dram0_depth", "dram1": "dram1_depth"}
+
+
 class ArchitectureError(ValueError):
     """An architecture file or value is invalid; the message names the key and the fix."""
 
@@ -148,6 +152,10 @@ class Architecture:
         from .isa.layout import InstructionLayout
 
         return InstructionLayout(self)
+
+    def depth(self, memory: str) -> int:
+        """Vectors in ``memory``: "local", "acc" (the accumulators), "dram0" or "dram1"."""
+        return getattr(self, DEPTH_FIELDS[memory])
 
     @property
     def macs_per_cycle(self) -> int:

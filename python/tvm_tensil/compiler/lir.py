@@ -33,7 +33,6 @@ from ..isa.instructions import (
 )
 from ..isa.program import Program
 
-_DEPTH = {"dram0": "dram0_depth", "dram1": "dram1_depth", "acc": "accumulator_depth", "local": "local_depth"}
 _MEMORY = {d: d.memory for d in Direction}
 _ROW = 7  # opcode, flags, addr0, stride0, addr1, stride1, operand2
 _MATMUL, _DATAMOVE, _LOADWEIGHTS = int(Opcode.MATMUL), int(Opcode.DATAMOVE), int(Opcode.LOADWEIGHTS)
@@ -54,8 +53,8 @@ class LIR:
         self._size_limit = 1 << lay.operand2_address_bits
         self._stride0 = {1 << e: e for e in range(arch.stride0_depth)}
         self._stride1 = {1 << e: e for e in range(arch.stride1_depth)}
-        self._run_limit = {m: min(self._size_limit, getattr(arch, _DEPTH["local"]), getattr(arch, key))
-                           for m, key in _DEPTH.items()}
+        self._run_limit = {m: min(self._size_limit, arch.depth("local"), arch.depth(m))
+                           for m in ("dram0", "dram1", "acc", "local")}
         self._simd_bits = lay.simd_operand_bits
         self._discarding = False
 

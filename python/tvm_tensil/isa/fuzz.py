@@ -26,12 +26,11 @@ from .instructions import (
 __all__ = ["random_instruction", "random_program", "power_on_preamble", "dump_epilogue",
            "hand_written_programs", "every_simd_op_program"]
 
-_DEPTHS = {"local": "local_depth", "acc": "accumulator_depth", "dram0": "dram0_depth", "dram1": "dram1_depth"}
 
 
 def _run(rng: random.Random, arch: Architecture, size: int, memory: str, stride_depth: int) -> tuple[int, int]:
     """(address, stride) such that ``size`` vectors with that stride fit ``memory``."""
-    depth = getattr(arch, _DEPTHS[memory])
+    depth = arch.depth(memory)
     strides = [s for s in range(stride_depth) if (size - 1) * (1 << s) < depth]
     stride = rng.choice(strides)
     span = (size - 1) * (1 << stride)
@@ -39,7 +38,7 @@ def _run(rng: random.Random, arch: Architecture, size: int, memory: str, stride_
 
 
 def _size(rng: random.Random, arch: Architecture, memories, max_size: int) -> int:
-    limit = min(getattr(arch, _DEPTHS[m]) for m in memories)
+    limit = min(arch.depth(m) for m in memories)
     limit = min(limit, 1 << arch.layout.operand2_address_bits, max_size)
     return rng.randint(1, limit)
 

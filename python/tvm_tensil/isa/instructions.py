@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from enum import IntEnum, IntFlag
 from typing import TYPE_CHECKING, ClassVar
 
+from ..arch import DEPTH_FIELDS
+
 if TYPE_CHECKING:
     from .layout import InstructionLayout
 
@@ -177,16 +179,9 @@ class InvalidInstruction(ValueError):
 
 # -- field helpers ----------------------------------------------------------------------------
 
-_DEPTH_NAMES = {
-    "local": "local_depth",
-    "acc": "accumulator_depth",
-    "dram0": "dram0_depth",
-    "dram1": "dram1_depth",
-}
-
-
 def _depth(layout: "InstructionLayout", memory: str) -> int:
-    return getattr(layout.arch, _DEPTH_NAMES[memory])
+    return layout.arch.depth(memory)
+
 
 
 def _check_int(name: str, field: str, value, lo: int, hi: int, what: str) -> None:
@@ -213,14 +208,14 @@ def _check_address(layout, name: str, field: str, memory: str, address, stride, 
         return
     _check_int(
         name, field, address, 0, depth - 1,
-        f"{memory} addresses are 0..{depth - 1} ({_DEPTH_NAMES[memory]} = {depth})",
+        f"{memory} addresses are 0..{depth - 1} ({DEPTH_FIELDS[memory]} = {depth})",
     )
     last = address + (size - 1) * (1 << stride)
     if last >= depth:
         raise InvalidInstruction(
             name, field,
             f"{size} vectors from {memory} address {address} with step {1 << stride} end at "
-            f"{last}, beyond {_DEPTH_NAMES[memory]} = {depth}",
+            f"{last}, beyond {DEPTH_FIELDS[memory]} = {depth}",
         )
 
 
