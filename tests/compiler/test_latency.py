@@ -43,3 +43,28 @@ def test_chunked_passes_give_the_same_figures(monkeypatch):
     monkeypatch.setattr(Program, "chunks", lambda self, size=7: chunks(self, size))
     assert len(list(part.program.chunks())) > 100
     assert (estimate_cycles(part.program, part.arch), memory_use(part.program, part.arch, 0, 0)) == whole
+
+
+def test_the_critical_path_charges_each_wait_to_what_it_waited_for():
+    """A MatMul reading what a DRAM0 load writes waits for it: the wait is the load's, the MatMul's own
+    time ends the program. The parts add up to the total, and the nodes' parts to the kinds'."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.latency import COSTS, critical_path, dram_move_cycles, estimate_cycles
+    from tvm_tensil.isa.instructions import DataMove, Direction, MatMul
+    from tvm_tensil.isa.program import Program
+
+    arch = PRESETS["pynqz1"]
+    load = DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 100)
+    for local, waits in ((0, True), (200, False)):
+        program = Program.from_instructions([load, MatMul(local, 0, 100)], arch.layout)
+        path = critical_path(program, arch, [0, 1])
+        assert path["total"] == sum(path["by_kind"].values()) == estimate_cycles(program, arch)["total"]
+        assert path["cycles"] == estimate_cycles(program, arch)
+        for kind, cycles in path["by_kind"].items():
+            assert cycles == sum(node.get(kind, 0) for node in path["by_node"])
+        matmul = 100 + arch.array_size + COSTS["mm"]
+        if waits:  # the load's dispatch cycle and its whole duration, then the MatMul
+            assert path["by_node"] == [{"dram0_to_local": 1 + dram_move_cycles(arch, Direction.DRAM0_TO_LOCAL, 100)},
+                                       {"matmul": matmul}]
+        else:  # side by side: the load outlasts the MatMul, so the program ends with it
+            assert path["by_kind"]["matmul"] == 1

@@ -4,7 +4,6 @@ fails, naming the step, on a device that corrupts data."""
 import subprocess
 import sys
 
-
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.driver.selftest import run_selftest
 from tvm_tensil.runtime import Emulator

@@ -14,7 +14,7 @@ from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode
 from ..isa.program import Program
 from ..model import ConstsEntry, TensilModel, TensorEntry
 from .graph import EPILOGUE_OPS, Graph, Node
-from .latency import critical_path, estimate_cycles
+from .latency import critical_path
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
 from .schedule import ScheduleError, Scheduler
@@ -218,7 +218,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     report = {
         "nodes": per_node,
         "instructions": len(program),
-        "cycles": estimate_cycles(program, arch),
+        "cycles": path["cycles"],
         "critical_path": path["by_kind"],
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),

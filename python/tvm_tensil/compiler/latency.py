@@ -44,31 +44,44 @@ _DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
 _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
 
 
-# What an instruction is, for the critical-path split (``KINDS[kind_of(...)]``).
+# What an instruction is, for the critical-path split: ``KINDS[_KIND_OF[opcode, flags]]``.
 KINDS = ("matmul", "load_weights", "dram0_to_local", "local_to_dram0", "dram1_to_local", "local_to_dram1",
          "acc_to_local", "local_to_acc", "simd", "other")
+_KIND_OF = np.full((16, 16), KINDS.index("other"), dtype=np.int64)
+_KIND_OF[_MATMUL, :] = KINDS.index("matmul")
+_KIND_OF[_LOADWEIGHTS, :] = KINDS.index("load_weights")
+_KIND_OF[_SIMD, :] = KINDS.index("simd")
+for _d in Direction:
+    _KIND_OF[_DATAMOVE, int(_d)] = KINDS.index(
+        "local_to_acc" if _d == Direction.LOCAL_TO_ACC_ACCUMULATE else _d.name.lower())
+del _d
 
 
 def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = None) -> dict[str, int]:
     """Estimated cycles: busy cycles per opcode name, and ``total`` (the program's latency)."""
     busy, state, _ = _run(program, arch, timing, None, 0)
-    out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
-    out["total"] = int(state[_FINISH])
-    return out
+    return _cycles(busy, state)
 
 
 def critical_path(program: Program, arch: Architecture, node_starts=(), timing: dict | None = None) -> dict:
     """The total split by what held dispatch up: ``{"total", "by_kind": {kind: cycles},
-    "by_node": [{kind: cycles}, ...]}``, where node ``k`` emitted the instructions from
-    ``node_starts[k]`` up to the next start (instructions before the first start count as node 0)."""
+    "by_node": [{kind: cycles}, ...], "cycles": estimate_cycles' figures}``, where node ``k`` emitted
+    the instructions from ``node_starts[k]`` up to the next start (instructions before the first
+    start count as node 0)."""
     starts = np.asarray(node_starts, dtype=np.int64)
     nodes = max(1, starts.size)
-    _, state, blame = _run(program, arch, timing, starts, nodes)
+    busy, state, blame = _run(program, arch, timing, starts, nodes)
     by_node = [{KINDS[k]: int(blame[i, k]) for k in range(len(KINDS)) if blame[i, k]} for i in range(nodes)]
     totals = blame.sum(axis=0)
     return {"total": int(state[_FINISH]),
             "by_kind": {KINDS[k]: int(totals[k]) for k in range(len(KINDS)) if totals[k]},
-            "by_node": by_node}
+            "by_node": by_node, "cycles": _cycles(busy, state)}
+
+
+def _cycles(busy: np.ndarray, state: np.ndarray) -> dict[str, int]:
+    out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
+    out["total"] = int(state[_FINISH])
+    return out
 
 
 def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
@@ -88,7 +101,7 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"], node, blame)
+                  c["read"], c["write"], node, _KIND_OF, blame)
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         end = max(state[_C_END], state[_D_END], state[_SIMD_END])
         owner = _D_OWNER if state[_D_END] == end else _S_OWNER if state[_SIMD_END] == end else _C_OWNER
@@ -123,42 +136,12 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 (_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_WAS_MM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
  _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH, _C_OWNER, _D_OWNER, _S_OWNER) = range(20)
 _STATE_SIZE = 20
-# Kind indices (KINDS) as the kernel computes them.
-(_K_MATMUL, _K_LOADWEIGHTS, _K_DRAM0_TO_LOCAL, _K_LOCAL_TO_DRAM0, _K_DRAM1_TO_LOCAL, _K_LOCAL_TO_DRAM1,
- _K_ACC_TO_LOCAL, _K_LOCAL_TO_ACC, _K_SIMD, _K_OTHER) = range(10)
-_DRAM0_TO_LOCAL, _LOCAL_TO_DRAM0 = int(Direction.DRAM0_TO_LOCAL), int(Direction.LOCAL_TO_DRAM0)
-_DRAM1_TO_LOCAL = int(Direction.DRAM1_TO_LOCAL)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _kind(op, fl):
-    if op == _MATMUL:
-        return _K_MATMUL
-    if op == _LOADWEIGHTS:
-        return _K_LOADWEIGHTS
-    if op == _SIMD:
-        return _K_SIMD
-    if op == _DATAMOVE:
-        if fl == _DRAM0_TO_LOCAL:
-            return _K_DRAM0_TO_LOCAL
-        if fl == _LOCAL_TO_DRAM0:
-            return _K_LOCAL_TO_DRAM0
-        if fl == _DRAM1_TO_LOCAL:
-            return _K_DRAM1_TO_LOCAL
-        if fl == _ACC_TO_LOCAL:
-            return _K_ACC_TO_LOCAL
-        if fl > _ACC_TO_LOCAL:
-            return _K_LOCAL_TO_ACC
-        return _K_LOCAL_TO_DRAM1
-    return _K_OTHER
-
-
 @numba.njit(cache=True, nogil=True)
 def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write, node, blame):
+              mm, lw, move, simd_drain, simd_dependent, read, write, node, kind_of, blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
-    dispatch advances to ``blame[node, kind]`` of the instruction that held it up."""
+    dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
     track = node.shape[0] > 0
     nk = blame.shape[1]
     # (node * kinds + kind) of each engine's last instruction: whom a wait for that engine is charged to.
@@ -176,7 +159,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         ready = dispatch + 1
         op = ops[i]
         fl = flags[i]
-        me = node[i] * nk + _kind(op, fl) if track else 0
+        me = node[i] * nk + kind_of[op, fl] if track else 0
         held = me  # whom the cycles from the previous dispatch to this one are charged to
         if op == _SIMD:
             start = ready

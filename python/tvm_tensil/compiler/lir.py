@@ -74,11 +74,15 @@ class LIR:
     def _emit(self, opcode: int, flags: int, a0: int, s0: int, a1: int, s1: int, o2: int) -> None:
         self._rows.extend((opcode, flags, a0, s0, a1, s1, o2))
         if len(self._rows) >= _ROW * self.CHUNK:
-            if self._discarding:
-                self._done += self.CHUNK
-                self._rows = array("q")
-            else:
-                self._flush()
+            self._spill()
+
+    def _spill(self) -> None:
+        """A chunk of rows is pending: encode it (or, when discarding, only count it)."""
+        if self._discarding:
+            self._done += len(self._rows) // _ROW
+            self._rows = array("q")
+        else:
+            self._flush()
 
     def _runs(self, size: int, encodable: bool, limit: int):
         """(offset_index, count) pieces of a run of ``size`` vectors."""
@@ -153,11 +157,7 @@ class LIR:
             rows[:, k, 6] = dest | right << b | left << (2 * b) | int(op) << (3 * b)
         self._rows.frombytes(rows.tobytes())
         if len(self._rows) >= _ROW * self.CHUNK:
-            if self._discarding:
-                self._done += len(self._rows) // _ROW
-                self._rows = array("q")
-            else:
-                self._flush()
+            self._spill()
 
     def configure(self, register: ConfigRegister, value: int) -> None:
         lay = self.layout

@@ -175,15 +175,17 @@ def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "O
     ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
     ``flatten`` = (C, H, W): the matmul's input is one NCHW feature map flattened in (c, h, w) order
     but stored block-major (vector ``(c // N) * H * W + y * W + x``, lane ``c % N``); the weight rows
-    are permuted to match.
+    are permuted to match. (C, H, W, blocks per pixel): a library built before the block-major
+    layout, whose program reads the map as (h, w, c padded to that many blocks) lanes.
     """
     w = np.asarray(consts[weight], dtype=np.float64)
     if flatten is not None:
         c, h, wd = (int(v) for v in flatten[:3])
         ch = np.arange(c)[:, None, None]
         pixel = (np.arange(h)[:, None] * wd + np.arange(wd)[None, :])[None]
-        rows = ((ch // n) * h * wd + pixel) * n + ch % n
-        permuted = np.zeros((math.ceil(c / n) * h * wd * n, w.shape[1]))
+        blocks = int(flatten[3]) if len(flatten) == 4 else math.ceil(c / n)
+        rows = pixel * blocks * n + ch if len(flatten) == 4 else ((ch // n) * h * wd + pixel) * n + ch % n
+        permuted = np.zeros((blocks * h * wd * n, w.shape[1]))
         permuted[rows.reshape(-1)] = w
         w = permuted
     if layout == "KM":
