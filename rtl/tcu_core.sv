@@ -19,7 +19,9 @@
  * the program counter equals the tracepoint register. `idle` is high when no instruction is waiting
  * and nothing is in flight.
  */
-module tcu_core #
+module tcu_core
+    import tcu_isa_pkg::*;
+#
 (
     // Array size N (vectors hold N scalars)
     parameter ARRAY_SIZE = 8,
@@ -126,9 +128,6 @@ generate
     end
 endgenerate
 
-localparam [3:0] OP_NOOP = 4'h0, OP_MATMUL = 4'h1, OP_DATAMOVE = 4'h2, OP_LOADWEIGHTS = 4'h3,
-                 OP_SIMD = 4'h4, OP_CONFIGURE = 4'hF;
-
 // -- decode ------------------------------------------------------------------------------------
 wire [OPERAND0_BITS-1:0] f_op0 = s_instr_data[OPERAND0_BITS-1:0];
 wire [OPERAND1_BITS-1:0] f_op1 = s_instr_data[OPERAND0_BITS +: OPERAND1_BITS];
@@ -144,10 +143,17 @@ wire [CB-1:0] f_step1  = CB'(1) << f_op1[OPERAND1_ADDRESS_BITS +: STRIDE1_BITS];
 wire [CB-1:0] f_count  = CB'(f_op2[OPERAND2_ADDRESS_BITS-1:0]) + 1;
 wire [CB-1:0] f_lw_count = CB'(f_op1) + 1;
 
-wire f_valid_dm = f_flags == 4'd0 || f_flags == 4'd1 || f_flags == 4'd2 || f_flags == 4'd3 ||
-                  f_flags == 4'd12 || f_flags == 4'd13 || f_flags == 4'd15;
-wire f_known = f_opcode == OP_NOOP || f_opcode == OP_MATMUL || f_opcode == OP_LOADWEIGHTS ||
-               f_opcode == OP_SIMD || f_opcode == OP_CONFIGURE || (f_opcode == OP_DATAMOVE && f_valid_dm);
+// DataMove between DRAM and local memory (the DRAM engine's), else local <-> accumulators.
+function automatic dram_direction(input [3:0] direction);
+    dram_direction = direction == DIRECTION_DRAM0_TO_LOCAL || direction == DIRECTION_LOCAL_TO_DRAM0 ||
+                     direction == DIRECTION_DRAM1_TO_LOCAL || direction == DIRECTION_LOCAL_TO_DRAM1;
+endfunction
+wire f_valid_dm = f_flags == DIRECTION_DRAM0_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_DRAM0 ||
+                  f_flags == DIRECTION_DRAM1_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_DRAM1 ||
+                  f_flags == DIRECTION_ACC_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_ACC ||
+                  f_flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
+wire f_known = f_opcode == OPCODE_NOOP || f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS ||
+               f_opcode == OPCODE_SIMD || f_opcode == OPCODE_CONFIGURE || (f_opcode == OPCODE_DATAMOVE && f_valid_dm);
 
 // -- dispatch ------------------------------------------------------------------------------------
 // Two engines take instructions in program order: the compute engine (MatMul, LoadWeights, DataMove
@@ -157,14 +163,16 @@ wire f_known = f_opcode == OP_NOOP || f_opcode == OP_MATMUL || f_opcode == OP_LO
 // ranges are [address, address + (size - 1) * stride] (the whole memory if that wraps); nothing else
 // is shared (only the compute engine uses accumulators, only the DRAM engine uses DRAM). Configure
 // waits for both engines, so offsets never change under a move. The result is that of program order.
-wire f_is_simd    = f_opcode == OP_SIMD;
-wire f_is_dram    = f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b00;
-wire f_is_compute = f_opcode == OP_MATMUL || f_opcode == OP_LOADWEIGHTS ||
-                    (f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b11);
-wire [CB-1:0] f_n = f_opcode == OP_LOADWEIGHTS ? f_lw_count : f_count;
-wire f_lvalid = f_is_dram || (f_opcode == OP_MATMUL && !f_flags[1]) ||
-                (f_opcode == OP_LOADWEIGHTS && !f_flags[0]) || (f_opcode == OP_DATAMOVE && f_flags[3:2] == 2'b11);
-wire f_lwrite = f_is_dram ? !f_flags[0] : (f_opcode == OP_DATAMOVE && f_flags == 4'd12);
+wire f_is_simd    = f_opcode == OPCODE_SIMD;
+wire f_is_dram    = f_opcode == OPCODE_DATAMOVE && dram_direction(f_flags);
+wire f_is_compute = f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS ||
+                    (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
+wire [CB-1:0] f_n = f_opcode == OPCODE_LOADWEIGHTS ? f_lw_count : f_count;
+wire f_lvalid = f_is_dram || (f_opcode == OPCODE_MATMUL && !f_flags[MATMUL_FLAG_ZEROES_BIT]) ||
+                (f_opcode == OPCODE_LOADWEIGHTS && !f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) ||
+                (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
+wire f_lwrite = f_is_dram ? !f_flags[DIRECTION_TO_DRAM_BIT] :
+                (f_opcode == OPCODE_DATAMOVE && f_flags == DIRECTION_ACC_TO_LOCAL);
 localparam XB = 2 * CB;  // (size - 1) << stride without overflow (strides are at most 2^31)
 wire [XB-1:0] f_end = XB'(f_addr0) + (XB'(f_n - 1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS]);
 wire          f_wraps = f_end >= XB'(LOCAL_DEPTH);
@@ -184,23 +192,28 @@ reg [3:0]  opcode, flags;
 reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
 // -- DRAM engine state ----------------------------------------------------------------------------
 reg [1:0]  d_state;
-reg [1:0]  d_flags;   // DataMove flags 0-3: bit 0 to DRAM, bit 1 DRAM1
+reg [1:0]  d_flags;   // the DataMove's direction bits: DIRECTION_TO_DRAM_BIT, DIRECTION_DRAM1_BIT
 reg [CB-1:0] d_addr0, d_step0, d_addr1, d_step1, d_count, d_issued;
 
 wire simd_hazard;
 wire simd_pipe_empty;
 wire c_free = state == S_IDLE;
-// A MatMul may follow a MatMul as soon as the earlier one has issued its last vector: both stream
-// through the array in order and carry their own accumulator address and flag, so nothing waits for
-// the array to drain (the accumulators forward writes for accumulate chains).
-wire mm_follows = f_opcode == OP_MATMUL && opcode == OP_MATMUL && state != S_IDLE && issued == count;
+// A MatMul or LoadWeights may follow a MatMul or LoadWeights as soon as the earlier one has issued
+// its last vector: MatMul vectors stream through the array in order, carrying their own accumulator
+// address, flag and weight set, and LoadWeights fills the array's other weight set (the array swaps
+// sets at the next MatMul vector), so nothing waits for the array to drain (the accumulators
+// forward writes for accumulate chains). Both paths from local memory into the array take equally
+// long, so weights and vectors reach it in program order.
+wire f_streams = f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS;
+wire streaming = opcode == OPCODE_MATMUL || opcode == OPCODE_LOADWEIGHTS;
+wire mm_follows = f_streams && streaming && state != S_IDLE && issued == count;
 wire d_free = d_state == S_IDLE;
 wire quiet_c, quiet_d;
 assign s_instr_ready = !rst && (
     f_is_simd    ? c_free && !simd_hazard :
     f_is_compute ? (c_free || mm_follows) && simd_pipe_empty && !hazard_d :
     f_is_dram    ? d_free && !hazard_c :
-    f_opcode == OP_CONFIGURE ? c_free && d_free && simd_pipe_empty && quiet_c && quiet_d :
+    f_opcode == OPCODE_CONFIGURE ? c_free && d_free && simd_pipe_empty && quiet_c && quiet_d :
     1'b1);
 wire start = s_instr_valid && s_instr_ready;
 wire start_c = start && f_known && f_is_compute;
@@ -265,7 +278,7 @@ reg  [V-1:0] arr_w_data;
 reg          arr_in_valid;
 reg  [V-1:0] arr_in_data;
 wire [V-1:0] arr_out_data;
-wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready;
+wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready, arr_w_ready;
 
 tcu_systolic_array #(
     .ARRAY_SIZE(N),
@@ -274,7 +287,7 @@ tcu_systolic_array #(
 )
 array_inst (
     .clk(clk), .rst(rst),
-    .s_weights_data(arr_w_data), .s_weights_valid(arr_w_valid),
+    .s_weights_data(arr_w_data), .s_weights_valid(arr_w_valid), .s_weights_ready(arr_w_ready),
     .s_in_data(arr_in_data), .s_in_valid(arr_in_valid), .s_in_ready(arr_in_ready),
     .m_out_data(arr_out_data), .m_out_valid(arr_out_valid), .m_out_ready(1'b1),
     .busy(arr_busy), .saturated(arr_saturated)
@@ -311,7 +324,8 @@ reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
 // Compute moves and LoadWeights: one cycle of read latency.
 reg          rd1_valid;
 reg [CB-1:0] rd1_addr;        // where the data goes (accumulator or local address)
-reg [1:0]    rd1_kind;        // 0: to array weights, 1: to accumulators, 2: to local
+reg [1:0]    rd1_kind;        // where the data goes: RD1_WEIGHTS, RD1_ACC, RD1_LOCAL
+localparam [1:0] RD1_WEIGHTS = 2'd0, RD1_ACC = 2'd1, RD1_LOCAL = 2'd2;
 reg          rd1_zero;
 reg          rd1_accumulate;
 // SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
@@ -334,8 +348,8 @@ reg          simd_acc_wr;  // the accumulator write now presented came from a SI
 // DRAM -> local: requests one per cycle as the bank takes them, responses (in order) written to local
 // memory. Local -> DRAM: local reads feed a small queue, so reads keep going while the bank takes
 // vectors. The engine's next instruction starts when every response and write response is in.
-wire         d_to_dram = d_flags[0];   // flags 1, 3
-wire         d_bank1 = d_flags[1];     // flags 2, 3
+wire         d_to_dram = d_flags[DIRECTION_TO_DRAM_BIT];
+wire         d_bank1 = d_flags[DIRECTION_DRAM1_BIT];
 reg [CB-1:0] d_rd_issued, d_rd_received, d_base, d_step;
 wire         dram_rd_ready = d_bank1 ? m_dram1_rd_ready : m_dram0_rd_ready;
 wire         dram_rd_resp = d_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
@@ -388,11 +402,16 @@ always @* begin
 end
 
 // -- compute engine issue --------------------------------------------------------------------------
-wire issue_now = state == S_ISSUE && issued < count;  // the compute engine issues a vector every cycle
-wire is_mm   = opcode == OP_MATMUL;
-wire is_lw   = opcode == OP_LOADWEIGHTS;
-wire dm_local_to_acc = opcode == OP_DATAMOVE && (flags == 4'd13 || flags == 4'd15);
-wire dm_acc_to_local = opcode == OP_DATAMOVE && flags == 4'd12;
+wire is_mm   = opcode == OPCODE_MATMUL;
+wire is_lw   = opcode == OPCODE_LOADWEIGHTS;
+// A LoadWeights read issues once the MatMul vectors before it are inside the array (they may swap
+// its weight sets) and the array has no vector in flight on the set the load fills; until its
+// first beat lands the array's answer cannot change, so later reads need not wait for beats.
+wire lw_wait = is_lw && (mm_read_valid || arr_in_valid || !arr_w_ready);
+wire issue_now = state == S_ISSUE && issued < count && !lw_wait;  // a vector every cycle
+wire dm_local_to_acc = opcode == OPCODE_DATAMOVE &&
+                       (flags == DIRECTION_LOCAL_TO_ACC || flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE);
+wire dm_acc_to_local = opcode == OPCODE_DATAMOVE && flags == DIRECTION_ACC_TO_LOCAL;
 
 // The instruction's operand0 as decoded (the loop moves addr0 along).
 reg  [CB-1:0] rd_base, rd_step;
@@ -406,10 +425,10 @@ always @* begin
     acc_rd_valid = 1'b0;
     acc_rd_addr = AA'(addr1);
     if (issue_now) begin
-        if (is_mm && !flags[1]) begin
+        if (is_mm && !flags[MATMUL_FLAG_ZEROES_BIT]) begin
             lm_a_rd = 1'b1;
         end
-        if (is_lw && !flags[0]) begin
+        if (is_lw && !flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) begin
             lm_a_rd = 1'b1;
             lm_a_raddr = LA'(lw_addr);
         end
@@ -420,7 +439,7 @@ always @* begin
             acc_rd_valid = 1'b1;
         end
     end
-    if (start && f_is_simd && f_flags[0]) begin
+    if (start && f_is_simd && f_flags[SIMD_FLAG_READ_BIT]) begin
         acc_rd_valid = 1'b1;
         acc_rd_addr = AA'(f_addr1);
     end
@@ -431,7 +450,7 @@ function automatic pending_write(input valid, input write, input [AA-1:0] waddr,
     pending_write = valid && write && waddr == raddr;
 endfunction
 // Also: an accumulate being written this cycle uses the accumulators' read port for its old value.
-assign simd_hazard = f_flags[0] && ((acc_wr_valid && acc_wr_accumulate) ||
+assign simd_hazard = f_flags[SIMD_FLAG_READ_BIT] && ((acc_wr_valid && acc_wr_accumulate) ||
                                     pending_write(p1_valid, p1_write, p1_waddr, f_simd_read) ||
                                     pending_write(simd_in_valid, p2_write, p2_waddr, f_simd_read) ||
                                     pending_write(simd_out_valid, p3_write, p3_waddr, f_simd_read) ||
@@ -509,16 +528,16 @@ always @(posedge clk) begin
             program_counter <= program_counter + 1;
             if (!f_known) begin
                 error <= 1'b1;  // skipped; the program counter still advances
-            end else if (f_opcode == OP_CONFIGURE) begin
+            end else if (f_opcode == OPCODE_CONFIGURE) begin
                 case (f_args[3:0])
-                    4'd0:  dram0_offset <= 32'(f_args >> 4);
-                    4'd1:  dram0_cache <= 4'(f_args >> 4);
-                    4'd4:  dram1_offset <= 32'(f_args >> 4);
-                    4'd5:  dram1_cache <= 4'(f_args >> 4);
-                    4'd8:  timeout_limit <= 32'(f_args >> 4);
-                    4'd9:  tracepoint_pc <= 32'(f_args >> 4);
-                    4'd10: program_counter <= 32'(f_args >> 4);
-                    4'd11: sample_interval <= 32'(f_args >> 4);
+                    CONFIG_DRAM0_OFFSET:     dram0_offset <= 32'(f_args >> 4);
+                    CONFIG_DRAM0_CACHE:      dram0_cache <= 4'(f_args >> 4);
+                    CONFIG_DRAM1_OFFSET:     dram1_offset <= 32'(f_args >> 4);
+                    CONFIG_DRAM1_CACHE:      dram1_cache <= 4'(f_args >> 4);
+                    CONFIG_TIMEOUT:          timeout_limit <= 32'(f_args >> 4);
+                    CONFIG_TRACEPOINT:       tracepoint_pc <= 32'(f_args >> 4);
+                    CONFIG_PROGRAM_COUNTER:  program_counter <= 32'(f_args >> 4);
+                    CONFIG_SAMPLE_INTERVAL:  sample_interval <= 32'(f_args >> 4);
                     default: error <= 1'b1;
                 endcase
             end
@@ -554,7 +573,7 @@ always @(posedge clk) begin
             d_step <= f_step0;
             d_busy_cycles <= '0;
             d_lvalid <= 1'b1;
-            d_lwrite <= !f_flags[0];
+            d_lwrite <= !f_flags[DIRECTION_TO_DRAM_BIT];
             d_lo <= f_lo;
             d_hi <= f_hi;
         end
@@ -581,9 +600,9 @@ always @(posedge clk) begin
 
         // MatMul: local data -> array -> accumulators
         mm_read_valid <= issue_now && is_mm;
-        mm_read_zero <= flags[1];
+        mm_read_zero <= flags[MATMUL_FLAG_ZEROES_BIT];
         if (issue_now && is_mm) begin
-            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[0], AA'(addr1)};
+            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[MATMUL_FLAG_ACCUMULATE_BIT], AA'(addr1)};
             mm_wr_ptr <= mm_wr_ptr + 1;
         end
         if (mm_read_valid) begin
@@ -600,17 +619,17 @@ always @(posedge clk) begin
 
         // Moves and LoadWeights: one cycle after the read
         rd1_valid <= issue_now && (is_lw || dm_local_to_acc || dm_acc_to_local);
-        rd1_zero <= is_lw && flags[0];
-        rd1_accumulate <= flags == 4'd15;
-        rd1_kind <= is_lw ? 2'd0 : (dm_local_to_acc ? 2'd1 : 2'd2);
+        rd1_zero <= is_lw && flags[LOADWEIGHTS_FLAG_ZEROES_BIT];
+        rd1_accumulate <= flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
+        rd1_kind <= is_lw ? RD1_WEIGHTS : (dm_local_to_acc ? RD1_ACC : RD1_LOCAL);
         rd1_addr <= dm_acc_to_local ? addr0 : addr1;
         if (rd1_valid) begin
             case (rd1_kind)
-                2'd0: begin
+                RD1_WEIGHTS: begin
                     arr_w_valid <= 1'b1;
                     arr_w_data <= rd1_zero ? {V{1'b0}} : lm_a_rdata;
                 end
-                2'd1: begin
+                RD1_ACC: begin
                     acc_wr_valid <= 1'b1;
                     acc_wr_addr <= AA'(rd1_addr);
                     acc_wr_data <= lm_a_rdata;
@@ -663,9 +682,9 @@ always @(posedge clk) begin
 
         // ---- SIMD pipeline --------------------------------------------------------------------
         p1_valid <= start && f_is_simd;
-        p1_read <= f_flags[0];
-        p1_write <= f_flags[1];
-        p1_acc <= f_flags[2];
+        p1_read <= f_flags[SIMD_FLAG_READ_BIT];
+        p1_write <= f_flags[SIMD_FLAG_WRITE_BIT];
+        p1_acc <= f_flags[SIMD_FLAG_ACCUMULATE_BIT];
         p1_waddr <= AA'(f_addr0);
         p1_dest <= f_op2[SB-1:0];
         p1_right <= f_op2[SB +: SB];

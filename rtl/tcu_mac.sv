@@ -4,25 +4,34 @@
 `default_nettype none
 
 /*
- * TCU multiply-accumulate (combinational), docs/isa.md, "Numbers":
+ * TCU multiply-accumulate, docs/isa.md, "Numbers":
  *   m = x*y + (z << BINARY_POINT); r = (m >>> BINARY_POINT) + adj, saturated to DATA_WIDTH bits,
  *   adj = 1 iff bit BINARY_POINT-1 of m is set and (a lower bit is set or bit BINARY_POINT is set):
  *   round half to even.
  * Every number the core computes goes through this module (times, plus, the matrix step).
+ *
+ * Combinational (REGISTERED = 0: clk and en unused), or registered: r and saturated load on the
+ * clock edge when en is high, and hold otherwise. The registered form computes inside the clocked
+ * block, so a simulator evaluates the product only for cycles that carry data (the array's cells).
  */
 module tcu_mac #
 (
     // Bits of a scalar (two's complement)
     parameter DATA_WIDTH = 16,
     // Fractional bits of a scalar
-    parameter BINARY_POINT = 8
+    parameter BINARY_POINT = 8,
+    // 1: the result is registered, loaded when en is high
+    parameter REGISTERED = 0
 )
 (
+    input  wire                   clk,
+    input  wire                   en,
+
     input  wire [DATA_WIDTH-1:0]  x,
     input  wire [DATA_WIDTH-1:0]  y,
     input  wire [DATA_WIDTH-1:0]  z,
-    output wire [DATA_WIDTH-1:0]  r,
-    output wire                   saturated
+    output logic [DATA_WIDTH-1:0] r,
+    output logic                  saturated
 );
 
 // Wide enough for x*y + (z << BINARY_POINT) without overflow.
@@ -40,29 +49,40 @@ localparam signed [WIDE-1:0] ONE = 1;
 localparam signed [WIDE-1:0] MAX = (ONE <<< (DATA_WIDTH-1)) - ONE;
 localparam signed [WIDE-1:0] MIN = -(ONE <<< (DATA_WIDTH-1));
 
-wire signed [WIDE-1:0] xw = {{(WIDE-DATA_WIDTH){x[DATA_WIDTH-1]}}, x};
-wire signed [WIDE-1:0] yw = {{(WIDE-DATA_WIDTH){y[DATA_WIDTH-1]}}, y};
-wire signed [WIDE-1:0] zw = {{(WIDE-DATA_WIDTH){z[DATA_WIDTH-1]}}, z};
+// {saturated, r} of x*y + z.
+function automatic [DATA_WIDTH:0] mac(input [DATA_WIDTH-1:0] xa, input [DATA_WIDTH-1:0] ya,
+                                      input [DATA_WIDTH-1:0] za);
+    logic signed [WIDE-1:0] xw, yw, zw, m, q, rounded;
+    logic                   round_up;
+    xw = {{(WIDE-DATA_WIDTH){xa[DATA_WIDTH-1]}}, xa};
+    yw = {{(WIDE-DATA_WIDTH){ya[DATA_WIDTH-1]}}, ya};
+    zw = {{(WIDE-DATA_WIDTH){za[DATA_WIDTH-1]}}, za};
+    m = xw * yw + (zw <<< BINARY_POINT);
+    // Round half to even: add 1 when the dropped bits are over a half, or exactly a half on an odd result.
+    round_up = m[BINARY_POINT-1] & ((|m[BINARY_POINT-2:0]) | m[BINARY_POINT]);
+    q = m >>> BINARY_POINT;
+    rounded = q + signed'(WIDE'(round_up));
+    if (rounded > MAX) begin
+        mac = {1'b1, MAX[DATA_WIDTH-1:0]};
+    end else if (rounded < MIN) begin
+        mac = {1'b1, MIN[DATA_WIDTH-1:0]};
+    end else begin
+        mac = {1'b0, rounded[DATA_WIDTH-1:0]};
+    end
+endfunction
 
-wire signed [WIDE-1:0] m = xw * yw + (zw <<< BINARY_POINT);
-wire signed [WIDE-1:0] q = m >>> BINARY_POINT;
-
-wire half   = m[BINARY_POINT-1];
-wire sticky = |m[BINARY_POINT-2:0];
-wire odd    = m[BINARY_POINT];
-
-wire signed [WIDE-1:0] rounded = q + {{(WIDE-1){1'b0}}, half & (sticky | odd)};
-
-wire over  = rounded > MAX;
-wire under = rounded < MIN;
-
-assign r = over  ? MAX[DATA_WIDTH-1:0] :
-           under ? MIN[DATA_WIDTH-1:0] :
-           rounded[DATA_WIDTH-1:0];
-assign saturated = over | under;
-
-// The low product bits only feed the rounding decision above.
-wire unused_ok = &{1'b0, q[WIDE-1:DATA_WIDTH]};
+generate
+    if (REGISTERED) begin : g_registered
+        always @(posedge clk) begin
+            if (en) begin
+                {saturated, r} <= mac(x, y, z);
+            end
+        end
+    end else begin : g_combinational
+        assign {saturated, r} = mac(x, y, z);
+        wire unused_ok = &{1'b0, clk, en};
+    end
+endgenerate
 
 endmodule
 

@@ -11,7 +11,9 @@
  * 1.0 or 0; Add/Subtract/Increment/Decrement/Abs saturate; Multiply rounds as times().
  * Combinational result; registers update on the clock edge when valid.
  */
-module tcu_simd_alu #
+module tcu_simd_alu
+    import tcu_isa_pkg::*;
+#
 (
     // Bits of a scalar
     parameter DATA_WIDTH = 16,
@@ -50,10 +52,6 @@ generate
     end
 endgenerate
 
-localparam [3:0] OP_NOOP = 4'd0, OP_ZERO = 4'd1, OP_MOVE = 4'd2, OP_NOT = 4'd3, OP_AND = 4'd4,
-                 OP_OR = 4'd5, OP_INCREMENT = 4'd6, OP_DECREMENT = 4'd7, OP_ADD = 4'd8,
-                 OP_SUBTRACT = 4'd9, OP_MULTIPLY = 4'd10, OP_ABS = 4'd11, OP_GREATER = 4'd12,
-                 OP_GREATER_EQUAL = 4'd13, OP_MIN = 4'd14, OP_MAX = 4'd15;
 
 localparam signed [W+1:0] WMAX = (W+2)'(signed'((W+2)'(1) <<< (W-1))) - 1;
 localparam signed [W+1:0] WMIN = -(W+2)'(signed'((W+2)'(1) <<< (W-1)));
@@ -86,6 +84,8 @@ tcu_mac #(
     .BINARY_POINT(BINARY_POINT)
 )
 multiply_inst (
+    .clk(clk),
+    .en(1'b0),
     .x(left),
     .y(right),
     .z({W{1'b0}}),
@@ -101,23 +101,23 @@ wire equal      = left == right;
 always @* begin
     wide = {{2{in_data[W-1]}}, in_data};
     case (op)
-        OP_NOOP:          wide = {{2{in_data[W-1]}}, in_data};
-        OP_ZERO:          wide = '0;
-        OP_MOVE:          wide = left_w;
-        OP_NOT:           wide = left_true ? '0 : one_w;
-        OP_AND:           wide = (left_true && right_true) ? one_w : '0;
-        OP_OR:            wide = (left_true || right_true) ? one_w : '0;
-        OP_INCREMENT:     wide = left_w + one_w;
-        OP_DECREMENT:     wide = left_w - one_w;
-        OP_ADD:           wide = left_w + right_w;
-        OP_SUBTRACT:      wide = left_w - right_w;
-        OP_MULTIPLY:      wide = {{2{product[W-1]}}, product};
-        OP_ABS:           wide = left[W-1] ? -left_w : left_w;
-        OP_GREATER:       wide = greater ? one_w : '0;
-        OP_GREATER_EQUAL: wide = (greater || equal) ? one_w : '0;
-        OP_MIN:           wide = greater ? right_w : left_w;
-        OP_MAX:           wide = greater ? left_w : right_w;
-        default:          wide = left_w;
+        SIMD_OP_NOOP:               wide = {{2{in_data[W-1]}}, in_data};
+        SIMD_OP_ZERO:               wide = '0;
+        SIMD_OP_MOVE:               wide = left_w;
+        SIMD_OP_NOT:                wide = left_true ? '0 : one_w;
+        SIMD_OP_AND:                wide = (left_true && right_true) ? one_w : '0;
+        SIMD_OP_OR:                 wide = (left_true || right_true) ? one_w : '0;
+        SIMD_OP_INCREMENT:          wide = left_w + one_w;
+        SIMD_OP_DECREMENT:          wide = left_w - one_w;
+        SIMD_OP_ADD:                wide = left_w + right_w;
+        SIMD_OP_SUBTRACT:           wide = left_w - right_w;
+        SIMD_OP_MULTIPLY:           wide = {{2{product[W-1]}}, product};
+        SIMD_OP_ABS:                wide = left[W-1] ? -left_w : left_w;
+        SIMD_OP_GREATER_THAN:       wide = greater ? one_w : '0;
+        SIMD_OP_GREATER_THAN_EQUAL: wide = (greater || equal) ? one_w : '0;
+        SIMD_OP_MIN:                wide = greater ? right_w : left_w;
+        SIMD_OP_MAX:                wide = greater ? left_w : right_w;
+        default:                    wide = left_w;
     endcase
     if (wide > WMAX) begin
         result = WMAX[W-1:0];
@@ -127,7 +127,7 @@ always @* begin
         saturated = 1'b1;
     end else begin
         result = wide[W-1:0];
-        saturated = (op == OP_MULTIPLY) && product_saturated;
+        saturated = (op == SIMD_OP_MULTIPLY) && product_saturated;
     end
 end
 
@@ -137,7 +137,7 @@ always @(posedge clk) begin
         for (k = 0; k < REGS; k = k + 1) begin
             regs[k] <= '0;
         end
-    end else if (valid && REGISTERS > 0 && dest_select != 0 && op != OP_NOOP) begin
+    end else if (valid && REGISTERS > 0 && dest_select != 0 && op != SIMD_OP_NOOP) begin
         regs[32'(dest_select) - 1] <= result;
     end
 end

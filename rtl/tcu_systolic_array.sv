@@ -4,18 +4,25 @@
 `default_nettype none
 
 /*
- * The TCU's array: N x N weight-stationary multiply-accumulate cells.
+ * The TCU's array: N x N weight-stationary multiply-accumulate cells, with two weight sets.
  *
  * Rows are pipeline stages. Stage j holds weight row j+1 (row 0 is the bias) and computes,
  * for every column o at once, acc[o] = mac(in[j], W[j+1][o], acc[o]) with acc entering stage 0
  * as the bias. So each output is the spec's sequential sum (rounded and saturated after every
  * step, input channel 0 first), one vector per cycle after N cycles of latency.
  *
- * Weights: each s_weights beat shifts the rows down (row k+1 <= row k, row 0 <= data), so
- * shifting in vectors from the highest address down leaves row 0 = the lowest address
- * (LoadWeights). The caller must not shift weights while vectors are in flight (busy).
+ * Shadow weights: the weights in program order live in one of two sets (`active`); each
+ * s_weights beat shifts rows into the other set (row k+1 <= row k, row 0 <= data), the first
+ * beat after a swap shifting from the active set, so loading from the highest address down leaves
+ * row 0 = the lowest address and a partial load shifts the previous rows down (LoadWeights). The
+ * next input vector swaps the sets. Every vector carries its set through the stages, so vectors
+ * in flight keep their weights while new ones load: a load never waits for the array to drain.
+ * s_weights_ready is low while a vector still in flight uses the set a load would overwrite.
+ * The caller keeps program order: beats and input vectors arrive in the order of their
+ * instructions, never both in one cycle.
  *
- * Timing: one vector per cycle in and out while m_out_ready; latency N cycles.
+ * Timing: one vector per cycle in and out while m_out_ready; latency N cycles. Cells compute only
+ * on cycles that carry a vector.
  */
 module tcu_systolic_array #
 (
@@ -33,6 +40,7 @@ module tcu_systolic_array #
     // Weight rows, shifted in (row 0 = bias)
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_weights_data,
     input  wire                              s_weights_valid,
+    output wire                              s_weights_ready,
 
     // Input vectors
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_in_data,
@@ -59,55 +67,87 @@ generate
     end
 endgenerate
 
-// weights[k] holds row k; row 0 is the bias.
-reg [N*W-1:0] weights [0:N];
+// The two weight sets; row 0 is the bias.
+reg [N*W-1:0] weights0 [0:N];
+reg [N*W-1:0] weights1 [0:N];
+reg           active;   // the set the next vector uses, unless a load is pending
+reg           loaded;   // beats went into the other set since the last swap
 
-integer k;
-always @(posedge clk) begin
-    if (s_weights_valid) begin
-        for (k = N; k > 0; k = k - 1) begin
-            weights[k] <= weights[k-1];
-        end
-        weights[0] <= s_weights_data;
-    end
-end
-
-// Pipeline stage j: registered inputs, partial sums and valid.
+// Pipeline stage j: registered inputs, partial sums (the cells' outputs), valid and weight set.
 reg [N*W-1:0] in_reg  [0:N-1];
-reg [N*W-1:0] acc_reg [0:N-1];
-reg           sat_reg [0:N-1];
+wire [N*W-1:0] acc_reg [0:N-1];
+reg           sat_in_reg [0:N-1];   // saturation in the stages before j
+wire [N-1:0]  sat_cells [0:N-1];
 reg [N-1:0]   valid_reg;
+reg [N-1:0]   set_reg;
 
 wire advance = m_out_ready || !valid_reg[N-1];
+wire in_set = loaded ? !active : active;
+
+// A load overwrites the inactive set: it waits while a vector in flight still uses that set.
+wire [N-1:0] uses_inactive = valid_reg & (active ? ~set_reg : set_reg);
+assign s_weights_ready = loaded || !(|uses_inactive);
 
 assign s_in_ready  = advance;
 assign m_out_data  = acc_reg[N-1];
 assign m_out_valid = valid_reg[N-1];
 assign busy        = |valid_reg;
-assign saturated   = valid_reg[N-1] && sat_reg[N-1] && m_out_ready;
+assign saturated   = valid_reg[N-1] && (sat_in_reg[N-1] || (|sat_cells[N-1])) && m_out_ready;
+
+integer k;
+always @(posedge clk) begin
+    if (s_weights_valid) begin
+        // The first beat after a swap shifts the active set's rows; later beats the loading set's.
+        for (k = N; k > 0; k = k - 1) begin
+            if (active) begin
+                weights0[k] <= loaded ? weights0[k-1] : weights1[k-1];
+            end else begin
+                weights1[k] <= loaded ? weights1[k-1] : weights0[k-1];
+            end
+        end
+        if (active) begin
+            weights0[0] <= s_weights_data;
+        end else begin
+            weights1[0] <= s_weights_data;
+        end
+    end
+    if (rst) begin
+        active <= 1'b0;
+        loaded <= 1'b0;
+    end else if (s_weights_valid) begin
+        loaded <= 1'b1;
+    end else if (s_in_valid && advance && loaded) begin
+        active <= !active;
+        loaded <= 1'b0;
+    end
+end
 
 genvar j, o;
 generate
     for (j = 0; j < N; j = j + 1) begin : row
         // Stage j's inputs: the bias and the fresh vector for stage 0, else the previous stage.
+        wire           set_now = (j == 0) ? in_set : set_reg[j == 0 ? 0 : j-1];
         wire [N*W-1:0] in_now  = (j == 0) ? s_in_data : in_reg[j == 0 ? 0 : j-1];
-        wire [N*W-1:0] acc_now = (j == 0) ? weights[0] : acc_reg[j == 0 ? 0 : j-1];
-        wire           sat_now = (j == 0) ? 1'b0 : sat_reg[j == 0 ? 0 : j-1];
+        wire [N*W-1:0] acc_now = (j == 0) ? (set_now ? weights1[0] : weights0[0]) : acc_reg[j == 0 ? 0 : j-1];
+        wire           sat_now = (j == 0) ? 1'b0 : sat_in_reg[j == 0 ? 0 : j-1] || (|sat_cells[j == 0 ? 0 : j-1]);
         wire           vld_now = (j == 0) ? s_in_valid : valid_reg[j == 0 ? 0 : j-1];
-        wire [N*W-1:0] acc_next;
-        wire [N-1:0]   sat_next;
+        wire [N*W-1:0] w_row   = set_now ? weights1[j+1] : weights0[j+1];
+        wire           load    = advance && vld_now;
 
         for (o = 0; o < N; o = o + 1) begin : col
             tcu_mac #(
                 .DATA_WIDTH(W),
-                .BINARY_POINT(BINARY_POINT)
+                .BINARY_POINT(BINARY_POINT),
+                .REGISTERED(1)
             )
             mac_inst (
+                .clk(clk),
+                .en(load),
                 .x(in_now[j*W +: W]),
-                .y(weights[j+1][o*W +: W]),
+                .y(w_row[o*W +: W]),
                 .z(acc_now[o*W +: W]),
-                .r(acc_next[o*W +: W]),
-                .saturated(sat_next[o])
+                .r(acc_reg[j][o*W +: W]),
+                .saturated(sat_cells[j][o])
             );
         end
 
@@ -116,9 +156,11 @@ generate
                 valid_reg[j] <= 1'b0;
             end else if (advance) begin
                 valid_reg[j] <= vld_now;
-                in_reg[j]    <= in_now;
-                acc_reg[j]   <= acc_next;
-                sat_reg[j]   <= sat_now | (|sat_next);
+            end
+            if (load) begin
+                in_reg[j]     <= in_now;
+                set_reg[j]    <= set_now;
+                sat_in_reg[j] <= sat_now;
             end
         end
     end

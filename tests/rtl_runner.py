@@ -30,7 +30,8 @@ def run_cocotb(toplevel: str, test_file: str, parameters: dict, sources: list[st
         main = "-".join(f"{k}{parameters[k]}" for k in ("ARRAY_SIZE", "DATA_WIDTH") if k in parameters)
         point = f"{main}-{hashlib.sha1(point.encode()).hexdigest()[:12]}"
     build_dir = BUILD_ROOT / toplevel / point
-    srcs = [RTL_DIR / s for s in (sources or [f"{toplevel}.sv"])]
+    # The named constants come first: every module may import them.
+    srcs = [RTL_DIR / s for s in ["tcu_isa_pkg.sv", *(sources or [f"{toplevel}.sv"])]]
     runner = get_runner("verilator")
     runner.build(
         sources=srcs,

@@ -40,5 +40,5 @@ def apply_verilator_env() -> None:
 
 
 def rtl_sources() -> list[Path]:
-    """Every module of the core, one per file."""
-    return sorted(RTL_DIR.glob("*.sv"))
+    """Every module of the core, one per file; packages first (the modules import them)."""
+    return sorted(RTL_DIR.glob("*.sv"), key=lambda p: (not p.stem.endswith("_pkg"), p.name))
