@@ -4,15 +4,20 @@
 `default_nettype none
 
 /*
- * TCU core: decoder and execution units, with the DRAM banks behind vector request ports
+ * TCU core: decoder and execution engines, with the DRAM banks behind vector request ports
  * (tcu_dram_axi adapts them to AXI4).
  *
- * Program order with overlap: a compute engine (MatMul, LoadWeights, DataMove local <-> accumulators,
- * SIMD) and a DRAM engine (DataMove DRAM <-> local) each run one instruction at a time, vectors
- * streaming at one per cycle; instructions are dispatched in order, and one waits only while the other
- * engine's instruction uses an overlapping local memory range and either of them writes it (see
- * "dispatch" below and docs/rtl.md). So the result is exactly that of executing instructions one at
- * a time (docs/isa.md). The program counter counts dispatched instructions.
+ * Program order with overlap: four engines each run one instruction at a time, vectors streaming at
+ * one per cycle -- the compute engine (MatMul, DataMove local <-> accumulators, with the SIMD
+ * pipeline beside it), the weights engine (LoadWeights, into the array's second weight set), and
+ * one DRAM engine per bank (DataMove DRAM <-> local). Instructions are dispatched in order; one
+ * waits only while another engine's instruction uses an overlapping local memory range and either
+ * of them writes it (see "dispatch" below and docs/rtl.md). So the result is exactly that of
+ * executing instructions one at a time (docs/isa.md). The program counter counts dispatched
+ * instructions.
+ *
+ * Local memory has two ports: port A is the compute engine's, port B is shared by the weights and
+ * DRAM engines through a fixed-priority arbiter (DRAM read responses first, they cannot wait long).
  *
  * Invalid opcodes and DataMove directions raise `error` and are skipped. `timeout` rises when an
  * instruction runs longer than the timeout register (cycles, 0 = never). `tracepoint` rises while
@@ -38,6 +43,8 @@ module tcu_core
     parameter DRAM1_DEPTH_BITS = 20,
     // SIMD registers per lane
     parameter SIMD_REGISTERS = 1,
+    // Bus beats per vector on the DRAM side: a bank returns at most one vector per VECTOR_BEATS cycles
+    parameter VECTOR_BEATS = 2,
     // Instruction layout (tvm_tensil.isa.layout): operand widths, address and stride bits
     parameter OPERAND0_BITS = 16,
     parameter OPERAND1_BITS = 24,
@@ -156,20 +163,20 @@ wire f_known = f_opcode == OPCODE_NOOP || f_opcode == OPCODE_MATMUL || f_opcode 
                f_opcode == OPCODE_SIMD || f_opcode == OPCODE_CONFIGURE || (f_opcode == OPCODE_DATAMOVE && f_valid_dm);
 
 // -- dispatch ------------------------------------------------------------------------------------
-// Two engines take instructions in program order: the compute engine (MatMul, LoadWeights, DataMove
-// local <-> accumulators, and the SIMD pipeline beside it) and the DRAM engine (DataMove DRAM <->
-// local). An instruction is dispatched when its engine is free and it has no hazard with what the
-// other engine is doing: their local memory ranges may not overlap where either one writes. The
-// ranges are [address, address + (size - 1) * stride] (the whole memory if that wraps); nothing else
-// is shared (only the compute engine uses accumulators, only the DRAM engine uses DRAM). Configure
-// waits for both engines, so offsets never change under a move. The result is that of program order.
+// An instruction is dispatched when its engine is free and it has no hazard with what the other
+// engines are doing: their local memory ranges may not overlap where either one writes. The ranges
+// are [address, address + (size - 1) * stride] (the whole memory if that wraps); nothing else is
+// shared (only the compute engine uses accumulators, each DRAM engine its bank). Configure waits for
+// every engine, so offsets never change under a move. The result is that of program order.
 wire f_is_simd    = f_opcode == OPCODE_SIMD;
 wire f_is_dram    = f_opcode == OPCODE_DATAMOVE && dram_direction(f_flags);
-wire f_is_compute = f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS ||
-                    (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
-wire [CB-1:0] f_n = f_opcode == OPCODE_LOADWEIGHTS ? f_lw_count : f_count;
-wire f_lvalid = f_is_dram || (f_opcode == OPCODE_MATMUL && !f_flags[MATMUL_FLAG_ZEROES_BIT]) ||
-                (f_opcode == OPCODE_LOADWEIGHTS && !f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) ||
+wire f_is_lw      = f_opcode == OPCODE_LOADWEIGHTS;
+wire f_is_mm      = f_opcode == OPCODE_MATMUL;
+wire f_is_compute = f_is_mm || (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
+wire f_bank1      = f_flags[DIRECTION_DRAM1_BIT];
+wire [CB-1:0] f_n = f_is_lw ? f_lw_count : f_count;
+wire f_lvalid = f_is_dram || (f_is_mm && !f_flags[MATMUL_FLAG_ZEROES_BIT]) ||
+                (f_is_lw && !f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) ||
                 (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
 wire f_lwrite = f_is_dram ? !f_flags[DIRECTION_TO_DRAM_BIT] :
                 (f_opcode == OPCODE_DATAMOVE && f_flags == DIRECTION_ACC_TO_LOCAL);
@@ -179,50 +186,86 @@ wire          f_wraps = f_end >= XB'(LOCAL_DEPTH);
 wire [CB-1:0] f_lo = f_wraps ? '0 : f_addr0;
 wire [CB-1:0] f_hi = f_wraps ? CB'(LOCAL_DEPTH - 1) : CB'(f_end);
 
-// What each engine's instruction does to local memory, while it is in flight.
-reg          c_lvalid, c_lwrite, d_lvalid, d_lwrite;
-reg [CB-1:0] c_lo, c_hi, d_lo, d_hi;
-wire hazard_c = c_lvalid && f_lvalid && (c_lwrite || f_lwrite) && f_lo <= c_hi && c_lo <= f_hi;
-wire hazard_d = d_lvalid && f_lvalid && (d_lwrite || f_lwrite) && f_lo <= d_hi && d_lo <= f_hi;
+// What each engine's instruction does to local memory while it is in flight: compute (C), weights
+// (W), DRAM0 (D0), DRAM1 (D1).
+localparam E_C = 0, E_W = 1, E_D0 = 2, E_D1 = 3, ENGINES = 4;
+reg  [ENGINES-1:0] e_lvalid, e_lwrite;
+reg  [CB-1:0]      e_lo [0:ENGINES-1];
+reg  [CB-1:0]      e_hi [0:ENGINES-1];
+wire [ENGINES-1:0] e_busy;
+wire [ENGINES-1:0] hazard;
+genvar e;
+generate
+    for (e = 0; e < ENGINES; e = e + 1) begin : g_hazard
+        assign hazard[e] = e_lvalid[e] && f_lvalid && (e_lwrite[e] || f_lwrite) && f_lo <= e_hi[e] && e_lo[e] <= f_hi;
+    end
+endgenerate
+// The engine the instruction would go to, and the others' hazards.
+wire [ENGINES-1:0] f_engine;
+assign f_engine[E_C] = f_is_compute;
+assign f_engine[E_W] = f_is_lw;
+assign f_engine[E_D0] = f_is_dram && !f_bank1;
+assign f_engine[E_D1] = f_is_dram && f_bank1;
+wire f_hazard = |(hazard & ~f_engine);
 
 // -- compute engine state -------------------------------------------------------------------------
 localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
 reg [1:0]  state;
 reg [3:0]  opcode, flags;
 reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
-// -- DRAM engine state ----------------------------------------------------------------------------
-reg [1:0]  d_state;
-reg [1:0]  d_flags;   // the DataMove's direction bits: DIRECTION_TO_DRAM_BIT, DIRECTION_DRAM1_BIT
-reg [CB-1:0] d_addr0, d_step0, d_addr1, d_step1, d_count, d_issued;
 
 wire simd_hazard;
 wire simd_pipe_empty;
 wire c_free = state == S_IDLE;
-// A MatMul or LoadWeights may follow a MatMul or LoadWeights as soon as the earlier one has issued
-// its last vector: MatMul vectors stream through the array in order, carrying their own accumulator
-// address, flag and weight set, and LoadWeights fills the array's other weight set (the array swaps
-// sets at the next MatMul vector), so nothing waits for the array to drain (the accumulators
-// forward writes for accumulate chains). Both paths from local memory into the array take equally
-// long, so weights and vectors reach it in program order.
-wire f_streams = f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS;
-wire streaming = opcode == OPCODE_MATMUL || opcode == OPCODE_LOADWEIGHTS;
-wire mm_follows = f_streams && streaming && state != S_IDLE && issued == count;
-wire d_free = d_state == S_IDLE;
-wire quiet_c, quiet_d;
+// A MatMul may follow a MatMul as soon as the earlier one has issued its last vector: both stream
+// through the array in order and carry their own accumulator address, flag and weight set, so
+// nothing waits for the array to drain (the accumulators forward writes for accumulate chains).
+wire mm_follows = f_is_mm && opcode == OPCODE_MATMUL && state != S_IDLE && issued == count;
+wire quiet_c;
+
+// -- weights: the array's two sets ---------------------------------------------------------------
+// LoadWeights fills the array's loading set while MatMuls stream through the active one; the first
+// vector of the next MatMul in program order carries the swap. A MatMul dispatched after a
+// LoadWeights (`lw_since_mm`) swaps, and its first vector waits until the weights engine is done. A
+// LoadWeights that starts a new load (a MatMul came since the previous one: `mm_since_lw`) may
+// fill the loading set only once the previous load's swap has reached the array, and (always) only
+// while no vector in flight uses that set.
+reg  lw_since_mm, mm_since_lw;
+reg  w_continues;          // the weights engine's load continues the previous one (no MatMul between)
+reg  mm_swap;              // the compute engine's MatMul swaps at its first vector
+wire w_free;
+wire arr_loaded;
+reg  mm_read_swap, arr_in_swap;
+wire load_allowed;
+
+// -- DRAM engines -------------------------------------------------------------------------------
+wire d0_free, d1_free;
+reg  d0_to_local, d1_to_local;   // the engine's move writes local memory
+// A bank returns at most one vector per VECTOR_BEATS cycles; with a single beat both banks' responses
+// could outrun local memory's port, so then DRAM -> local moves take turns.
+wire f_to_local = f_is_dram && !f_flags[DIRECTION_TO_DRAM_BIT];
+wire d_turns = VECTOR_BEATS < 2 && f_to_local &&
+               (f_bank1 ? (!d0_free && d0_to_local) : (!d1_free && d1_to_local));
+
+wire quiet_w = w_free;
+wire quiet_d = d0_free && d1_free;
 assign s_instr_ready = !rst && (
     f_is_simd    ? c_free && !simd_hazard :
-    f_is_compute ? (c_free || mm_follows) && simd_pipe_empty && !hazard_d :
-    f_is_dram    ? d_free && !hazard_c :
-    f_opcode == OPCODE_CONFIGURE ? c_free && d_free && simd_pipe_empty && quiet_c && quiet_d :
+    f_is_compute ? (c_free || mm_follows) && simd_pipe_empty && !f_hazard :
+    f_is_lw      ? w_free && !f_hazard :
+    f_is_dram    ? (f_bank1 ? d1_free : d0_free) && !f_hazard && !d_turns :
+    f_opcode == OPCODE_CONFIGURE ? c_free && simd_pipe_empty && quiet_c && quiet_w && quiet_d :
     1'b1);
 wire start = s_instr_valid && s_instr_ready;
 wire start_c = start && f_known && f_is_compute;
-wire start_d = start && f_known && f_is_dram;
+wire start_w = start && f_known && f_is_lw;
+wire start_d0 = start && f_known && f_is_dram && !f_bank1;
+wire start_d1 = start && f_known && f_is_dram && f_bank1;
 
 // -- units ---------------------------------------------------------------------------------------
-// Local memory: port A belongs to the compute engine (reads for MatMul, LoadWeights and moves to the
-// accumulators; writes of moves from them), port B to the DRAM engine (writes of DRAM reads, reads
-// for DRAM writes). The hazard rule keeps the two ports on different addresses.
+// Local memory: port A belongs to the compute engine (reads for MatMul and moves to the
+// accumulators; writes of moves from them), port B to the weights and DRAM engines, through the
+// arbiter below. The hazard rule keeps engines on different addresses where one writes.
 reg           lm_a_rd;
 reg  [LA-1:0] lm_a_raddr;
 reg           lm_a_we;
@@ -273,8 +316,8 @@ acc_inst (
 );
 
 // Array
-reg          arr_w_valid;
-reg  [V-1:0] arr_w_data;
+wire         arr_w_valid;
+wire [V-1:0] arr_w_data;
 reg          arr_in_valid;
 reg  [V-1:0] arr_in_data;
 wire [V-1:0] arr_out_data;
@@ -288,9 +331,9 @@ tcu_systolic_array #(
 array_inst (
     .clk(clk), .rst(rst),
     .s_weights_data(arr_w_data), .s_weights_valid(arr_w_valid), .s_weights_ready(arr_w_ready),
-    .s_in_data(arr_in_data), .s_in_valid(arr_in_valid), .s_in_ready(arr_in_ready),
+    .s_in_data(arr_in_data), .s_in_valid(arr_in_valid), .s_in_swap(arr_in_swap), .s_in_ready(arr_in_ready),
     .m_out_data(arr_out_data), .m_out_valid(arr_out_valid), .m_out_ready(1'b1),
-    .busy(arr_busy), .saturated(arr_saturated)
+    .loaded(arr_loaded), .busy(arr_busy), .saturated(arr_saturated)
 );
 
 // SIMD
@@ -313,6 +356,106 @@ simd_inst (
     .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
 );
 
+// -- local memory port B: the arbiter ---------------------------------------------------------------
+// Fixed priority: DRAM read responses (DRAM0, DRAM1), then the weights engine's reads, then the DRAM
+// engines' reads for writes to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank and
+// wait in the engines' small queues, so they are never held long.
+wire          w_rd_valid, d0_rd_valid, d1_rd_valid, d0_wr_valid, d1_wr_valid;
+wire [LA-1:0] w_rd_addr, d0_rd_addr, d1_rd_addr, d0_wr_addr, d1_wr_addr;
+wire [V-1:0]  d0_wr_data, d1_wr_data;
+wire grant_d0_wr = d0_wr_valid;
+wire grant_d1_wr = d1_wr_valid && !d0_wr_valid;
+wire port_b_writes = d0_wr_valid || d1_wr_valid;
+wire grant_w_rd = w_rd_valid && !port_b_writes;
+wire grant_d0_rd = d0_rd_valid && !port_b_writes && !w_rd_valid;
+wire grant_d1_rd = d1_rd_valid && !port_b_writes && !w_rd_valid && !d0_rd_valid;
+
+always @* begin
+    lm_b_we = port_b_writes;
+    lm_b_waddr = d0_wr_valid ? d0_wr_addr : d1_wr_addr;
+    lm_b_wdata = d0_wr_valid ? d0_wr_data : d1_wr_data;
+    lm_b_rd = grant_w_rd || grant_d0_rd || grant_d1_rd;
+    lm_b_raddr = grant_w_rd ? w_rd_addr : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
+end
+
+// -- weights engine ----------------------------------------------------------------------------------
+wire w_busy, w_issuing;
+wire [31:0] w_busy_cycles;
+// Beats are in the weights engine's pipeline or the array's loading set is full of a load whose swap
+// has not reached the array yet.
+assign load_allowed = arr_w_ready && (w_continues || (!arr_loaded && !mm_read_swap && !arr_in_swap));
+
+tcu_weights_engine #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA)
+)
+weights_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_w), .s_cmd_ready(w_free),
+    .s_cmd_zeroes(f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]),
+    .s_cmd_local_top(CB'(f_end)), .s_cmd_local_step(f_step0), .s_cmd_count(f_lw_count),
+    .load_allowed(load_allowed),
+    .m_local_rd_valid(w_rd_valid), .m_local_rd_addr(w_rd_addr), .local_rd_grant(grant_w_rd),
+    .local_rd_data(lm_b_rdata),
+    .m_weights_valid(arr_w_valid), .m_weights_data(arr_w_data),
+    .busy(w_busy), .issuing(w_issuing), .busy_cycles(w_busy_cycles)
+);
+
+// -- DRAM engines ------------------------------------------------------------------------------------
+wire d0_busy, d1_busy, d0_issuing, d1_issuing;
+wire [31:0] d0_busy_cycles, d1_busy_cycles;
+
+tcu_dram_engine #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .LOCAL_DEPTH(LOCAL_DEPTH),
+    .DEPTH_BITS(DRAM0_DEPTH_BITS)
+)
+dram0_engine_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_d0), .s_cmd_ready(d0_free), .s_cmd_to_dram(f_flags[DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
+    .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
+    .m_dram_rd_valid(m_dram0_rd_valid), .m_dram_rd_ready(m_dram0_rd_ready), .m_dram_rd_addr(m_dram0_rd_addr),
+    .m_dram_rd_count(m_dram0_rd_count), .s_dram_rd_valid(s_dram0_rd_valid), .s_dram_rd_data(s_dram0_rd_data),
+    .m_dram_wr_valid(m_dram0_wr_valid), .m_dram_wr_ready(m_dram0_wr_ready), .m_dram_wr_addr(m_dram0_wr_addr),
+    .m_dram_wr_run(m_dram0_wr_run), .m_dram_wr_data(m_dram0_wr_data), .dram_wr_pending(dram0_wr_pending),
+    .m_local_rd_valid(d0_rd_valid), .m_local_rd_addr(d0_rd_addr), .local_rd_grant(grant_d0_rd),
+    .local_rd_data(lm_b_rdata),
+    .m_local_wr_valid(d0_wr_valid), .m_local_wr_addr(d0_wr_addr), .m_local_wr_data(d0_wr_data),
+    .local_wr_grant(grant_d0_wr),
+    .busy(d0_busy), .issuing(d0_issuing), .busy_cycles(d0_busy_cycles)
+);
+
+tcu_dram_engine #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .LOCAL_DEPTH(LOCAL_DEPTH),
+    .DEPTH_BITS(DRAM1_DEPTH_BITS)
+)
+dram1_engine_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_d1), .s_cmd_ready(d1_free), .s_cmd_to_dram(f_flags[DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
+    .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
+    .m_dram_rd_valid(m_dram1_rd_valid), .m_dram_rd_ready(m_dram1_rd_ready), .m_dram_rd_addr(m_dram1_rd_addr),
+    .m_dram_rd_count(m_dram1_rd_count), .s_dram_rd_valid(s_dram1_rd_valid), .s_dram_rd_data(s_dram1_rd_data),
+    .m_dram_wr_valid(m_dram1_wr_valid), .m_dram_wr_ready(m_dram1_wr_ready), .m_dram_wr_addr(m_dram1_wr_addr),
+    .m_dram_wr_run(m_dram1_wr_run), .m_dram_wr_data(m_dram1_wr_data), .dram_wr_pending(dram1_wr_pending),
+    .m_local_rd_valid(d1_rd_valid), .m_local_rd_addr(d1_rd_addr), .local_rd_grant(grant_d1_rd),
+    .local_rd_data(lm_b_rdata),
+    .m_local_wr_valid(d1_wr_valid), .m_local_wr_addr(d1_wr_addr), .m_local_wr_data(d1_wr_data),
+    .local_wr_grant(grant_d1_wr),
+    .busy(d1_busy), .issuing(d1_issuing), .busy_cycles(d1_busy_cycles)
+);
+
+assign e_busy[E_C] = state != S_IDLE;
+assign e_busy[E_W] = w_busy;
+assign e_busy[E_D0] = d0_busy;
+assign e_busy[E_D1] = d1_busy;
 
 // -- delay lines: what each issued read becomes when its data arrives --------------------------
 // MatMul: the local read's data reaches the array one cycle after issue; the accumulator address
@@ -321,12 +464,10 @@ localparam MM_FIFO_BITS = $clog2(N + 4);
 reg                    mm_read_valid, mm_read_zero;
 reg [AA:0]             mm_fifo [0:(1 << MM_FIFO_BITS)-1];   // {accumulate, accumulator address}
 reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
-// Compute moves and LoadWeights: one cycle of read latency.
+// Compute moves: one cycle of read latency.
 reg          rd1_valid;
 reg [CB-1:0] rd1_addr;        // where the data goes (accumulator or local address)
-reg [1:0]    rd1_kind;        // where the data goes: RD1_WEIGHTS, RD1_ACC, RD1_LOCAL
-localparam [1:0] RD1_WEIGHTS = 2'd0, RD1_ACC = 2'd1, RD1_LOCAL = 2'd2;
-reg          rd1_zero;
+reg          rd1_to_acc;      // local -> accumulators (else accumulators -> local)
 reg          rd1_accumulate;
 // SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
 // the ALU, stage 3 holds the ALU output and becomes the accumulator write. A SIMD that reads a vector
@@ -344,80 +485,14 @@ reg          p3_write, p3_acc;
 reg [AA-1:0] p3_waddr;
 reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
 
-// -- DRAM engine -------------------------------------------------------------------------------------
-// DRAM -> local: requests one per cycle as the bank takes them, responses (in order) written to local
-// memory. Local -> DRAM: local reads feed a small queue, so reads keep going while the bank takes
-// vectors. The engine's next instruction starts when every response and write response is in.
-wire         d_to_dram = d_flags[DIRECTION_TO_DRAM_BIT];
-wire         d_bank1 = d_flags[DIRECTION_DRAM1_BIT];
-reg [CB-1:0] d_rd_issued, d_rd_received, d_base, d_step;
-wire         dram_rd_ready = d_bank1 ? m_dram1_rd_ready : m_dram0_rd_ready;
-wire         dram_rd_resp = d_bank1 ? s_dram1_rd_valid : s_dram0_rd_valid;
-wire [V-1:0] dram_rd_data = d_bank1 ? s_dram1_rd_data : s_dram0_rd_data;
-wire         dram_wr_ready = d_bank1 ? m_dram1_wr_ready : m_dram0_wr_ready;
-reg          d_rd1_valid;      // a local read for DRAM is on port B's output
-reg [CB-1:0] d_rd1_addr, d_rd1_run;
-
-localparam WQ_BITS = 2;
-localparam WQ = 1 << WQ_BITS;
-reg [CB-1:0]      wq_addr [0:WQ-1];
-reg [CB-1:0]      wq_run [0:WQ-1];
-reg [V-1:0]       wq_data [0:WQ-1];
-reg [WQ_BITS:0]   wq_count;
-reg [WQ_BITS-1:0] wq_head, wq_tail;
-wire              wq_push = d_rd1_valid;
-wire              wq_pop = wq_count != 0 && dram_wr_ready;
-wire [CB-1:0]     dram_wr_addr = wq_addr[wq_head];
-
-wire d_issuing = d_state == S_ISSUE && d_issued < d_count;
-// With DRAM stride 1 the whole move is one run: a single read request, or a write run announced
-// with its first vector; with a larger stride every vector is a run of its own.
-wire d_runs = d_step1 == 1;
-// A local read for DRAM issues only when the queue has room for it and the one in flight.
-wire to_dram_space = 32'(wq_count) + 32'(wq_push) + 1 < WQ;
-wire d_issue_now = d_issuing && (d_to_dram ? to_dram_space : dram_rd_ready);
-
-assign m_dram0_rd_valid = d_issuing && !d_to_dram && !d_bank1;
-assign m_dram1_rd_valid = d_issuing && !d_to_dram && d_bank1;
-assign m_dram0_rd_addr  = DRAM0_DEPTH_BITS'(d_addr1);
-assign m_dram1_rd_addr  = DRAM1_DEPTH_BITS'(d_addr1);
-assign m_dram0_rd_count = d_runs ? d_count : 32'd1;
-assign m_dram1_rd_count = d_runs ? d_count : 32'd1;
-assign m_dram0_wr_run   = wq_run[wq_head];
-assign m_dram1_wr_run   = wq_run[wq_head];
-assign m_dram0_wr_valid = wq_count != 0 && !d_bank1;
-assign m_dram1_wr_valid = wq_count != 0 && d_bank1;
-assign m_dram0_wr_addr  = DRAM0_DEPTH_BITS'(dram_wr_addr);
-assign m_dram1_wr_addr  = DRAM1_DEPTH_BITS'(dram_wr_addr);
-assign m_dram0_wr_data  = wq_data[wq_head];
-assign m_dram1_wr_data  = wq_data[wq_head];
-
-// Local addresses of DRAM read responses: the k-th response goes to base + k * step.
-wire [CB-1:0] d_resp_addr = d_base + d_rd_received * d_step;
-wire          d_resp = dram_rd_resp && d_state != S_IDLE && d_rd_received != d_rd_issued;
-
-always @* begin
-    lm_b_rd = d_issue_now && d_to_dram;
-    lm_b_raddr = LA'(d_addr0);
-end
-
 // -- compute engine issue --------------------------------------------------------------------------
 wire is_mm   = opcode == OPCODE_MATMUL;
-wire is_lw   = opcode == OPCODE_LOADWEIGHTS;
-// A LoadWeights read issues once the MatMul vectors before it are inside the array (they may swap
-// its weight sets) and the array has no vector in flight on the set the load fills; until its
-// first beat lands the array's answer cannot change, so later reads need not wait for beats.
-wire lw_wait = is_lw && (mm_read_valid || arr_in_valid || !arr_w_ready);
-wire issue_now = state == S_ISSUE && issued < count && !lw_wait;  // a vector every cycle
 wire dm_local_to_acc = opcode == OPCODE_DATAMOVE &&
                        (flags == DIRECTION_LOCAL_TO_ACC || flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE);
 wire dm_acc_to_local = opcode == OPCODE_DATAMOVE && flags == DIRECTION_ACC_TO_LOCAL;
-
-// The instruction's operand0 as decoded (the loop moves addr0 along).
-reg  [CB-1:0] rd_base, rd_step;
-
-// LoadWeights reads from the highest address down.
-wire [CB-1:0] lw_addr = rd_base + (count - 1 - issued) * rd_step;
+// A swapping MatMul's first vector waits until the weights engine has landed its load.
+wire swap_wait = is_mm && mm_swap && !w_free;
+wire issue_now = state == S_ISSUE && issued < count && !swap_wait;  // a vector every cycle
 
 always @* begin
     lm_a_rd = 1'b0;
@@ -427,10 +502,6 @@ always @* begin
     if (issue_now) begin
         if (is_mm && !flags[MATMUL_FLAG_ZEROES_BIT]) begin
             lm_a_rd = 1'b1;
-        end
-        if (is_lw && !flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) begin
-            lm_a_rd = 1'b1;
-            lm_a_raddr = LA'(lw_addr);
         end
         if (dm_local_to_acc) begin
             lm_a_rd = 1'b1;
@@ -457,15 +528,13 @@ assign simd_hazard = f_flags[SIMD_FLAG_READ_BIT] && ((acc_wr_valid && acc_wr_acc
                                     pending_write(acc_wr_valid && simd_acc_wr, 1'b1, acc_wr_addr, f_simd_read));
 assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(acc_wr_valid && simd_acc_wr);
 
-// Everything an engine started has landed.
+// Everything the compute engine started has landed.
 assign quiet_c = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid &&
-                 !acc_busy && simd_pipe_empty && !acc_wr_valid && !lm_a_we && !arr_w_valid;
-assign quiet_d = d_rd_issued == d_rd_received && !d_rd1_valid && wq_count == 0 && !lm_b_we &&
-                 !dram0_wr_pending && !dram1_wr_pending;
+                 !acc_busy && simd_pipe_empty && !acc_wr_valid && !lm_a_we;
 
-assign idle = !s_instr_valid && c_free && d_free && quiet_c && quiet_d;
+assign idle = !s_instr_valid && c_free && quiet_c && quiet_w && quiet_d;
 
-reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles, d_busy_cycles;
+reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles;
 
 wire d0_rd_fire = m_dram0_rd_valid && m_dram0_rd_ready, d0_wr_fire = m_dram0_wr_valid && m_dram0_wr_ready;
 wire d1_rd_fire = m_dram1_rd_valid && m_dram1_rd_ready, d1_wr_fire = m_dram1_wr_valid && m_dram1_wr_ready;
@@ -475,7 +544,7 @@ assign activity = {
     1'b1, lm_b_rd || lm_b_we,                                                  // local port B
     d0_rd_fire || d0_wr_fire, m_dram0_rd_valid || m_dram0_wr_valid || s_dram0_rd_valid,  // DRAM0
     d1_rd_fire || d1_wr_fire, m_dram1_rd_valid || m_dram1_wr_valid || s_dram1_rd_valid,  // DRAM1
-    issue_now || d_issue_now, state != S_IDLE || d_state != S_IDLE,            // dataflow
+    issue_now || w_issuing || d0_issuing || d1_issuing, |e_busy,               // dataflow
     1'b1, acc_wr_valid || acc_rd_valid,                                        // accumulators
     arr_in_ready, arr_in_valid || arr_w_valid                                  // array
 };
@@ -485,16 +554,20 @@ always @(posedge clk) begin
     // Defaults: single-cycle strobes.
     acc_wr_valid <= 1'b0;
     lm_a_we <= 1'b0;
-    lm_b_we <= 1'b0;
-    arr_w_valid <= 1'b0;
     arr_in_valid <= 1'b0;
+    arr_in_swap <= 1'b0;
     simd_in_valid <= 1'b0;
 
     if (rst) begin
         state <= S_IDLE;
-        d_state <= S_IDLE;
-        c_lvalid <= 1'b0;
-        d_lvalid <= 1'b0;
+        e_lvalid <= '0;
+        e_lwrite <= '0;
+        lw_since_mm <= 1'b0;
+        mm_since_lw <= 1'b0;
+        w_continues <= 1'b0;
+        mm_swap <= 1'b0;
+        d0_to_local <= 1'b0;
+        d1_to_local <= 1'b0;
         program_counter <= '0;
         error <= 1'b0;
         timeout <= 1'b0;
@@ -507,19 +580,13 @@ always @(posedge clk) begin
         tracepoint_pc <= 32'hFFFFFFFF;
         sample_interval <= '0;
         mm_read_valid <= 1'b0;
+        mm_read_swap <= 1'b0;
         mm_wr_ptr <= '0;
         mm_rd_ptr <= '0;
         rd1_valid <= 1'b0;
-        d_rd1_valid <= 1'b0;
         p1_valid <= 1'b0;
         simd_acc_wr <= 1'b0;
-        wq_count <= '0;
-        wq_head <= '0;
-        wq_tail <= '0;
-        d_rd_issued <= '0;
-        d_rd_received <= '0;
         c_busy_cycles <= '0;
-        d_busy_cycles <= '0;
     end else begin
         saturated <= saturated | arr_saturated | acc_saturated | simd_saturated;
 
@@ -542,6 +609,17 @@ always @(posedge clk) begin
                 endcase
             end
         end
+        // Each engine's local memory range, from its dispatch until it is done.
+        for (int k = 0; k < ENGINES; k = k + 1) begin
+            if (start && f_known && f_engine[k]) begin
+                e_lvalid[k] <= f_lvalid;
+                e_lwrite[k] <= f_lwrite;
+                e_lo[k] <= f_lo;
+                e_hi[k] <= f_hi;
+            end else if (!e_busy[k]) begin
+                e_lvalid[k] <= 1'b0;
+            end
+        end
         if (start_c) begin
             state <= S_ISSUE;
             opcode <= f_opcode;
@@ -553,36 +631,26 @@ always @(posedge clk) begin
             count <= f_n;
             issued <= '0;
             c_busy_cycles <= '0;
-            c_lvalid <= f_lvalid;
-            c_lwrite <= f_lwrite;
-            c_lo <= f_lo;
-            c_hi <= f_hi;
+            mm_swap <= f_is_mm && lw_since_mm;
         end
-        if (start_d) begin
-            d_state <= S_ISSUE;
-            d_flags <= f_flags[1:0];
-            d_addr0 <= f_addr0;
-            d_step0 <= f_step0;
-            d_addr1 <= f_addr1;
-            d_step1 <= f_step1;
-            d_count <= f_count;
-            d_issued <= '0;
-            d_rd_issued <= '0;
-            d_rd_received <= '0;
-            d_base <= f_addr0;
-            d_step <= f_step0;
-            d_busy_cycles <= '0;
-            d_lvalid <= 1'b1;
-            d_lwrite <= !f_flags[DIRECTION_TO_DRAM_BIT];
-            d_lo <= f_lo;
-            d_hi <= f_hi;
+        if (start && f_known && f_is_mm) begin
+            lw_since_mm <= 1'b0;
+            mm_since_lw <= 1'b1;
         end
+        if (start_w) begin
+            lw_since_mm <= 1'b1;
+            mm_since_lw <= 1'b0;
+            w_continues <= !mm_since_lw;
+        end
+        if (start_d0) d0_to_local <= f_to_local;
+        if (start_d1) d1_to_local <= f_to_local;
 
         // ---- timeout: an engine busy with one instruction for longer than the limit --------------
-        if (state != S_IDLE) c_busy_cycles <= c_busy_cycles + 1;
-        if (d_state != S_IDLE) d_busy_cycles <= d_busy_cycles + 1;
+        if (state != S_IDLE && !start_c) c_busy_cycles <= c_busy_cycles + 1;
         if (timeout_limit != 0 && ((state != S_IDLE && c_busy_cycles >= timeout_limit) ||
-                                   (d_state != S_IDLE && d_busy_cycles >= timeout_limit))) begin
+                                   (w_busy && w_busy_cycles >= timeout_limit) ||
+                                   (d0_busy && d0_busy_cycles >= timeout_limit) ||
+                                   (d1_busy && d1_busy_cycles >= timeout_limit))) begin
             timeout <= 1'b1;
         end
 
@@ -591,22 +659,22 @@ always @(posedge clk) begin
             issued <= issued + 1;
             addr0 <= addr0 + step0;
             addr1 <= addr1 + step1;
+            if (is_mm) mm_swap <= 1'b0;  // only the first vector swaps
         end
         if (state == S_ISSUE && issued == count && !start_c) state <= S_DRAIN;
-        if (state == S_DRAIN && quiet_c && !start_c) begin
-            state <= S_IDLE;
-            c_lvalid <= 1'b0;
-        end
+        if (state == S_DRAIN && quiet_c && !start_c) state <= S_IDLE;
 
         // MatMul: local data -> array -> accumulators
         mm_read_valid <= issue_now && is_mm;
         mm_read_zero <= flags[MATMUL_FLAG_ZEROES_BIT];
+        mm_read_swap <= issue_now && is_mm && mm_swap;
         if (issue_now && is_mm) begin
             mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[MATMUL_FLAG_ACCUMULATE_BIT], AA'(addr1)};
             mm_wr_ptr <= mm_wr_ptr + 1;
         end
         if (mm_read_valid) begin
             arr_in_valid <= 1'b1;
+            arr_in_swap <= mm_read_swap;
             arr_in_data <= mm_read_zero ? {V{1'b0}} : lm_a_rdata;
         end
         if (arr_out_valid) begin
@@ -617,67 +685,22 @@ always @(posedge clk) begin
             mm_rd_ptr <= mm_rd_ptr + 1;
         end
 
-        // Moves and LoadWeights: one cycle after the read
-        rd1_valid <= issue_now && (is_lw || dm_local_to_acc || dm_acc_to_local);
-        rd1_zero <= is_lw && flags[LOADWEIGHTS_FLAG_ZEROES_BIT];
+        // Moves: one cycle after the read
+        rd1_valid <= issue_now && (dm_local_to_acc || dm_acc_to_local);
         rd1_accumulate <= flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
-        rd1_kind <= is_lw ? RD1_WEIGHTS : (dm_local_to_acc ? RD1_ACC : RD1_LOCAL);
+        rd1_to_acc <= dm_local_to_acc;
         rd1_addr <= dm_acc_to_local ? addr0 : addr1;
         if (rd1_valid) begin
-            case (rd1_kind)
-                RD1_WEIGHTS: begin
-                    arr_w_valid <= 1'b1;
-                    arr_w_data <= rd1_zero ? {V{1'b0}} : lm_a_rdata;
-                end
-                RD1_ACC: begin
-                    acc_wr_valid <= 1'b1;
-                    acc_wr_addr <= AA'(rd1_addr);
-                    acc_wr_data <= lm_a_rdata;
-                    acc_wr_accumulate <= rd1_accumulate;
-                end
-                default: begin
-                    lm_a_we <= 1'b1;
-                    lm_a_waddr <= LA'(rd1_addr);
-                    lm_a_wdata <= acc_rd_data;
-                end
-            endcase
-        end
-
-        // ---- DRAM engine ---------------------------------------------------------------------------
-        if (d_issue_now) begin
-            if (!d_to_dram && d_runs) begin
-                d_issued <= d_count;
-                d_rd_issued <= d_count;
+            if (rd1_to_acc) begin
+                acc_wr_valid <= 1'b1;
+                acc_wr_addr <= AA'(rd1_addr);
+                acc_wr_data <= lm_a_rdata;
+                acc_wr_accumulate <= rd1_accumulate;
             end else begin
-                d_issued <= d_issued + 1;
-                d_addr0 <= d_addr0 + d_step0;
-                d_addr1 <= d_addr1 + d_step1;
-                if (!d_to_dram) d_rd_issued <= d_rd_issued + 1;
+                lm_a_we <= 1'b1;
+                lm_a_waddr <= LA'(rd1_addr);
+                lm_a_wdata <= acc_rd_data;
             end
-        end
-        if (d_state == S_ISSUE && d_issued == d_count) d_state <= S_DRAIN;
-        if (d_state == S_DRAIN && quiet_d) begin
-            d_state <= S_IDLE;
-            d_lvalid <= 1'b0;
-        end
-        // Local -> DRAM: port B's data one cycle after the read, into the queue.
-        d_rd1_valid <= d_issue_now && d_to_dram;
-        d_rd1_addr <= d_addr1;
-        d_rd1_run <= !d_runs ? 32'd1 : (d_issued == 0 ? d_count : 32'd0);
-        if (d_rd1_valid) begin
-            wq_addr[wq_tail] <= d_rd1_addr;
-            wq_run[wq_tail] <= d_rd1_run;
-            wq_data[wq_tail] <= lm_b_rdata;
-            wq_tail <= wq_tail + 1;
-        end
-        if (wq_pop) wq_head <= wq_head + 1;
-        wq_count <= wq_count + (WQ_BITS+1)'(wq_push) - (WQ_BITS+1)'(wq_pop);
-        // DRAM -> local: responses arrive in order.
-        if (d_resp) begin
-            lm_b_we <= 1'b1;
-            lm_b_waddr <= LA'(d_resp_addr);
-            lm_b_wdata <= dram_rd_data;
-            d_rd_received <= d_rd_received + 1;
         end
 
         // ---- SIMD pipeline --------------------------------------------------------------------
@@ -715,15 +738,8 @@ always @(posedge clk) begin
     end
 end
 
-always @(posedge clk) begin
-    if (start_c) begin
-        rd_base <= f_addr0;
-        rd_step <= f_step0;
-    end
-end
-
-wire unused_ok = &{1'b0, dram_wr_addr, rd1_addr, d_resp_addr, lw_addr, arr_in_ready, acc_rd_data_valid,
-                   f_op1[OPERAND1_BITS-1:0], f_op0, f_op2, dram0_wr_pending, dram1_wr_pending};
+wire unused_ok = &{1'b0, rd1_addr, arr_in_ready, acc_rd_data_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
+                   d0_busy_cycles, d1_busy_cycles, w_busy_cycles};
 
 endmodule
 

@@ -14,12 +14,13 @@
  * Shadow weights: the weights in program order live in one of two sets (`active`); each
  * s_weights beat shifts rows into the other set (row k+1 <= row k, row 0 <= data), the first
  * beat after a swap shifting from the active set, so loading from the highest address down leaves
- * row 0 = the lowest address and a partial load shifts the previous rows down (LoadWeights). The
- * next input vector swaps the sets. Every vector carries its set through the stages, so vectors
- * in flight keep their weights while new ones load: a load never waits for the array to drain.
- * s_weights_ready is low while a vector still in flight uses the set a load would overwrite.
- * The caller keeps program order: beats and input vectors arrive in the order of their
- * instructions, never both in one cycle.
+ * row 0 = the lowest address and a partial load shifts the previous rows down (LoadWeights).
+ * `loaded` says beats went in since the last swap. An input vector with s_in_swap (the first of
+ * the MatMul after a load) swaps the sets; others use the active set, so vectors of the MatMul
+ * before a load may still stream in while it loads. Every vector carries its set through the
+ * stages: a load never waits for the array to drain, only (s_weights_ready low) while a vector in
+ * flight still uses the set it would overwrite. The caller keeps program order: a load starts after
+ * the previous load's swapping vector went in, and a swapping vector comes after its load's beats.
  *
  * Timing: one vector per cycle in and out while m_out_ready; latency N cycles. Cells compute only
  * on cycles that carry a vector.
@@ -45,6 +46,7 @@ module tcu_systolic_array #
     // Input vectors
     input  wire [ARRAY_SIZE*DATA_WIDTH-1:0]  s_in_data,
     input  wire                              s_in_valid,
+    input  wire                              s_in_swap,
     output wire                              s_in_ready,
 
     // Output vectors: bias + in x W
@@ -52,7 +54,9 @@ module tcu_systolic_array #
     output wire                              m_out_valid,
     input  wire                              m_out_ready,
 
-    // Vectors in flight, and saturation events (one pulse per saturated output vector)
+    // Beats went into the loading set since the last swap; vectors in flight; saturation events
+    // (one pulse per saturated output vector)
+    output reg                               loaded,
     output wire                              busy,
     output wire                              saturated
 );
@@ -70,8 +74,7 @@ endgenerate
 // The two weight sets; row 0 is the bias.
 reg [N*W-1:0] weights0 [0:N];
 reg [N*W-1:0] weights1 [0:N];
-reg           active;   // the set the next vector uses, unless a load is pending
-reg           loaded;   // beats went into the other set since the last swap
+reg           active;   // the set in program order (a swapping vector uses the other one)
 
 // Pipeline stage j: registered inputs, partial sums (the cells' outputs), valid and weight set.
 reg [N*W-1:0] in_reg  [0:N-1];
@@ -82,7 +85,8 @@ reg [N-1:0]   valid_reg;
 reg [N-1:0]   set_reg;
 
 wire advance = m_out_ready || !valid_reg[N-1];
-wire in_set = loaded ? !active : active;
+wire swap = s_in_valid && s_in_swap && loaded;
+wire in_set = swap ? !active : active;
 
 // A load overwrites the inactive set: it waits while a vector in flight still uses that set.
 wire [N-1:0] uses_inactive = valid_reg & (active ? ~set_reg : set_reg);
@@ -116,7 +120,7 @@ always @(posedge clk) begin
         loaded <= 1'b0;
     end else if (s_weights_valid) begin
         loaded <= 1'b1;
-    end else if (s_in_valid && advance && loaded) begin
+    end else if (swap && advance) begin
         active <= !active;
         loaded <= 1'b0;
     end

@@ -11,7 +11,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
 (constants in ``COSTS``):
 
 - MatMul ``size + N + mm``, LoadWeights ``size + lw``, local <-> accumulators ``size + move``;
-  a MatMul right after a MatMul starts once the earlier one has issued its vectors (``size + 1``);
+  a MatMul or LoadWeights right after a MatMul or LoadWeights starts once the earlier one has issued
+  its vectors (``size + 1``; the array's second weight set takes the load), a LoadWeights after a
+  MatMul one cycle later (``lw_after_mm``: the MatMul's last vectors enter the array first);
 - SIMD: one per cycle behind the compute engine; a SIMD reading what the previous one wrote waits
   for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
@@ -35,7 +37,7 @@ from ..isa.instructions import Direction, Opcode
 from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
-COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7}
+COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7, "lw_after_mm": 1}
 DEFAULT_AXI_BITS = 64
 
 
@@ -101,7 +103,7 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"], node, _KIND_OF, blame)
+                  c["read"], c["write"], c["lw_after_mm"], node, _KIND_OF, blame)
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         end = max(state[_C_END], state[_D_END], state[_SIMD_END])
         owner = _D_OWNER if state[_D_END] == end else _S_OWNER if state[_SIMD_END] == end else _C_OWNER
@@ -133,12 +135,13 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 
 
 # The simulation's state between chunks of a program: indices into one int64 array.
-(_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_WAS_MM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
+(_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_STREAM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
  _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH, _C_OWNER, _D_OWNER, _S_OWNER) = range(20)
 _STATE_SIZE = 20
+_STREAM_MM, _STREAM_LW = 1, 2
 @numba.njit(cache=True, nogil=True)
 def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write, node, kind_of, blame):
+              mm, lw, move, simd_drain, simd_dependent, read, write, lw_after_mm, node, kind_of, blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
@@ -148,8 +151,9 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     c_owner, d_owner, s_owner = state[_C_OWNER], state[_D_OWNER], state[_S_OWNER]
     dispatch = state[_DISPATCH]  # cycle at which the previous instruction dispatched
     c_end, d_end, simd_end = state[_C_END], state[_D_END], state[_SIMD_END]
-    # When the compute engine's last instruction issued its last vector, and whether it was a MatMul.
-    c_issued, c_was_mm = state[_C_ISSUED], state[_C_WAS_MM] != 0
+    # When the compute engine's last instruction issued its last vector, and what it was (a MatMul,
+    # a LoadWeights: _STREAM_MM, _STREAM_LW; else 0).
+    c_issued, c_stream = state[_C_ISSUED], state[_C_STREAM]
     # Local memory range (lo, hi, writes) of each engine's last instruction, if it has one.
     c_has, c_lo, c_hi, c_writes = state[_C_HAS] != 0, state[_C_LO], state[_C_HI], state[_C_WRITES] != 0
     d_has, d_lo, d_hi, d_writes = state[_D_HAS] != 0, state[_D_LO], state[_D_HI], state[_D_WRITES] != 0
@@ -178,11 +182,16 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             zeros = (op == _MATMUL and (fl & 2) != 0) or (op == _LOADWEIGHTS and (fl & 1) != 0)
             writes = op == _DATAMOVE and fl == _ACC_TO_LOCAL
             lo, hi = _local_range(a0[i], s0[i], k, depth)
-            # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
-            follows = op == _MATMUL and c_was_mm
+            # A MatMul or LoadWeights streams in right behind either; anything else waits for the
+            # array to drain.
+            streams = op == _MATMUL or op == _LOADWEIGHTS
+            follows = streams and c_stream != 0
+            after = c_end
+            if follows:
+                after = c_issued + (lw_after_mm if op == _LOADWEIGHTS and c_stream == _STREAM_MM else 0)
             start = ready
-            if (c_issued if follows else c_end) > start:
-                start, held = c_issued if follows else c_end, c_owner
+            if after > start:
+                start, held = after, c_owner
             if simd_end > start:
                 start, held = simd_end, s_owner
             if (not zeros and d_end > start and d_has and (writes or d_writes)
@@ -192,7 +201,8 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             cost = k + (n + mm if op == _MATMUL else lw if op == _LOADWEIGHTS else move)
             c_end = start + cost
             c_has, c_lo, c_hi, c_writes = not zeros, lo, hi, writes
-            c_issued, c_was_mm = start + k + 1, op == _MATMUL
+            c_issued = start + k + 1
+            c_stream = _STREAM_MM if op == _MATMUL else _STREAM_LW if op == _LOADWEIGHTS else 0
             busy[op] += cost
             finish = max(finish, c_end)
         elif op == _DATAMOVE:
@@ -225,7 +235,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         dispatch = start
         finish = max(finish, start + 1)
     state[_DISPATCH], state[_C_END], state[_D_END], state[_SIMD_END] = dispatch, c_end, d_end, simd_end
-    state[_C_ISSUED], state[_C_WAS_MM] = c_issued, c_was_mm
+    state[_C_ISSUED], state[_C_STREAM] = c_issued, c_stream
     state[_C_HAS], state[_C_LO], state[_C_HI], state[_C_WRITES] = c_has, c_lo, c_hi, c_writes
     state[_D_HAS], state[_D_LO], state[_D_HI], state[_D_WRITES] = d_has, d_lo, d_hi, d_writes
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_FINISH] = last_simd_write, last_simd_time, finish

@@ -31,6 +31,7 @@ def epilogue(arch):
 
 async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
     n, w = arch.array_size, arch.data_type.width
+    beats = int(os.environ["PARAM_VECTOR_BEATS"])
     words = [program.word(pc) for pc in range(len(program))]
     banks = {0: dram0, 1: dram1}
     queues = {0: [], 1: []}
@@ -62,11 +63,12 @@ async def run_on_core(dut, arch, program, dram0, dram1, rng, max_cycles=200000):
             if q and q[0][0] <= cycle:
                 q.pop(0)
             if int(getattr(dut, f"m_dram{b}_rd_valid").value) and int(getattr(dut, f"m_dram{b}_rd_ready").value):
-                # A run of consecutive vectors, answered one by one after random delays.
+                # A run of consecutive vectors, answered one by one after random delays, at most one
+                # per VECTOR_BEATS cycles (a vector is that many bus beats).
                 addr = int(getattr(dut, f"m_dram{b}_rd_addr").value)
                 for k in range(int(getattr(dut, f"m_dram{b}_rd_count").value)):
                     last = q[-1][0] if q else cycle
-                    q.append((max(last, cycle) + rng.randint(1, 4), (addr + k) % len(banks[b])))
+                    q.append((max(last + beats - 1, cycle) + rng.randint(1, 4), (addr + k) % len(banks[b])))
             if int(getattr(dut, f"m_dram{b}_wr_valid").value) and int(getattr(dut, f"m_dram{b}_wr_ready").value):
                 addr = int(getattr(dut, f"m_dram{b}_wr_addr").value)
                 banks[b][addr] = unpack_lanes(int(getattr(dut, f"m_dram{b}_wr_data").value), n, w)
@@ -174,7 +176,7 @@ async def dram_moves_overlap_compute_only_without_hazards(dut):
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
-            if int(dut.state.value) != 0 and int(dut.d_state.value) != 0:
+            if int(dut.state.value) != 0 and (int(dut.d0_busy.value) or int(dut.d1_busy.value)):
                 both_busy += 1
 
     watcher = cocotb.start_soon(watch())
@@ -197,7 +199,7 @@ async def random_programs(dut):
         await check_program(dut, arch, body, rng, f"random program {i}")
 
 
-def core_params(n, width, regs=1):
+def core_params(n, width, regs=1, beats=2):
     from rtl_runner import sweep_arch
 
     from tvm_tensil.rtl import core_parameters
@@ -211,22 +213,26 @@ def core_params(n, width, regs=1):
             "STRIDE1_BITS", "SIMD_OPERAND_BITS"]
     out = {k: p[k] for k in keys}
     out["SIMD_REGISTERS"] = regs
+    out["VECTOR_BEATS"] = beats
     out["INSTRUCTION_BITS"] = arch.layout.instruction_bits
     return out, arch_env(arch)
 
 
-SWEEP = [(4, 16, 1)]
-FULL_SWEEP = SWEEP + [(2, 16, 1), (8, 16, 2), (4, 32, 1), (12, 16, 1)]
+# (array size, data width, SIMD registers, bus beats per vector): with one beat both banks could
+# answer every cycle, so DRAM -> local moves take turns.
+SWEEP = [(4, 16, 1, 2), (4, 16, 1, 1)]
+FULL_SWEEP = SWEEP + [(2, 16, 1, 2), (8, 16, 2, 2), (4, 32, 1, 4), (12, 16, 1, 3)]
 
 
-@pytest.mark.parametrize("n, width, regs", FULL_SWEEP)
-def test_tcu_core(n, width, regs, full):
-    if (n, width, regs) not in SWEEP and not full:
+@pytest.mark.parametrize("n, width, regs, beats", FULL_SWEEP)
+def test_tcu_core(n, width, regs, beats, full):
+    if (n, width, regs, beats) not in SWEEP and not full:
         pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
-    params, env = core_params(n, width, regs)
+    params, env = core_params(n, width, regs, beats)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
     run_cocotb("tcu_core", __file__, params, extra_env=env,
                sources=["tcu_mac.sv", "tcu_systolic_array.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_ram.sv",
+                        "tcu_weights_engine.sv", "tcu_dram_engine.sv",
                         "tcu_accumulators.sv", "tcu_core.sv"])

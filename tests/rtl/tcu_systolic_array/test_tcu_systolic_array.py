@@ -27,6 +27,7 @@ async def streams_match_the_reference(dut):
     dut.rst.value = 1
     dut.s_weights_valid.value = 0
     dut.s_in_valid.value = 0
+    dut.s_in_swap.value = 0
     dut.m_out_ready.value = 1
     for _ in range(3):
         await RisingEdge(dut.clk)
@@ -69,6 +70,7 @@ async def streams_match_the_reference(dut):
             dut.m_out_ready.value = int(rng.random() < 0.8)
             send = rng.random() < 0.7
             dut.s_in_valid.value = int(send)
+            dut.s_in_swap.value = int(sent == 0)  # the first vector after a load swaps the sets
             if send:
                 dut.s_in_data.value = pack_lanes(inputs[sent], w)
             await ReadOnly()
