@@ -45,14 +45,22 @@ def fit(dev, arch) -> dict:
     bpv = max(1, arch.vector_bytes * 8 // (arch.axi_data_width or 64))
     rl, wl = MEMORY_TIMING["read_latency"], MEMORY_TIMING["write_latency"]
     sizes = [1, 8, 64, 256]
+    fitted = {}
     cases = {
         "mm": (lambda s: f"matmul local=0 acc=0 size={s}", lambda s: s + n),
         "lw": (lambda s: f"loadweights local=0 size={min(s, n + 1)}", lambda s: min(s, n + 1)),
         "move": (lambda s: f"datamove local_to_acc local=0 acc=0 size={s}", lambda s: s),
         "read": (lambda s: f"datamove dram0_to_local local=0 dram0=0 size={s}", lambda s: rl + s * bpv),
         "write": (lambda s: f"datamove local_to_dram0 local=0 dram0=0 size={s}", lambda s: s * bpv + wl),
+        # The first MatMul after a load swaps weight sets once the load has landed: what it waits
+        # beyond the weights engine's end.
+        "swap": (lambda s: f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}",
+                 lambda s: (n + 1) + fitted["lw"] + s + n + fitted["mm"]),
+        # A new load after that MatMul waits for its swapping vector to reach the array.
+        "lw_after_swap": (lambda s: f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size=1\n"
+                                    f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}",
+                          lambda s: 2 * ((n + 1) + fitted["lw"] + fitted["swap"]) + s + n + fitted["mm"]),
     }
-    fitted = {}
     for key, (text, model) in cases.items():
         fitted[key] = round(statistics.median(measure(dev, arch, text(s)) - model(s) for s in sizes))
     return fitted

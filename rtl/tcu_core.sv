@@ -357,23 +357,27 @@ simd_inst (
 );
 
 // -- local memory port B: the arbiter ---------------------------------------------------------------
-// Fixed priority: DRAM read responses (DRAM0, DRAM1), then the weights engine's reads, then the DRAM
-// engines' reads for writes to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank and
-// wait in the engines' small queues, so they are never held long.
-wire          w_rd_valid, d0_rd_valid, d1_rd_valid, d0_wr_valid, d1_wr_valid;
+// Fixed priority: DRAM read responses whose queue is half full (DRAM0, DRAM1), the weights
+// engine's reads (MatMuls may wait for them), other responses, then the DRAM engines' reads for writes
+// to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank (with one beat, one bank at a
+// time), so urgent queues drain faster than they fill and never overflow.
+wire          w_rd_valid, d0_rd_valid, d1_rd_valid, d0_wr_valid, d1_wr_valid, d0_wr_urgent, d1_wr_urgent;
 wire [LA-1:0] w_rd_addr, d0_rd_addr, d1_rd_addr, d0_wr_addr, d1_wr_addr;
 wire [V-1:0]  d0_wr_data, d1_wr_data;
-wire grant_d0_wr = d0_wr_valid;
-wire grant_d1_wr = d1_wr_valid && !d0_wr_valid;
-wire port_b_writes = d0_wr_valid || d1_wr_valid;
-wire grant_w_rd = w_rd_valid && !port_b_writes;
+wire urgent = (d0_wr_valid && d0_wr_urgent) || (d1_wr_valid && d1_wr_urgent);
+wire port_b_writes = urgent || (!w_rd_valid && (d0_wr_valid || d1_wr_valid));
+// Among writes: an urgent queue first, else DRAM0.
+wire write_d0 = d0_wr_valid && (d0_wr_urgent || !(d1_wr_valid && d1_wr_urgent));
+wire grant_d0_wr = port_b_writes && write_d0;
+wire grant_d1_wr = port_b_writes && !write_d0;
+wire grant_w_rd = w_rd_valid && !urgent;
 wire grant_d0_rd = d0_rd_valid && !port_b_writes && !w_rd_valid;
 wire grant_d1_rd = d1_rd_valid && !port_b_writes && !w_rd_valid && !d0_rd_valid;
 
 always @* begin
     lm_b_we = port_b_writes;
-    lm_b_waddr = d0_wr_valid ? d0_wr_addr : d1_wr_addr;
-    lm_b_wdata = d0_wr_valid ? d0_wr_data : d1_wr_data;
+    lm_b_waddr = write_d0 ? d0_wr_addr : d1_wr_addr;
+    lm_b_wdata = write_d0 ? d0_wr_data : d1_wr_data;
     lm_b_rd = grant_w_rd || grant_d0_rd || grant_d1_rd;
     lm_b_raddr = grant_w_rd ? w_rd_addr : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
 end
@@ -425,7 +429,7 @@ dram0_engine_inst (
     .m_local_rd_valid(d0_rd_valid), .m_local_rd_addr(d0_rd_addr), .local_rd_grant(grant_d0_rd),
     .local_rd_data(lm_b_rdata),
     .m_local_wr_valid(d0_wr_valid), .m_local_wr_addr(d0_wr_addr), .m_local_wr_data(d0_wr_data),
-    .local_wr_grant(grant_d0_wr),
+    .m_local_wr_urgent(d0_wr_urgent), .local_wr_grant(grant_d0_wr),
     .busy(d0_busy), .issuing(d0_issuing), .busy_cycles(d0_busy_cycles)
 );
 
@@ -448,7 +452,7 @@ dram1_engine_inst (
     .m_local_rd_valid(d1_rd_valid), .m_local_rd_addr(d1_rd_addr), .local_rd_grant(grant_d1_rd),
     .local_rd_data(lm_b_rdata),
     .m_local_wr_valid(d1_wr_valid), .m_local_wr_addr(d1_wr_addr), .m_local_wr_data(d1_wr_data),
-    .local_wr_grant(grant_d1_wr),
+    .m_local_wr_urgent(d1_wr_urgent), .local_wr_grant(grant_d1_wr),
     .busy(d1_busy), .issuing(d1_issuing), .busy_cycles(d1_busy_cycles)
 );
 

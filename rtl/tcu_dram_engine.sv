@@ -9,7 +9,8 @@
  *
  * DRAM -> local: read requests go out as the bank takes them (with DRAM stride 1 the whole move is
  * one run, a single request); responses arrive in order, at most one per VECTOR_BEATS cycles, and
- * wait in a small queue for a local memory write slot. Local -> DRAM: local reads, when granted,
+ * wait in a queue for a local memory write slot (`m_local_wr_urgent` once it is half full: the
+ * arbiter then serves it first, so it never overflows). Local -> DRAM: local reads, when granted,
  * feed a small queue the bank drains (the first vector of a run carries its length). Local memory
  * is shared with the other engines through the core's arbiter: a request is held until granted, a
  * granted read's data is on local_rd_data in the next cycle.
@@ -66,6 +67,7 @@ module tcu_dram_engine #
     output wire                              m_local_wr_valid,
     output wire [LOCAL_ADDR_BITS-1:0]        m_local_wr_addr,
     output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_local_wr_data,
+    output wire                              m_local_wr_urgent,
     input  wire                              local_wr_grant,
 
     // Status: an instruction in flight, a vector issued this cycle, cycles of the instruction so far
@@ -92,7 +94,7 @@ reg [CB-1:0] local_addr, local_step, dram_addr, dram_step, count, issued;
 reg [CB-1:0] rd_issued, rd_received, resp_addr, resp_step;
 
 // -- DRAM -> local: responses wait for a write slot --------------------------------------------
-localparam RQ_BITS = 2;
+localparam RQ_BITS = 3;
 localparam RQ = 1 << RQ_BITS;
 reg [LA-1:0]       rq_addr [0:RQ-1];
 reg [V-1:0]        rq_data [0:RQ-1];
@@ -102,6 +104,7 @@ wire               resp = s_dram_rd_valid && state != S_IDLE && rd_received != r
 wire               rq_pop = rq_count != 0 && local_wr_grant;
 
 assign m_local_wr_valid = rq_count != 0;
+assign m_local_wr_urgent = 32'(rq_count) >= RQ / 2;
 assign m_local_wr_addr  = rq_addr[rq_head];
 assign m_local_wr_data  = rq_data[rq_head];
 

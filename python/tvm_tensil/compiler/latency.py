@@ -1,26 +1,34 @@
 """The latency model: estimated cycles of a program on the RTL core, in one place.
 
 It follows the core's execution rule (docs/rtl.md): instructions dispatch in order, at most one
-per cycle, onto a compute engine (MatMul, LoadWeights, DataMove local <-> accumulators; SIMD
-beside it) and a DRAM engine (DataMove DRAM <-> local), each running one instruction at a time;
-an instruction also waits for the other engine's instruction when their local memory ranges
-overlap and one of them writes. The total is when the last instruction finishes.
+per cycle, onto four engines each running one instruction at a time -- the compute engine (MatMul,
+DataMove local <-> accumulators; SIMD beside it), the weights engine (LoadWeights, into the array's
+second weight set) and one DRAM engine per bank (DataMove DRAM <-> local); an instruction also waits
+for another engine's instruction when their local memory ranges overlap and one of them writes.
+The total is when the last instruction finishes.
 
 Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, memory timing from
 ``arch.MEMORY_TIMING``), calibrated against the Verilated core by ``benchmarks/calibrate_latency.py``
 (constants in ``COSTS``):
 
-- MatMul ``size + N + mm``, LoadWeights ``size + lw``, local <-> accumulators ``size + move``;
-  a MatMul or LoadWeights right after a MatMul or LoadWeights starts once the earlier one has issued
-  its vectors (``size + 1``; the array's second weight set takes the load), a LoadWeights after a
-  MatMul one cycle later (``lw_after_mm``: the MatMul's last vectors enter the array first);
+- MatMul ``size + N + mm``; a MatMul right after a MatMul starts once the earlier one has issued its
+  vectors (``size + 1``). The first MatMul after a LoadWeights swaps weight sets: its first vector
+  waits until the load has landed (``swap`` cycles after the weights engine's end);
+- LoadWeights ``size + lw`` on the weights engine, beside MatMuls; a load that follows a MatMul
+  which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector.
+  Its reads share local memory's second port with DRAM -> local responses (one per vector, at the
+  DRAM rate), which take their share of the port while they stream;
+- local <-> accumulators ``size + move``, after the array drains;
 - SIMD: one per cycle behind the compute engine; a SIMD reading what the previous one wrote waits
   for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
   is its own burst and at most ``max_reads`` are in flight: ``read_latency + size * max(B,
-  (read_latency + 2) / max_reads) + read``;
+  (read_latency + 2) / max_reads) + read``; with B = 1, DRAM -> local moves of the two banks take
+  turns;
 - local -> DRAM: ``size * B + write_latency + write``;
-- Configure waits for everything to finish; NoOp costs its dispatch cycle.
+- Configure waits for everything to finish; NoOp costs its dispatch cycle;
+- instructions arrive as a byte stream of the AXI width into a buffer of one instruction plus one
+  beat: where an instruction is wider than a beat, dispatch runs at most at the stream's rate.
 
 ``critical_path`` splits the total into what held the in-order dispatch up: each instruction's own
 dispatch cycle, and every wait charged to the instruction waited for (by kind, and by the
@@ -37,7 +45,8 @@ from ..isa.instructions import Direction, Opcode
 from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
-COSTS = {"mm": 7, "lw": 4, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7, "lw_after_mm": 1}
+COSTS = {"mm": 7, "lw": 3, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7, "swap": -1,
+         "lw_after_swap": 3}
 DEFAULT_AXI_BITS = 64
 
 
@@ -92,7 +101,9 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     c = COSTS
     busy = np.zeros(16, dtype=np.int64)
     state = np.zeros(_STATE_SIZE, dtype=np.int64)
-    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = -1, -10
+    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_SWAP_AT] = -1, -10, -(1 << 40)
+    ib, bb = arch.layout.instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
+    state[_BUFFERED] = ib + bb  # the instruction buffer starts full
     blame = np.zeros((nodes, len(KINDS)), dtype=np.int64)
     for start, f in program.chunks():  # a huge program is never decoded whole
         if node_starts is None:
@@ -103,12 +114,13 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"], c["lw_after_mm"], node, _KIND_OF, blame)
+                  c["read"], c["write"], c["swap"], c["lw_after_swap"], ib, bb, node, _KIND_OF, blame)
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
-        end = max(state[_C_END], state[_D_END], state[_SIMD_END])
-        owner = _D_OWNER if state[_D_END] == end else _S_OWNER if state[_SIMD_END] == end else _C_OWNER
+        ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
+        ends.append((state[_SIMD_END], state[_S_OWNER]))
+        owner = max(ends)[1]
         tail = state[_FINISH] - state[_DISPATCH]
-        blame[state[owner] // len(KINDS), state[owner] % len(KINDS)] += tail
+        blame[owner // len(KINDS), owner % len(KINDS)] += tail
     return busy, state, blame
 
 
@@ -134,41 +146,58 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
     return rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
 
 
-# The simulation's state between chunks of a program: indices into one int64 array.
-(_DISPATCH, _C_END, _D_END, _SIMD_END, _C_ISSUED, _C_STREAM, _C_HAS, _C_LO, _C_HI, _C_WRITES, _D_HAS, _D_LO,
- _D_HI, _D_WRITES, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _FINISH, _C_OWNER, _D_OWNER, _S_OWNER) = range(20)
-_STATE_SIZE = 20
-_STREAM_MM, _STREAM_LW = 1, 2
+# The simulation's state between chunks of a program: indices into one int64 array. Per engine
+# (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
+# (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
+_C, _W, _D0, _D1, _ENGINES = 0, 1, 2, 3, 4
+(_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED, _C_WAS_MM,
+ _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _D0_TO_LOCAL, _D1_TO_LOCAL, _BUFFERED) = range(14)
+_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD = (14 + k * _ENGINES for k in range(9))
+_STATE_SIZE = 14 + 9 * _ENGINES
+
+
 @numba.njit(cache=True, nogil=True)
 def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write, lw_after_mm, node, kind_of, blame):
+              mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, ib, bb, node, kind_of,
+              blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
     track = node.shape[0] > 0
     nk = blame.shape[1]
-    # (node * kinds + kind) of each engine's last instruction: whom a wait for that engine is charged to.
-    c_owner, d_owner, s_owner = state[_C_OWNER], state[_D_OWNER], state[_S_OWNER]
-    dispatch = state[_DISPATCH]  # cycle at which the previous instruction dispatched
-    c_end, d_end, simd_end = state[_C_END], state[_D_END], state[_SIMD_END]
-    # When the compute engine's last instruction issued its last vector, and what it was (a MatMul,
-    # a LoadWeights: _STREAM_MM, _STREAM_LW; else 0).
-    c_issued, c_stream = state[_C_ISSUED], state[_C_STREAM]
-    # Local memory range (lo, hi, writes) of each engine's last instruction, if it has one.
-    c_has, c_lo, c_hi, c_writes = state[_C_HAS] != 0, state[_C_LO], state[_C_HI], state[_C_WRITES] != 0
-    d_has, d_lo, d_hi, d_writes = state[_D_HAS] != 0, state[_D_LO], state[_D_HI], state[_D_WRITES] != 0
+    end, owner = state[_END:_END + _ENGINES].copy(), state[_OWNER:_OWNER + _ENGINES].copy()
+    has, lo_, hi_ = state[_HAS:_HAS + _ENGINES].copy(), state[_LO:_LO + _ENGINES].copy(), state[_HI:_HI + _ENGINES].copy()
+    writes_ = state[_WRITES:_WRITES + _ENGINES].copy()
+    # Each DRAM engine's last DRAM -> local move: the cycles its responses use local memory's port B
+    # (from, to, one per `period` cycles; period 0: none).
+    stream_lo = state[_STREAM_LO:_STREAM_LO + _ENGINES].copy()
+    stream_hi = state[_STREAM_HI:_STREAM_HI + _ENGINES].copy()
+    stream_period = state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES].copy()
+    dispatch, finish = state[_DISPATCH], state[_FINISH]
+    simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
     last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
-    finish = state[_FINISH]
+    # When the compute engine's last instruction issued its last vector, and whether it was a MatMul.
+    c_issued, c_was_mm = state[_C_ISSUED], state[_C_WAS_MM] != 0
+    # Weight sets: a load since the last MatMul (the next MatMul swaps), a MatMul since the last load
+    # (the next load is a new one), when the last swapping vector issued.
+    lw_since_mm, mm_since_lw, swap_at = state[_LW_SINCE_MM] != 0, state[_MM_SINCE_LW] != 0, state[_SWAP_AT]
+    d_to_local = np.zeros(2, dtype=np.bool_)
+    d_to_local[0], d_to_local[1] = state[_D0_TO_LOCAL] != 0, state[_D1_TO_LOCAL] != 0
+    # Bytes of the instruction stream buffered after the last dispatch (capacity: one instruction
+    # and one beat; a beat a cycle while it fits).
+    buffered, capacity = state[_BUFFERED], ib + bb
     for i in range(ops.shape[0]):
         ready = dispatch + 1
+        if buffered + bb < ib:
+            ready = dispatch + (ib - buffered + bb - 1) // bb
         op = ops[i]
         fl = flags[i]
         me = node[i] * nk + kind_of[op, fl] if track else 0
         held = me  # whom the cycles from the previous dispatch to this one are charged to
+        start = ready
         if op == _SIMD:
-            start = ready
-            if c_end > start:
-                start, held = c_end, c_owner
+            if end[_C] > start:
+                start, held = end[_C], owner[_C]
             if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
             s_owner = me
@@ -177,69 +206,125 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             simd_end = start + simd_drain
             busy[op] += 1
             finish = max(finish, simd_end)
-        elif op == _MATMUL or op == _LOADWEIGHTS or (op == _DATAMOVE and fl >= _ACC_TO_LOCAL):
-            k = lw_size[i] if op == _LOADWEIGHTS else size[i]
-            zeros = (op == _MATMUL and (fl & 2) != 0) or (op == _LOADWEIGHTS and (fl & 1) != 0)
-            writes = op == _DATAMOVE and fl == _ACC_TO_LOCAL
-            lo, hi = _local_range(a0[i], s0[i], k, depth)
-            # A MatMul or LoadWeights streams in right behind either; anything else waits for the
-            # array to drain.
-            streams = op == _MATMUL or op == _LOADWEIGHTS
-            follows = streams and c_stream != 0
-            after = c_end
-            if follows:
-                after = c_issued + (lw_after_mm if op == _LOADWEIGHTS and c_stream == _STREAM_MM else 0)
-            start = ready
-            if after > start:
-                start, held = after, c_owner
+        elif op == _CONFIGURE:
+            for e in range(_ENGINES):
+                if end[e] > start:
+                    start, held = end[e], owner[e]
             if simd_end > start:
                 start, held = simd_end, s_owner
-            if (not zeros and d_end > start and d_has and (writes or d_writes)
-                    and lo <= d_hi and d_lo <= hi):
-                start, held = d_end, d_owner
-            c_owner = me
-            cost = k + (n + mm if op == _MATMUL else lw if op == _LOADWEIGHTS else move)
-            c_end = start + cost
-            c_has, c_lo, c_hi, c_writes = not zeros, lo, hi, writes
-            c_issued = start + k + 1
-            c_stream = _STREAM_MM if op == _MATMUL else _STREAM_LW if op == _LOADWEIGHTS else 0
-            busy[op] += cost
-            finish = max(finish, c_end)
-        elif op == _DATAMOVE:
-            k = size[i]
-            to_dram = (fl & 1) != 0
-            writes = not to_dram
-            lo, hi = _local_range(a0[i], s0[i], k, depth)
-            start = ready
-            if d_end > start:
-                start, held = d_end, d_owner
-            if c_end > start and c_has and (writes or c_writes) and lo <= c_hi and c_lo <= hi:
-                start, held = c_end, c_owner
-            d_owner = me
-            cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
-            d_end = start + cost
-            d_has, d_lo, d_hi, d_writes = True, lo, hi, writes
-            busy[op] += cost
-            finish = max(finish, d_end)
-        elif op == _CONFIGURE:
-            start = ready
-            for end, owner in ((c_end, c_owner), (d_end, d_owner), (simd_end, s_owner)):
-                if end > start:
-                    start, held = end, owner
             busy[op] += 1
+        elif op == _MATMUL or op == _LOADWEIGHTS or op == _DATAMOVE:
+            k = lw_size[i] if op == _LOADWEIGHTS else size[i]
+            zeros = (op == _MATMUL and (fl & 2) != 0) or (op == _LOADWEIGHTS and (fl & 1) != 0)
+            to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & 1) != 0
+            writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
+            lo, hi = _local_range(a0[i], s0[i], k, depth)
+            if op == _LOADWEIGHTS:
+                eng = _W
+            elif op == _DATAMOVE and fl < _ACC_TO_LOCAL:
+                eng = _D1 if fl & 2 else _D0
+            else:
+                eng = _C
+            # The engine itself.
+            if eng == _C:
+                # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
+                after = c_issued if op == _MATMUL and c_was_mm else end[_C]
+                if after > start:
+                    start, held = after, owner[_C]
+                if simd_end > start:
+                    start, held = simd_end, s_owner
+            elif end[eng] > start:
+                start, held = end[eng], owner[eng]
+            # With one beat per vector, DRAM -> local moves of the two banks take turns.
+            if eng >= _D0 and bpv == 1 and writes:
+                other = _D1 if eng == _D0 else _D0
+                if d_to_local[other - _D0] and end[other] > start:
+                    start, held = end[other], owner[other]
+            # Local memory hazards with the other engines.
+            if not zeros:
+                for e in range(_ENGINES):
+                    if (e != eng and end[e] > start and has[e] != 0 and (writes or writes_[e] != 0)
+                            and lo <= hi_[e] and lo_[e] <= hi):
+                        start, held = end[e], owner[e]
+            # The engine's own timing.
+            if op == _MATMUL:
+                first = start  # its vectors start issuing the cycle after dispatch
+                if lw_since_mm:
+                    first = max(start, end[_W] + swap)
+                    swap_at = first
+                cost = k + n + mm
+                done = first + cost
+                c_issued, c_was_mm = first + k + 1, True
+                lw_since_mm, mm_since_lw = False, True
+            elif op == _LOADWEIGHTS:
+                first = start
+                if mm_since_lw:
+                    first = max(start, swap_at + lw_after_swap)
+                reads_end = _shared_port_reads(first, k, stream_lo, stream_hi, stream_period)
+                done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
+                cost = done - first
+                lw_since_mm, mm_since_lw = True, False
+            elif eng == _C:
+                cost = k + move
+                done = start + cost
+                c_issued, c_was_mm = start + k + 1, False
+            else:
+                cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
+                done = start + cost
+                d_to_local[eng - _D0] = writes
+                stream_period[eng] = 0
+                if writes:
+                    stream_lo[eng], stream_hi[eng] = start + rl, done - read
+                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + 2) // max_reads)
+            end[eng], owner[eng] = done, me
+            has[eng], lo_[eng], hi_[eng], writes_[eng] = not zeros, lo, hi, writes
+            busy[op] += cost
+            finish = max(finish, done)
         else:
-            start = ready
             busy[op] += 1
         if track:
             blame[held // nk, held % nk] += start - dispatch
+        buffered = min(capacity, buffered + bb * (start - dispatch)) - ib
         dispatch = start
         finish = max(finish, start + 1)
-    state[_DISPATCH], state[_C_END], state[_D_END], state[_SIMD_END] = dispatch, c_end, d_end, simd_end
-    state[_C_ISSUED], state[_C_STREAM] = c_issued, c_stream
-    state[_C_HAS], state[_C_LO], state[_C_HI], state[_C_WRITES] = c_has, c_lo, c_hi, c_writes
-    state[_D_HAS], state[_D_LO], state[_D_HI], state[_D_WRITES] = d_has, d_lo, d_hi, d_writes
-    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_FINISH] = last_simd_write, last_simd_time, finish
-    state[_C_OWNER], state[_D_OWNER], state[_S_OWNER] = c_owner, d_owner, s_owner
+    state[_END:_END + _ENGINES], state[_OWNER:_OWNER + _ENGINES] = end, owner
+    state[_HAS:_HAS + _ENGINES], state[_LO:_LO + _ENGINES], state[_HI:_HI + _ENGINES] = has, lo_, hi_
+    state[_WRITES:_WRITES + _ENGINES] = writes_
+    state[_STREAM_LO:_STREAM_LO + _ENGINES], state[_STREAM_HI:_STREAM_HI + _ENGINES] = stream_lo, stream_hi
+    state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES] = stream_period
+    state[_DISPATCH], state[_FINISH], state[_SIMD_END], state[_S_OWNER] = dispatch, finish, simd_end, s_owner
+    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = last_simd_write, last_simd_time
+    state[_C_ISSUED], state[_C_WAS_MM] = c_issued, c_was_mm
+    state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
+    state[_D0_TO_LOCAL], state[_D1_TO_LOCAL] = d_to_local[0], d_to_local[1]
+    state[_BUFFERED] = buffered
+
+
+@numba.njit(cache=True, nogil=True)
+def _shared_port_reads(first, k, lo, hi, period):
+    """When ``k`` reads from cycle ``first`` are done on a port that the DRAM engines' response
+    streams (``lo``..``hi``, one per ``period`` cycles) use first."""
+    t = float(first)
+    left = float(k)
+    for _ in range(8):  # at most four stream edges
+        busy = 0.0
+        edge = 1e18
+        for e in range(lo.shape[0]):
+            if period[e] == 0:
+                continue
+            if lo[e] <= t < hi[e]:
+                busy += 1.0 / period[e]
+                edge = min(edge, float(hi[e]))
+            elif t < lo[e]:
+                edge = min(edge, float(lo[e]))
+        rate = 1.0 - min(busy, 1.0)
+        if rate > 0.0 and t + left / rate <= edge:
+            return int(np.ceil(t + left / rate))
+        if edge >= 1e18:
+            break
+        left -= (edge - t) * rate
+        t = edge
+    return int(np.ceil(t + left))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
