@@ -58,8 +58,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("TVM_TENSIL_CACHE") or Path.home() / ".cache" / "tvm_tensil")
 
 
+# Verilator and C++ options of the simulation library (part of the build key).
+BUILD_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-fPIC -O3", "-LDFLAGS", "-shared",
+               "-MAKEFLAGS", "OPT_FAST=-O3")
+
+
 def build_key(arch: Architecture, trace: bool = False) -> str:
     h = hashlib.sha256()
+    h.update(" ".join(BUILD_FLAGS).encode())
     h.update(json.dumps(top_parameters(arch), sort_keys=True).encode())
     for path in [*rtl_sources(), HARNESS]:
         h.update(path.name.encode())
@@ -101,9 +107,8 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
         shutil.rmtree(obj, ignore_errors=True)
         params = [f"-G{k}={v}" for k, v in top_parameters(arch).items()]
         jobs = str(max(1, min(4, os.cpu_count() or 1)))
-        cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", jobs, "-O3",
+        cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", jobs, *BUILD_FLAGS,
                "--top-module", "tcu_top", *params, "-Mdir", str(obj), "-o", LIBRARY,
-               "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared", "-MAKEFLAGS", "OPT_FAST=-O2",
                *(["--trace-fst"] if trace else []), *map(str, rtl_sources()), str(HARNESS)]
         r = subprocess.run(cmd, capture_output=True, text=True, env=verilator_env())
         if r.returncode != 0 or not (obj / LIBRARY).exists():
