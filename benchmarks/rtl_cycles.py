@@ -1,4 +1,5 @@
-"""Measured cycles of single instructions on the RTL core (Verilator), against the targets.
+"""Measured cycles of single instructions and of overlapping pairs on the RTL core (Verilator),
+against the targets (one vector or bus beat per cycle; overlapping engines: the longer of the two).
 
     python benchmarks/rtl_cycles.py [--arch pynqz1]
 
@@ -41,6 +42,12 @@ def targets(arch, name: str, count: int) -> int:
         return 4096 // bus  # one bus beat per cycle
     if name == "local_to_acc_256":
         return 256
+    if name == "loadweights_beside_matmul_256":
+        return 512 + n  # the load hidden under the first MatMul
+    if name == "dram1_to_local_4KiB_beside_dram0_to_local_4KiB":
+        return 4096 // bus  # each bank has its own bus: the two loads side by side
+    if name in ("simd_x256_beside_matmul_512", "acc_to_local_256_beside_matmul_512"):
+        return 512 + n  # the accumulator engine's work hidden under the MatMul
     return count  # SIMD: one per cycle (a dependent chain cannot reach it: the read waits for the write)
 
 

@@ -25,7 +25,6 @@
  * and nothing is in flight.
  */
 module tcu_core
-    import tcu_isa_pkg::*;
 #
 (
     // Array size N (vectors hold N scalars)
@@ -121,6 +120,8 @@ localparam W = DATA_WIDTH;
 localparam V = N * W;
 localparam LA = $clog2(LOCAL_DEPTH) > 0 ? $clog2(LOCAL_DEPTH) : 1;
 localparam AA = $clog2(ACC_DEPTH) > 0 ? $clog2(ACC_DEPTH) : 1;
+localparam HALF = ACC_DEPTH / 2;  // vectors per accumulator bank
+localparam BA = $clog2(HALF) > 0 ? $clog2(HALF) : 1;
 localparam OPS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS;
 localparam SB = SIMD_OPERAND_BITS;
 localparam CB = 32;  // counters and addresses are computed in 32 bits, then truncated
@@ -132,6 +133,9 @@ generate
     end
     if (OPERAND2_ADDRESS_BITS > CB) begin : g_illegal_1
         $fatal(1, "tcu_core: sizes wider than 32 bits");
+    end
+    if (ACC_DEPTH < 4 || ACC_DEPTH % 2 != 0) begin : g_illegal_2
+        $fatal(1, "tcu_core: ACC_DEPTH (%0d) must be even and at least 4 (two banks)", ACC_DEPTH);
     end
 endgenerate
 
@@ -152,43 +156,60 @@ wire [CB-1:0] f_lw_count = CB'(f_op1) + 1;
 
 // DataMove between DRAM and local memory (the DRAM engine's), else local <-> accumulators.
 function automatic dram_direction(input [3:0] direction);
-    dram_direction = direction == DIRECTION_DRAM0_TO_LOCAL || direction == DIRECTION_LOCAL_TO_DRAM0 ||
-                     direction == DIRECTION_DRAM1_TO_LOCAL || direction == DIRECTION_LOCAL_TO_DRAM1;
+    dram_direction = direction == tcu_isa_pkg::DIRECTION_DRAM0_TO_LOCAL ||
+                     direction == tcu_isa_pkg::DIRECTION_LOCAL_TO_DRAM0 ||
+                     direction == tcu_isa_pkg::DIRECTION_DRAM1_TO_LOCAL ||
+                     direction == tcu_isa_pkg::DIRECTION_LOCAL_TO_DRAM1;
 endfunction
-wire f_valid_dm = f_flags == DIRECTION_DRAM0_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_DRAM0 ||
-                  f_flags == DIRECTION_DRAM1_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_DRAM1 ||
-                  f_flags == DIRECTION_ACC_TO_LOCAL || f_flags == DIRECTION_LOCAL_TO_ACC ||
-                  f_flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
-wire f_known = f_opcode == OPCODE_NOOP || f_opcode == OPCODE_MATMUL || f_opcode == OPCODE_LOADWEIGHTS ||
-               f_opcode == OPCODE_SIMD || f_opcode == OPCODE_CONFIGURE || (f_opcode == OPCODE_DATAMOVE && f_valid_dm);
+wire f_valid_dm = dram_direction(f_flags) || f_flags == tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL ||
+                  f_flags == tcu_isa_pkg::DIRECTION_LOCAL_TO_ACC ||
+                  f_flags == tcu_isa_pkg::DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
+wire f_known = f_opcode == tcu_isa_pkg::OPCODE_NOOP || f_opcode == tcu_isa_pkg::OPCODE_MATMUL ||
+               f_opcode == tcu_isa_pkg::OPCODE_LOADWEIGHTS || f_opcode == tcu_isa_pkg::OPCODE_SIMD ||
+               f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE || (f_opcode == tcu_isa_pkg::OPCODE_DATAMOVE && f_valid_dm);
 
 // -- dispatch ------------------------------------------------------------------------------------
 // An instruction is dispatched when its engine is free and it has no hazard with what the other
-// engines are doing: their local memory ranges may not overlap where either one writes. The ranges
-// are [address, address + (size - 1) * stride] (the whole memory if that wraps); nothing else is
-// shared (only the compute engine uses accumulators, each DRAM engine its bank). Configure waits for
-// every engine, so offsets never change under a move. The result is that of program order.
-wire f_is_simd    = f_opcode == OPCODE_SIMD;
-wire f_is_dram    = f_opcode == OPCODE_DATAMOVE && dram_direction(f_flags);
-wire f_is_lw      = f_opcode == OPCODE_LOADWEIGHTS;
-wire f_is_mm      = f_opcode == OPCODE_MATMUL;
-wire f_is_compute = f_is_mm || (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
-wire f_bank1      = f_flags[DIRECTION_DRAM1_BIT];
+// engines are doing: their local memory ranges may not overlap where either one writes (the ranges
+// are [address, address + (size - 1) * stride], the whole memory if that wraps), and the compute
+// and accumulator engines may not use the same accumulator bank. Each DRAM engine has its own bank.
+// Configure waits for every engine, so offsets never change under a move. The result is that of
+// program order.
+wire f_is_simd = f_opcode == tcu_isa_pkg::OPCODE_SIMD;
+wire f_is_dram = f_opcode == tcu_isa_pkg::OPCODE_DATAMOVE && dram_direction(f_flags);
+wire f_is_move = f_opcode == tcu_isa_pkg::OPCODE_DATAMOVE && !dram_direction(f_flags);  // local <-> accumulators
+wire f_is_lw   = f_opcode == tcu_isa_pkg::OPCODE_LOADWEIGHTS;
+wire f_is_mm   = f_opcode == tcu_isa_pkg::OPCODE_MATMUL;
+wire f_bank1   = f_flags[tcu_isa_pkg::DIRECTION_DRAM1_BIT];
 wire [CB-1:0] f_n = f_is_lw ? f_lw_count : f_count;
-wire f_lvalid = f_is_dram || (f_is_mm && !f_flags[MATMUL_FLAG_ZEROES_BIT]) ||
-                (f_is_lw && !f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]) ||
-                (f_opcode == OPCODE_DATAMOVE && !dram_direction(f_flags));
-wire f_lwrite = f_is_dram ? !f_flags[DIRECTION_TO_DRAM_BIT] :
-                (f_opcode == OPCODE_DATAMOVE && f_flags == DIRECTION_ACC_TO_LOCAL);
+wire f_lvalid = f_is_dram || f_is_move || (f_is_mm && !f_flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT]) ||
+                (f_is_lw && !f_flags[tcu_isa_pkg::LOADWEIGHTS_FLAG_ZEROES_BIT]);
+wire f_lwrite = f_is_dram ? !f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT] :
+                (f_is_move && f_flags == tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL);
 localparam XB = 2 * CB;  // (size - 1) << stride without overflow (strides are at most 2^31)
 wire [XB-1:0] f_end = XB'(f_addr0) + (XB'(f_n - 1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS]);
 wire          f_wraps = f_end >= XB'(LOCAL_DEPTH);
 wire [CB-1:0] f_lo = f_wraps ? '0 : f_addr0;
 wire [CB-1:0] f_hi = f_wraps ? CB'(LOCAL_DEPTH - 1) : CB'(f_end);
 
-// What each engine's instruction does to local memory while it is in flight: compute (C), weights
-// (W), DRAM0 (D0), DRAM1 (D1).
-localparam E_C = 0, E_W = 1, E_D0 = 2, E_D1 = 3, ENGINES = 4;
+// Accumulator banks: the lower and upper halves of the accumulators (bit k: bank k).
+function automatic bank_of(input [AA-1:0] address);
+    bank_of = 32'(address) >= HALF;
+endfunction
+function automatic [BA-1:0] in_bank(input [AA-1:0] address);
+    in_bank = BA'(32'(address) >= HALF ? 32'(address) - HALF : 32'(address));
+endfunction
+// The banks a run of accumulator vectors touches (both when it wraps).
+wire [XB-1:0] f_acc_end = XB'(f_addr1) + (XB'(f_n - 1) << f_op1[OPERAND1_ADDRESS_BITS +: STRIDE1_BITS]);
+wire [1:0]    f_run_banks = f_acc_end >= XB'(ACC_DEPTH) ? 2'b11 :
+                            {f_acc_end >= XB'(HALF), XB'(f_addr1) < XB'(HALF)};
+wire [1:0]    f_simd_banks = (f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT] ? 2'b01 << bank_of(AA'(f_addr1)) : 2'b00) |
+                             (f_flags[tcu_isa_pkg::SIMD_FLAG_WRITE_BIT] ? 2'b01 << bank_of(AA'(f_addr0)) : 2'b00);
+wire [1:0]    f_acc_banks = f_is_simd ? f_simd_banks : (f_is_mm || f_is_move) ? f_run_banks : 2'b00;
+
+// What each engine's instruction does to local memory while it is in flight: compute (C),
+// accumulator moves (O), weights (W), DRAM0 (D0), DRAM1 (D1).
+localparam E_C = 0, E_O = 1, E_W = 2, E_D0 = 3, E_D1 = 4, ENGINES = 5;
 reg  [ENGINES-1:0] e_lvalid, e_lwrite;
 reg  [CB-1:0]      e_lo [0:ENGINES-1];
 reg  [CB-1:0]      e_hi [0:ENGINES-1];
@@ -202,26 +223,41 @@ generate
 endgenerate
 // The engine the instruction would go to, and the others' hazards.
 wire [ENGINES-1:0] f_engine;
-assign f_engine[E_C] = f_is_compute;
+assign f_engine[E_C] = f_is_mm;
+assign f_engine[E_O] = f_is_move;
 assign f_engine[E_W] = f_is_lw;
 assign f_engine[E_D0] = f_is_dram && !f_bank1;
 assign f_engine[E_D1] = f_is_dram && f_bank1;
 wire f_hazard = |(hazard & ~f_engine);
 
-// -- compute engine state -------------------------------------------------------------------------
+// -- compute engine (MatMul) state ------------------------------------------------------------
 localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
 reg [1:0]  state;
-reg [3:0]  opcode, flags;
+reg [3:0]  flags;
 reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
-
-wire simd_hazard;
-wire simd_pipe_empty;
+reg [1:0]  c_banks;   // accumulator banks of the MatMuls in flight
 wire c_free = state == S_IDLE;
 // A MatMul may follow a MatMul as soon as the earlier one has issued its last vector: both stream
 // through the array in order and carry their own accumulator address, flag and weight set, so
 // nothing waits for the array to drain (the accumulators forward writes for accumulate chains).
-wire mm_follows = f_is_mm && opcode == OPCODE_MATMUL && state != S_IDLE && issued == count;
+wire mm_follows = f_is_mm && state != S_IDLE && issued == count;
 wire quiet_c;
+
+// -- accumulator engine state: moves local <-> accumulators, and the SIMD pipeline beside them ------
+reg [1:0]  o_state;
+reg        o_to_acc, o_accumulate;
+reg [CB-1:0] o_addr0, o_step0, o_addr1, o_step1, o_count, o_issued;
+reg [1:0]  m_banks;   // the move's accumulator banks
+reg [1:0]  s_banks;   // accumulator banks of the SIMD instructions in the pipeline
+wire o_free = o_state == S_IDLE;
+wire simd_hazard;
+wire simd_pipe_empty;
+wire quiet_o;
+// The banks each side uses now: a MatMul waits for the accumulator engine's, and the other way round.
+wire [1:0] c_live = c_free ? 2'b00 : c_banks;
+wire [1:0] o_live = (o_free ? 2'b00 : m_banks) | (simd_pipe_empty ? 2'b00 : s_banks);
+wire bank_wait_c = |(f_acc_banks & o_live);
+wire bank_wait_o = |(f_acc_banks & c_live);
 
 // -- weights: the array's two sets ---------------------------------------------------------------
 // LoadWeights fills the array's loading set while MatMuls stream through the active one; the first
@@ -243,29 +279,32 @@ wire d0_free, d1_free;
 reg  d0_to_local, d1_to_local;   // the engine's move writes local memory
 // A bank returns at most one vector per VECTOR_BEATS cycles; with a single beat both banks' responses
 // could outrun local memory's port, so then DRAM -> local moves take turns.
-wire f_to_local = f_is_dram && !f_flags[DIRECTION_TO_DRAM_BIT];
+wire f_to_local = f_is_dram && !f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT];
 wire d_turns = VECTOR_BEATS < 2 && f_to_local &&
                (f_bank1 ? (!d0_free && d0_to_local) : (!d1_free && d1_to_local));
 
 wire quiet_w = w_free;
 wire quiet_d = d0_free && d1_free;
 assign s_instr_ready = !rst && (
-    f_is_simd    ? c_free && !simd_hazard :
-    f_is_compute ? (c_free || mm_follows) && simd_pipe_empty && !f_hazard :
-    f_is_lw      ? w_free && !f_hazard :
-    f_is_dram    ? (f_bank1 ? d1_free : d0_free) && !f_hazard && !d_turns :
-    f_opcode == OPCODE_CONFIGURE ? c_free && simd_pipe_empty && quiet_c && quiet_w && quiet_d :
+    f_is_simd ? o_free && !simd_hazard && !bank_wait_o :
+    f_is_mm   ? (c_free || mm_follows) && !f_hazard && !bank_wait_c :
+    f_is_move ? o_free && simd_pipe_empty && !f_hazard && !bank_wait_o :
+    f_is_lw   ? w_free && !f_hazard :
+    f_is_dram ? (f_bank1 ? d1_free : d0_free) && !f_hazard && !d_turns :
+    f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE ? c_free && o_free && quiet_c && quiet_o && quiet_w && quiet_d :
     1'b1);
 wire start = s_instr_valid && s_instr_ready;
-wire start_c = start && f_known && f_is_compute;
+wire start_c = start && f_known && f_is_mm;
+wire start_o = start && f_known && f_is_move;
 wire start_w = start && f_known && f_is_lw;
 wire start_d0 = start && f_known && f_is_dram && !f_bank1;
 wire start_d1 = start && f_known && f_is_dram && f_bank1;
 
 // -- units ---------------------------------------------------------------------------------------
-// Local memory: port A belongs to the compute engine (reads for MatMul and moves to the
-// accumulators; writes of moves from them), port B to the weights and DRAM engines, through the
-// arbiter below. The hazard rule keeps engines on different addresses where one writes.
+// Local memory: port A serves the compute engine's MatMul reads, and the accumulator engine's moves
+// in cycles without one; port B serves the weights and DRAM engines, and the accumulator engine's
+// moves while MatMuls stream, through the arbiter below. The hazard rule keeps engines on different
+// addresses where one writes.
 reg           lm_a_rd;
 reg  [LA-1:0] lm_a_raddr;
 reg           lm_a_we;
@@ -292,28 +331,44 @@ local_inst (
     .b_wdata(lm_b_wdata), .b_rdata(lm_b_rdata)
 );
 
-// Accumulators
-reg           acc_wr_valid, acc_wr_accumulate;
-reg  [AA-1:0] acc_wr_addr;
-reg  [V-1:0]  acc_wr_data;
-reg           acc_rd_valid;
+// Accumulators: two banks. MatMul results go to theirs; the accumulator engine reads and writes its
+// own (the dispatch rule keeps the two sides on different banks).
+reg           mm_wr_valid, mm_wr_accumulate;   // a MatMul result
+reg  [AA-1:0] mm_wr_addr;
+reg  [V-1:0]  mm_wr_data;
+reg           o_wr_valid, o_wr_accumulate;     // a move to the accumulators or a SIMD result
+reg  [AA-1:0] o_wr_addr;
+reg  [V-1:0]  o_wr_data;
+reg           acc_rd_valid;                    // the accumulator engine's reads
 reg  [AA-1:0] acc_rd_addr;
-wire [V-1:0]  acc_rd_data;
-wire          acc_rd_data_valid, acc_busy, acc_saturated;
+reg           acc_rd_bank;                     // the bank of the read whose data is out now
+wire [V-1:0]  bank_rd_data [0:1];
+wire [V-1:0]  acc_rd_data = bank_rd_data[acc_rd_bank];
+wire [1:0]    acc_busy, acc_saturated, bank_rd_valid;
 
-tcu_accumulators #(
-    .DEPTH(ACC_DEPTH),
-    .ARRAY_SIZE(N),
-    .DATA_WIDTH(W),
-    .ADDR_WIDTH(AA)
-)
-acc_inst (
-    .clk(clk), .rst(rst),
-    .s_write_valid(acc_wr_valid), .s_write_addr(acc_wr_addr), .s_write_data(acc_wr_data),
-    .s_write_accumulate(acc_wr_accumulate),
-    .s_read_valid(acc_rd_valid), .s_read_addr(acc_rd_addr), .m_read_data(acc_rd_data),
-    .m_read_valid(acc_rd_data_valid), .busy(acc_busy), .saturated(acc_saturated)
-);
+genvar b;
+generate
+    for (b = 0; b < 2; b = b + 1) begin : g_acc_bank
+        wire mm_here = mm_wr_valid && bank_of(mm_wr_addr) == b[0];
+        wire o_here = o_wr_valid && bank_of(o_wr_addr) == b[0];
+        tcu_accumulators #(
+            .DEPTH(HALF),
+            .ARRAY_SIZE(N),
+            .DATA_WIDTH(W),
+            .ADDR_WIDTH(BA)
+        )
+        acc_inst (
+            .clk(clk), .rst(rst),
+            .s_write_valid(mm_here || o_here),
+            .s_write_addr(in_bank(mm_here ? mm_wr_addr : o_wr_addr)),
+            .s_write_data(mm_here ? mm_wr_data : o_wr_data),
+            .s_write_accumulate(mm_here ? mm_wr_accumulate : o_wr_accumulate),
+            .s_read_valid(acc_rd_valid && bank_of(acc_rd_addr) == b[0]), .s_read_addr(in_bank(acc_rd_addr)),
+            .m_read_data(bank_rd_data[b]), .m_read_valid(bank_rd_valid[b]),
+            .busy(acc_busy[b]), .saturated(acc_saturated[b])
+        );
+    end
+endgenerate
 
 // Array
 wire         arr_w_valid;
@@ -336,7 +391,21 @@ array_inst (
     .loaded(arr_loaded), .busy(arr_busy), .saturated(arr_saturated)
 );
 
-// SIMD
+// SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
+// the ALU, stage 3 holds the ALU output and becomes the accumulator write. A SIMD that reads a vector
+// an earlier SIMD has not yet handed to the accumulators waits (the accumulators forward only writes
+// they have accepted).
+reg          p1_valid, p1_read, p1_write, p1_acc;
+reg [AA-1:0] p1_waddr;
+reg [3:0]    p1_op;
+reg [SB-1:0] p1_left, p1_right, p1_dest;
+reg          p2_write, p2_acc;
+reg [AA-1:0] p2_waddr;
+reg [3:0]    p2_op;
+reg [SB-1:0] p2_left, p2_right, p2_dest;
+reg          p3_write, p3_acc;
+reg [AA-1:0] p3_waddr;
+reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
 reg           simd_in_valid;
 reg  [V-1:0]  simd_in_data;
 wire [V-1:0]  simd_out_data;
@@ -356,30 +425,63 @@ simd_inst (
     .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
 );
 
+// -- accumulator engine: moves -----------------------------------------------------------------------
+// Local -> accumulators: a local read (port A when no MatMul reads it this cycle, else a granted
+// port-B read), then the accumulator write. Accumulators -> local: an accumulator read, then its
+// vector waits in a small queue for a local write slot (port A or B, the same way).
+localparam OQ_BITS = 2;
+localparam OQ = 1 << OQ_BITS;
+reg [LA-1:0]      oq_addr [0:OQ-1];
+reg [V-1:0]       oq_data [0:OQ-1];
+reg [OQ_BITS:0]   oq_count;
+reg [OQ_BITS-1:0] oq_head, oq_tail;
+reg               o_rd1_valid, o_rd1_to_acc;   // a move's read returns its data this cycle
+reg               o_rd1_port_a;                // ... from port A (else port B)
+reg [CB-1:0]      o_rd1_addr;                  // where it goes
+wire              oq_push = o_rd1_valid && !o_rd1_to_acc;
+wire              oq_space = 32'(oq_count) + 32'(oq_push) + 1 < OQ;
+wire              o_left = o_state == S_ISSUE && o_issued < o_count;
+wire              mm_reads_a;                          // a MatMul reads port A this cycle
+wire              port_a_free = !mm_reads_a;
+wire              o_local_rd = o_left && o_to_acc;     // a local read wanted (local -> accumulators)
+wire              o_local_wr = oq_count != 0;          // a local write wanted (accumulators -> local)
+wire              o_rd_valid = o_local_rd && !port_a_free;   // port-B requests, when port A is taken
+wire              o_lwr_valid = o_local_wr && !port_a_free;
+wire              grant_o_rd, grant_o_wr;
+wire              o_rd_go = o_local_rd && (port_a_free || grant_o_rd);
+wire              o_issue = o_left && (o_to_acc ? o_rd_go : oq_space);
+wire              oq_pop = o_local_wr && (port_a_free || grant_o_wr);
+
 // -- local memory port B: the arbiter ---------------------------------------------------------------
-// Fixed priority: DRAM read responses whose queue is half full (DRAM0, DRAM1), the weights
-// engine's reads (MatMuls may wait for them), other responses, then the DRAM engines' reads for writes
-// to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank (with one beat, one bank at a
-// time), so urgent queues drain faster than they fill and never overflow.
+// Fixed priority: DRAM read responses whose queue is half full (DRAM0, DRAM1), the weights engine's
+// reads (MatMuls may wait for them), the accumulator engine's move, other responses, then the DRAM
+// engines' reads for writes to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank
+// (with one beat, one bank at a time), so urgent queues drain faster than they fill and never
+// overflow.
 wire          w_rd_valid, d0_rd_valid, d1_rd_valid, d0_wr_valid, d1_wr_valid, d0_wr_urgent, d1_wr_urgent;
 wire [LA-1:0] w_rd_addr, d0_rd_addr, d1_rd_addr, d0_wr_addr, d1_wr_addr;
 wire [V-1:0]  d0_wr_data, d1_wr_data;
 wire urgent = (d0_wr_valid && d0_wr_urgent) || (d1_wr_valid && d1_wr_urgent);
-wire port_b_writes = urgent || (!w_rd_valid && (d0_wr_valid || d1_wr_valid));
-// Among writes: an urgent queue first, else DRAM0.
+wire o_wants = o_rd_valid || o_lwr_valid;
+wire d_writes = urgent || (!w_rd_valid && !o_wants && (d0_wr_valid || d1_wr_valid));
+// Among DRAM responses: an urgent queue first, else DRAM0.
 wire write_d0 = d0_wr_valid && (d0_wr_urgent || !(d1_wr_valid && d1_wr_urgent));
-wire grant_d0_wr = port_b_writes && write_d0;
-wire grant_d1_wr = port_b_writes && !write_d0;
+wire grant_d0_wr = d_writes && write_d0;
+wire grant_d1_wr = d_writes && !write_d0;
 wire grant_w_rd = w_rd_valid && !urgent;
-wire grant_d0_rd = d0_rd_valid && !port_b_writes && !w_rd_valid;
-wire grant_d1_rd = d1_rd_valid && !port_b_writes && !w_rd_valid && !d0_rd_valid;
+wire grant_o = o_wants && !urgent && !w_rd_valid;
+assign grant_o_rd = grant_o && o_rd_valid;
+assign grant_o_wr = grant_o && o_lwr_valid;
+wire port_b_free = !urgent && !w_rd_valid && !o_wants && !d0_wr_valid && !d1_wr_valid;
+wire grant_d0_rd = d0_rd_valid && port_b_free;
+wire grant_d1_rd = d1_rd_valid && port_b_free && !d0_rd_valid;
 
 always @* begin
-    lm_b_we = port_b_writes;
-    lm_b_waddr = write_d0 ? d0_wr_addr : d1_wr_addr;
-    lm_b_wdata = write_d0 ? d0_wr_data : d1_wr_data;
-    lm_b_rd = grant_w_rd || grant_d0_rd || grant_d1_rd;
-    lm_b_raddr = grant_w_rd ? w_rd_addr : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
+    lm_b_we = d_writes || grant_o_wr;
+    lm_b_waddr = grant_o_wr ? oq_addr[oq_head] : write_d0 ? d0_wr_addr : d1_wr_addr;
+    lm_b_wdata = grant_o_wr ? oq_data[oq_head] : write_d0 ? d0_wr_data : d1_wr_data;
+    lm_b_rd = grant_w_rd || grant_o_rd || grant_d0_rd || grant_d1_rd;
+    lm_b_raddr = grant_w_rd ? w_rd_addr : grant_o_rd ? LA'(o_addr0) : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
 end
 
 // -- weights engine ----------------------------------------------------------------------------------
@@ -397,7 +499,7 @@ tcu_weights_engine #(
 weights_inst (
     .clk(clk), .rst(rst),
     .s_cmd_valid(start_w), .s_cmd_ready(w_free),
-    .s_cmd_zeroes(f_flags[LOADWEIGHTS_FLAG_ZEROES_BIT]),
+    .s_cmd_zeroes(f_flags[tcu_isa_pkg::LOADWEIGHTS_FLAG_ZEROES_BIT]),
     .s_cmd_local_top(CB'(f_end)), .s_cmd_local_step(f_step0), .s_cmd_count(f_lw_count),
     .load_allowed(load_allowed),
     .m_local_rd_valid(w_rd_valid), .m_local_rd_addr(w_rd_addr), .local_rd_grant(grant_w_rd),
@@ -419,7 +521,7 @@ tcu_dram_engine #(
 )
 dram0_engine_inst (
     .clk(clk), .rst(rst),
-    .s_cmd_valid(start_d0), .s_cmd_ready(d0_free), .s_cmd_to_dram(f_flags[DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_valid(start_d0), .s_cmd_ready(d0_free), .s_cmd_to_dram(f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT]),
     .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
     .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_rd_valid(m_dram0_rd_valid), .m_dram_rd_ready(m_dram0_rd_ready), .m_dram_rd_addr(m_dram0_rd_addr),
@@ -442,7 +544,7 @@ tcu_dram_engine #(
 )
 dram1_engine_inst (
     .clk(clk), .rst(rst),
-    .s_cmd_valid(start_d1), .s_cmd_ready(d1_free), .s_cmd_to_dram(f_flags[DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_valid(start_d1), .s_cmd_ready(d1_free), .s_cmd_to_dram(f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT]),
     .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
     .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_rd_valid(m_dram1_rd_valid), .m_dram_rd_ready(m_dram1_rd_ready), .m_dram_rd_addr(m_dram1_rd_addr),
@@ -457,64 +559,35 @@ dram1_engine_inst (
 );
 
 assign e_busy[E_C] = state != S_IDLE;
+assign e_busy[E_O] = o_state != S_IDLE;
 assign e_busy[E_W] = w_busy;
 assign e_busy[E_D0] = d0_busy;
 assign e_busy[E_D1] = d1_busy;
 
-// -- delay lines: what each issued read becomes when its data arrives --------------------------
-// MatMul: the local read's data reaches the array one cycle after issue; the accumulator address
-// of each issued vector waits in a FIFO until the array's output for it appears (order kept).
+// -- compute engine: MatMul issue -----------------------------------------------------------------
+// The local read's data reaches the array one cycle after issue; the accumulator address of each
+// issued vector waits in a FIFO until the array's output for it appears (order kept).
 localparam MM_FIFO_BITS = $clog2(N + 4);
 reg                    mm_read_valid, mm_read_zero;
 reg [AA:0]             mm_fifo [0:(1 << MM_FIFO_BITS)-1];   // {accumulate, accumulator address}
 reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
-// Compute moves: one cycle of read latency.
-reg          rd1_valid;
-reg [CB-1:0] rd1_addr;        // where the data goes (accumulator or local address)
-reg          rd1_to_acc;      // local -> accumulators (else accumulators -> local)
-reg          rd1_accumulate;
-// SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
-// the ALU, stage 3 holds the ALU output and becomes the accumulator write. A SIMD that reads a vector
-// an earlier SIMD has not yet handed to the accumulators waits (the accumulators forward only writes
-// they have accepted).
-reg          p1_valid, p1_read, p1_write, p1_acc;
-reg [AA-1:0] p1_waddr;
-reg [3:0]    p1_op;
-reg [SB-1:0] p1_left, p1_right, p1_dest;
-reg          p2_write, p2_acc;
-reg [AA-1:0] p2_waddr;
-reg [3:0]    p2_op;
-reg [SB-1:0] p2_left, p2_right, p2_dest;
-reg          p3_write, p3_acc;
-reg [AA-1:0] p3_waddr;
-reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
-
-// -- compute engine issue --------------------------------------------------------------------------
-wire is_mm   = opcode == OPCODE_MATMUL;
-wire dm_local_to_acc = opcode == OPCODE_DATAMOVE &&
-                       (flags == DIRECTION_LOCAL_TO_ACC || flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE);
-wire dm_acc_to_local = opcode == OPCODE_DATAMOVE && flags == DIRECTION_ACC_TO_LOCAL;
 // A swapping MatMul's first vector waits until the weights engine has landed its load.
-wire swap_wait = is_mm && mm_swap && !w_free;
+wire swap_wait = mm_swap && !w_free;
 wire issue_now = state == S_ISSUE && issued < count && !swap_wait;  // a vector every cycle
+assign mm_reads_a = issue_now && !flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT];
 
 always @* begin
-    lm_a_rd = 1'b0;
-    lm_a_raddr = LA'(addr0);
+    lm_a_rd = mm_reads_a || (o_rd_go && port_a_free);
+    lm_a_raddr = mm_reads_a ? LA'(addr0) : LA'(o_addr0);
+    lm_a_we = oq_pop && port_a_free;
+    lm_a_waddr = oq_addr[oq_head];
+    lm_a_wdata = oq_data[oq_head];
     acc_rd_valid = 1'b0;
-    acc_rd_addr = AA'(addr1);
-    if (issue_now) begin
-        if (is_mm && !flags[MATMUL_FLAG_ZEROES_BIT]) begin
-            lm_a_rd = 1'b1;
-        end
-        if (dm_local_to_acc) begin
-            lm_a_rd = 1'b1;
-        end
-        if (dm_acc_to_local) begin
-            acc_rd_valid = 1'b1;
-        end
+    acc_rd_addr = AA'(o_addr1);
+    if (o_issue && !o_to_acc) begin
+        acc_rd_valid = 1'b1;
     end
-    if (start && f_is_simd && f_flags[SIMD_FLAG_READ_BIT]) begin
+    if (start && f_is_simd && f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT]) begin
         acc_rd_valid = 1'b1;
         acc_rd_addr = AA'(f_addr1);
     end
@@ -524,21 +597,24 @@ wire [AA-1:0] f_simd_read = AA'(f_addr1);
 function automatic pending_write(input valid, input write, input [AA-1:0] waddr, input [AA-1:0] raddr);
     pending_write = valid && write && waddr == raddr;
 endfunction
-// Also: an accumulate being written this cycle uses the accumulators' read port for its old value.
-assign simd_hazard = f_flags[SIMD_FLAG_READ_BIT] && ((acc_wr_valid && acc_wr_accumulate) ||
-                                    pending_write(p1_valid, p1_write, p1_waddr, f_simd_read) ||
-                                    pending_write(simd_in_valid, p2_write, p2_waddr, f_simd_read) ||
-                                    pending_write(simd_out_valid, p3_write, p3_waddr, f_simd_read) ||
-                                    pending_write(acc_wr_valid && simd_acc_wr, 1'b1, acc_wr_addr, f_simd_read));
-assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(acc_wr_valid && simd_acc_wr);
+// Also: an accumulate being written this cycle in the read's bank uses that bank's read port for its
+// old value.
+assign simd_hazard = f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT] && (
+    (o_wr_valid && o_wr_accumulate && bank_of(o_wr_addr) == bank_of(f_simd_read)) ||
+    pending_write(p1_valid, p1_write, p1_waddr, f_simd_read) ||
+    pending_write(simd_in_valid, p2_write, p2_waddr, f_simd_read) ||
+    pending_write(simd_out_valid, p3_write, p3_waddr, f_simd_read) ||
+    pending_write(o_wr_valid && simd_acc_wr, 1'b1, o_wr_addr, f_simd_read));
+assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(o_wr_valid && simd_acc_wr);
 
-// Everything the compute engine started has landed.
-assign quiet_c = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !rd1_valid &&
-                 !acc_busy && simd_pipe_empty && !acc_wr_valid && !lm_a_we;
+// Everything each engine started has landed.
+assign quiet_c = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !mm_wr_valid &&
+                 !(|(acc_busy & c_banks));
+assign quiet_o = !o_rd1_valid && oq_count == 0 && !o_wr_valid && simd_pipe_empty && !(|(acc_busy & m_banks));
 
-assign idle = !s_instr_valid && c_free && quiet_c && quiet_w && quiet_d;
+assign idle = !s_instr_valid && c_free && o_free && quiet_c && quiet_o && quiet_w && quiet_d;
 
-reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles;
+reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles, o_busy_cycles;
 
 wire d0_rd_fire = m_dram0_rd_valid && m_dram0_rd_ready, d0_wr_fire = m_dram0_wr_valid && m_dram0_wr_ready;
 wire d1_rd_fire = m_dram1_rd_valid && m_dram1_rd_ready, d1_wr_fire = m_dram1_wr_valid && m_dram1_wr_ready;
@@ -548,24 +624,28 @@ assign activity = {
     1'b1, lm_b_rd || lm_b_we,                                                  // local port B
     d0_rd_fire || d0_wr_fire, m_dram0_rd_valid || m_dram0_wr_valid || s_dram0_rd_valid,  // DRAM0
     d1_rd_fire || d1_wr_fire, m_dram1_rd_valid || m_dram1_wr_valid || s_dram1_rd_valid,  // DRAM1
-    issue_now || w_issuing || d0_issuing || d1_issuing, |e_busy,               // dataflow
-    1'b1, acc_wr_valid || acc_rd_valid,                                        // accumulators
+    issue_now || o_issue || w_issuing || d0_issuing || d1_issuing, |e_busy,    // dataflow
+    1'b1, mm_wr_valid || o_wr_valid || acc_rd_valid,                           // accumulators
     arr_in_ready, arr_in_valid || arr_w_valid                                  // array
 };
 assign tracepoint = program_counter == tracepoint_pc;
 
 always @(posedge clk) begin
     // Defaults: single-cycle strobes.
-    acc_wr_valid <= 1'b0;
-    lm_a_we <= 1'b0;
+    mm_wr_valid <= 1'b0;
+    o_wr_valid <= 1'b0;
     arr_in_valid <= 1'b0;
     arr_in_swap <= 1'b0;
     simd_in_valid <= 1'b0;
 
     if (rst) begin
         state <= S_IDLE;
+        o_state <= S_IDLE;
         e_lvalid <= '0;
         e_lwrite <= '0;
+        c_banks <= '0;
+        m_banks <= '0;
+        s_banks <= '0;
         lw_since_mm <= 1'b0;
         mm_since_lw <= 1'b0;
         w_continues <= 1'b0;
@@ -587,28 +667,32 @@ always @(posedge clk) begin
         mm_read_swap <= 1'b0;
         mm_wr_ptr <= '0;
         mm_rd_ptr <= '0;
-        rd1_valid <= 1'b0;
+        o_rd1_valid <= 1'b0;
+        oq_count <= '0;
+        oq_head <= '0;
+        oq_tail <= '0;
         p1_valid <= 1'b0;
         simd_acc_wr <= 1'b0;
         c_busy_cycles <= '0;
+        o_busy_cycles <= '0;
     end else begin
-        saturated <= saturated | arr_saturated | acc_saturated | simd_saturated;
+        saturated <= saturated | arr_saturated | (|acc_saturated) | simd_saturated;
 
         // ---- dispatch: the program counter counts dispatched instructions ---------------------
         if (start) begin
             program_counter <= program_counter + 1;
             if (!f_known) begin
                 error <= 1'b1;  // skipped; the program counter still advances
-            end else if (f_opcode == OPCODE_CONFIGURE) begin
+            end else if (f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE) begin
                 case (f_args[3:0])
-                    CONFIG_DRAM0_OFFSET:     dram0_offset <= 32'(f_args >> 4);
-                    CONFIG_DRAM0_CACHE:      dram0_cache <= 4'(f_args >> 4);
-                    CONFIG_DRAM1_OFFSET:     dram1_offset <= 32'(f_args >> 4);
-                    CONFIG_DRAM1_CACHE:      dram1_cache <= 4'(f_args >> 4);
-                    CONFIG_TIMEOUT:          timeout_limit <= 32'(f_args >> 4);
-                    CONFIG_TRACEPOINT:       tracepoint_pc <= 32'(f_args >> 4);
-                    CONFIG_PROGRAM_COUNTER:  program_counter <= 32'(f_args >> 4);
-                    CONFIG_SAMPLE_INTERVAL:  sample_interval <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_DRAM0_OFFSET:     dram0_offset <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_DRAM0_CACHE:      dram0_cache <= 4'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_DRAM1_OFFSET:     dram1_offset <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_DRAM1_CACHE:      dram1_cache <= 4'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_TIMEOUT:          timeout_limit <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_TRACEPOINT:       tracepoint_pc <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_PROGRAM_COUNTER:  program_counter <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_SAMPLE_INTERVAL:  sample_interval <= 32'(f_args >> 4);
                     default: error <= 1'b1;
                 endcase
             end
@@ -626,7 +710,6 @@ always @(posedge clk) begin
         end
         if (start_c) begin
             state <= S_ISSUE;
-            opcode <= f_opcode;
             flags <= f_flags;
             addr0 <= f_addr0;
             step0 <= f_step0;
@@ -635,9 +718,8 @@ always @(posedge clk) begin
             count <= f_n;
             issued <= '0;
             c_busy_cycles <= '0;
-            mm_swap <= f_is_mm && lw_since_mm;
-        end
-        if (start && f_known && f_is_mm) begin
+            c_banks <= (c_free ? 2'b00 : c_banks) | f_acc_banks;
+            mm_swap <= lw_since_mm;
             lw_since_mm <= 1'b0;
             mm_since_lw <= 1'b1;
         end
@@ -646,34 +728,50 @@ always @(posedge clk) begin
             mm_since_lw <= 1'b0;
             w_continues <= !mm_since_lw;
         end
+        if (start_o) begin
+            o_state <= S_ISSUE;
+            o_to_acc <= f_flags != tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL;
+            o_accumulate <= f_flags == tcu_isa_pkg::DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
+            o_addr0 <= f_addr0;
+            o_step0 <= f_step0;
+            o_addr1 <= f_addr1;
+            o_step1 <= f_step1;
+            o_count <= f_count;
+            o_issued <= '0;
+            o_busy_cycles <= '0;
+            m_banks <= f_acc_banks;
+        end
+        if (start && f_is_simd) s_banks <= (simd_pipe_empty ? 2'b00 : s_banks) | f_acc_banks;
         if (start_d0) d0_to_local <= f_to_local;
         if (start_d1) d1_to_local <= f_to_local;
 
         // ---- timeout: an engine busy with one instruction for longer than the limit --------------
         if (state != S_IDLE && !start_c) c_busy_cycles <= c_busy_cycles + 1;
+        if (o_state != S_IDLE && !start_o) o_busy_cycles <= o_busy_cycles + 1;
         if (timeout_limit != 0 && ((state != S_IDLE && c_busy_cycles >= timeout_limit) ||
+                                   (o_state != S_IDLE && o_busy_cycles >= timeout_limit) ||
                                    (w_busy && w_busy_cycles >= timeout_limit) ||
                                    (d0_busy && d0_busy_cycles >= timeout_limit) ||
                                    (d1_busy && d1_busy_cycles >= timeout_limit))) begin
             timeout <= 1'b1;
         end
 
-        // ---- compute engine: one vector per cycle -------------------------------------------------
+        // ---- compute engine: one MatMul vector per cycle ------------------------------------------
         if (issue_now) begin
             issued <= issued + 1;
             addr0 <= addr0 + step0;
             addr1 <= addr1 + step1;
-            if (is_mm) mm_swap <= 1'b0;  // only the first vector swaps
+            mm_swap <= 1'b0;  // only the first vector swaps
         end
         if (state == S_ISSUE && issued == count && !start_c) state <= S_DRAIN;
         if (state == S_DRAIN && quiet_c && !start_c) state <= S_IDLE;
 
-        // MatMul: local data -> array -> accumulators
-        mm_read_valid <= issue_now && is_mm;
-        mm_read_zero <= flags[MATMUL_FLAG_ZEROES_BIT];
-        mm_read_swap <= issue_now && is_mm && mm_swap;
-        if (issue_now && is_mm) begin
-            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[MATMUL_FLAG_ACCUMULATE_BIT], AA'(addr1)};
+        // Local data -> array -> accumulators
+        mm_read_valid <= issue_now;
+        mm_read_zero <= flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT];
+        mm_read_swap <= issue_now && mm_swap;
+        if (issue_now) begin
+            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[tcu_isa_pkg::MATMUL_FLAG_ACCUMULATE_BIT], AA'(addr1)};
             mm_wr_ptr <= mm_wr_ptr + 1;
         end
         if (mm_read_valid) begin
@@ -682,36 +780,45 @@ always @(posedge clk) begin
             arr_in_data <= mm_read_zero ? {V{1'b0}} : lm_a_rdata;
         end
         if (arr_out_valid) begin
-            acc_wr_valid <= 1'b1;
-            acc_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA-1:0];
-            acc_wr_data <= arr_out_data;
-            acc_wr_accumulate <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA];
+            mm_wr_valid <= 1'b1;
+            mm_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA-1:0];
+            mm_wr_data <= arr_out_data;
+            mm_wr_accumulate <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA];
             mm_rd_ptr <= mm_rd_ptr + 1;
         end
 
-        // Moves: one cycle after the read
-        rd1_valid <= issue_now && (dm_local_to_acc || dm_acc_to_local);
-        rd1_accumulate <= flags == DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
-        rd1_to_acc <= dm_local_to_acc;
-        rd1_addr <= dm_acc_to_local ? addr0 : addr1;
-        if (rd1_valid) begin
-            if (rd1_to_acc) begin
-                acc_wr_valid <= 1'b1;
-                acc_wr_addr <= AA'(rd1_addr);
-                acc_wr_data <= lm_a_rdata;
-                acc_wr_accumulate <= rd1_accumulate;
-            end else begin
-                lm_a_we <= 1'b1;
-                lm_a_waddr <= LA'(rd1_addr);
-                lm_a_wdata <= acc_rd_data;
-            end
+        // ---- accumulator engine: one move vector per cycle ----------------------------------------
+        acc_rd_bank <= bank_of(acc_rd_addr);
+        if (o_issue) begin
+            o_issued <= o_issued + 1;
+            o_addr0 <= o_addr0 + o_step0;
+            o_addr1 <= o_addr1 + o_step1;
         end
+        if (o_state == S_ISSUE && o_issued == o_count && !start_o) o_state <= S_DRAIN;
+        if (o_state == S_DRAIN && quiet_o && !start_o) o_state <= S_IDLE;
+        o_rd1_valid <= o_issue;
+        o_rd1_to_acc <= o_to_acc;
+        o_rd1_port_a <= port_a_free;
+        o_rd1_addr <= o_to_acc ? o_addr1 : o_addr0;
+        if (o_rd1_valid && o_rd1_to_acc) begin
+            o_wr_valid <= 1'b1;
+            o_wr_addr <= AA'(o_rd1_addr);
+            o_wr_data <= o_rd1_port_a ? lm_a_rdata : lm_b_rdata;
+            o_wr_accumulate <= o_accumulate;
+        end
+        if (oq_push) begin
+            oq_addr[oq_tail] <= LA'(o_rd1_addr);
+            oq_data[oq_tail] <= acc_rd_data;
+            oq_tail <= oq_tail + 1;
+        end
+        if (oq_pop) oq_head <= oq_head + 1;
+        oq_count <= oq_count + (OQ_BITS+1)'(oq_push) - (OQ_BITS+1)'(oq_pop);
 
         // ---- SIMD pipeline --------------------------------------------------------------------
         p1_valid <= start && f_is_simd;
-        p1_read <= f_flags[SIMD_FLAG_READ_BIT];
-        p1_write <= f_flags[SIMD_FLAG_WRITE_BIT];
-        p1_acc <= f_flags[SIMD_FLAG_ACCUMULATE_BIT];
+        p1_read <= f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT];
+        p1_write <= f_flags[tcu_isa_pkg::SIMD_FLAG_WRITE_BIT];
+        p1_acc <= f_flags[tcu_isa_pkg::SIMD_FLAG_ACCUMULATE_BIT];
         p1_waddr <= AA'(f_addr0);
         p1_dest <= f_op2[SB-1:0];
         p1_right <= f_op2[SB +: SB];
@@ -733,17 +840,17 @@ always @(posedge clk) begin
         p3_waddr <= p2_waddr;
         simd_acc_wr <= 1'b0;
         if (simd_out_valid && p3_write) begin
-            acc_wr_valid <= 1'b1;
-            acc_wr_addr <= p3_waddr;
-            acc_wr_data <= simd_out_data;
-            acc_wr_accumulate <= p3_acc;
+            o_wr_valid <= 1'b1;
+            o_wr_addr <= p3_waddr;
+            o_wr_data <= simd_out_data;
+            o_wr_accumulate <= p3_acc;
             simd_acc_wr <= 1'b1;
         end
     end
 end
 
-wire unused_ok = &{1'b0, rd1_addr, arr_in_ready, acc_rd_data_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
-                   d0_busy_cycles, d1_busy_cycles, w_busy_cycles};
+wire unused_ok = &{1'b0, arr_in_ready, bank_rd_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
+                   d0_busy_cycles, d1_busy_cycles, w_busy_cycles, step1, o_rd1_addr};
 
 endmodule
 

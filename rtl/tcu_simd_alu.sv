@@ -12,7 +12,6 @@
  * Combinational result; registers update on the clock edge when valid.
  */
 module tcu_simd_alu
-    import tcu_isa_pkg::*;
 #
 (
     // Bits of a scalar
@@ -101,23 +100,23 @@ wire equal      = left == right;
 always @* begin
     wide = {{2{in_data[W-1]}}, in_data};
     case (op)
-        SIMD_OP_NOOP:               wide = {{2{in_data[W-1]}}, in_data};
-        SIMD_OP_ZERO:               wide = '0;
-        SIMD_OP_MOVE:               wide = left_w;
-        SIMD_OP_NOT:                wide = left_true ? '0 : one_w;
-        SIMD_OP_AND:                wide = (left_true && right_true) ? one_w : '0;
-        SIMD_OP_OR:                 wide = (left_true || right_true) ? one_w : '0;
-        SIMD_OP_INCREMENT:          wide = left_w + one_w;
-        SIMD_OP_DECREMENT:          wide = left_w - one_w;
-        SIMD_OP_ADD:                wide = left_w + right_w;
-        SIMD_OP_SUBTRACT:           wide = left_w - right_w;
-        SIMD_OP_MULTIPLY:           wide = {{2{product[W-1]}}, product};
-        SIMD_OP_ABS:                wide = left[W-1] ? -left_w : left_w;
-        SIMD_OP_GREATER_THAN:       wide = greater ? one_w : '0;
-        SIMD_OP_GREATER_THAN_EQUAL: wide = (greater || equal) ? one_w : '0;
-        SIMD_OP_MIN:                wide = greater ? right_w : left_w;
-        SIMD_OP_MAX:                wide = greater ? left_w : right_w;
-        default:                    wide = left_w;
+        tcu_isa_pkg::SIMD_OP_NOOP:               wide = {{2{in_data[W-1]}}, in_data};
+        tcu_isa_pkg::SIMD_OP_ZERO:               wide = '0;
+        tcu_isa_pkg::SIMD_OP_MOVE:               wide = left_w;
+        tcu_isa_pkg::SIMD_OP_NOT:                wide = left_true ? '0 : one_w;
+        tcu_isa_pkg::SIMD_OP_AND:                wide = (left_true && right_true) ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_OR:                 wide = (left_true || right_true) ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_INCREMENT:          wide = left_w + one_w;
+        tcu_isa_pkg::SIMD_OP_DECREMENT:          wide = left_w - one_w;
+        tcu_isa_pkg::SIMD_OP_ADD:                wide = left_w + right_w;
+        tcu_isa_pkg::SIMD_OP_SUBTRACT:           wide = left_w - right_w;
+        tcu_isa_pkg::SIMD_OP_MULTIPLY:           wide = {{2{product[W-1]}}, product};
+        tcu_isa_pkg::SIMD_OP_ABS:                wide = left[W-1] ? -left_w : left_w;
+        tcu_isa_pkg::SIMD_OP_GREATER_THAN:       wide = greater ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_GREATER_THAN_EQUAL: wide = (greater || equal) ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_MIN:                wide = greater ? right_w : left_w;
+        tcu_isa_pkg::SIMD_OP_MAX:                wide = greater ? left_w : right_w;
+        default:                                 wide = left_w;
     endcase
     if (wide > WMAX) begin
         result = WMAX[W-1:0];
@@ -127,7 +126,7 @@ always @* begin
         saturated = 1'b1;
     end else begin
         result = wide[W-1:0];
-        saturated = (op == SIMD_OP_MULTIPLY) && product_saturated;
+        saturated = (op == tcu_isa_pkg::SIMD_OP_MULTIPLY) && product_saturated;
     end
 end
 
@@ -137,7 +136,7 @@ always @(posedge clk) begin
         for (k = 0; k < REGS; k = k + 1) begin
             regs[k] <= '0;
         end
-    end else if (valid && REGISTERS > 0 && dest_select != 0 && op != SIMD_OP_NOOP) begin
+    end else if (valid && REGISTERS > 0 && dest_select != 0 && op != tcu_isa_pkg::SIMD_OP_NOOP) begin
         regs[32'(dest_select) - 1] <= result;
     end
 end

@@ -28,6 +28,7 @@ async def measure(dut):
     dut.rst_n.value = 1
     vectors_4k = 4096 // arch.vector_bytes
     n = arch.array_size
+    half = arch.accumulator_depth // 2  # the upper accumulator bank starts here
     cases = {
         "matmul_256": "matmul local=0x0 acc=0x0 size=256",
         "loadweights": f"loadweights local=0x0 size={n + 1}",
@@ -47,6 +48,20 @@ async def measure(dut):
                                            for i in range(64)),
         # Each instruction reads what the previous one wrote: the hazard interlock stalls.
         "simd_x64_dependent": "\n".join(["simd max read write dest=out left=in right=r1 acc_write=0 acc_read=0"] * 64),
+        # A LoadWeights between two MatMuls fills the array's other weight set beside the first one:
+        # the second MatMul streams right behind the first.
+        "loadweights_beside_matmul_256": f"matmul local=0x0 acc=0x0 size=256\nloadweights local=0x300 size={n + 1}\n"
+                                         "matmul local=0x100 acc=0x100 size=256",
+        # The two DRAM engines: a DRAM1 load beside a DRAM0 load.
+        "dram1_to_local_4KiB_beside_dram0_to_local_4KiB":
+            f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}\n"
+            f"datamove dram1_to_local local=0x1000 dram1=0x0 size={vectors_4k}",
+        # SIMD on the lower accumulator bank beside a MatMul writing the upper one.
+        "simd_x256_beside_matmul_512": f"matmul local=0x0 acc={half} size=512\n" + "\n".join(
+            f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}" for i in range(256)),
+        # An accumulators -> local move from the lower bank beside a MatMul writing the upper one.
+        "acc_to_local_256_beside_matmul_512": f"matmul local=0x0 acc={half} size=512\n"
+                                              "datamove acc_to_local local=0x400 acc=0x0 size=256",
     }
     beat = int(os.environ["S_AXIS_BYTES"])
     results = {}

@@ -240,3 +240,35 @@ def test_a_whole_map_passes_to_the_next_conv_in_local_memory():
     assert int((f.operand2[stores] + 1).sum()) == 3 * pixels  # b, r and y; never a
     loads = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)
     assert int((f.operand2[loads] + 1).sum()) == 3 * pixels  # x, and r, b for the add; never a or b for a conv
+
+
+def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
+    """A conv whose tiles fit half the accumulators puts consecutive output blocks in the two halves,
+    and one block's ReLU runs between the next block's MatMuls (the core overlaps them); the result
+    is still exact, with a residual add and a bias."""
+    from tvm_tensil.isa.instructions import Opcode
+
+    rng = np.random.default_rng(5)
+    x_shape = (1, 6, 6, 24)  # 3 input and 3 output blocks on 8x8
+    w = grid(rng, (24, 24, 3, 3), -2, 2)
+    bias = grid(rng, 24)
+    x = grid(rng, x_shape)
+    g = Graph(
+        {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape), "r": Tensor("r", x_shape)},
+        [Node("conv2d", ["x"], "c", dict(weight=0, bias=1, padding=(1, 1, 1, 1), groups=1)),
+         Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")],
+        ["x"], ["r"], [w, bias])
+    y, part, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y["r"], np.maximum(conv2d_nhwc(x, w, bias, padding=(1, 1, 1, 1)) + x, 0))
+    f = part.program.fields()
+    half = ARCH.accumulator_depth // 2
+    mm = f.opcode == int(Opcode.MATMUL)
+    banks = set((f.addr1[mm] >= half).tolist())
+    assert banks == {False, True}, "every output block used the same accumulator half"
+    # Some SIMD comes after a MatMul of another bank and before a later MatMul.
+    order = [(int(op), bool(a1 >= half) if op == int(Opcode.MATMUL) else bool(a0 >= half))
+             for op, a0, a1 in zip(f.opcode, f.addr0, f.addr1) if op in (int(Opcode.MATMUL), int(Opcode.SIMD))]
+    interleaved = any(order[i][0] == int(Opcode.SIMD) and order[i - 1][0] == int(Opcode.MATMUL)
+                      and order[i - 1][1] != order[i][1] and any(op == int(Opcode.MATMUL) for op, _ in order[i + 1:])
+                      for i in range(1, len(order)))
+    assert interleaved, "no epilogue was interleaved with the next block's MatMuls"

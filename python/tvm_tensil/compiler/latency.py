@@ -1,11 +1,13 @@
 """The latency model: estimated cycles of a program on the RTL core, in one place.
 
 It follows the core's execution rule (docs/rtl.md): instructions dispatch in order, at most one
-per cycle, onto four engines each running one instruction at a time -- the compute engine (MatMul,
-DataMove local <-> accumulators; SIMD beside it), the weights engine (LoadWeights, into the array's
-second weight set) and one DRAM engine per bank (DataMove DRAM <-> local); an instruction also waits
-for another engine's instruction when their local memory ranges overlap and one of them writes.
-The total is when the last instruction finishes.
+per cycle, onto five engines each running one instruction at a time -- the compute engine (MatMul),
+the accumulator engine (DataMove local <-> accumulators; SIMD beside it), the weights engine
+(LoadWeights, into the array's second weight set) and one DRAM engine per bank (DataMove DRAM <->
+local); an instruction also waits for another engine's instruction when their local memory ranges
+overlap and one of them writes, and the compute and accumulator engines wait for each other while
+the other uses an accumulator bank (lower or upper half) they need. The total is when the last
+instruction finishes.
 
 Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, memory timing from
 ``arch.MEMORY_TIMING``), calibrated against the Verilated core by ``benchmarks/calibrate_latency.py``
@@ -18,9 +20,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector.
   Its reads share local memory's second port with DRAM -> local responses (one per vector, at the
   DRAM rate), which take their share of the port while they stream;
-- local <-> accumulators ``size + move``, after the array drains;
-- SIMD: one per cycle behind the compute engine; a SIMD reading what the previous one wrote waits
-  for it (``simd_dependent`` cycles);
+- local <-> accumulators ``size + move``;
+- SIMD: one per cycle after the accumulator engine's moves; a SIMD reading what the previous one
+  wrote waits for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
   is its own burst and at most ``max_reads`` are in flight: ``read_latency + size * max(B,
   (read_latency + 2) / max_reads) + read``; with B = 1, DRAM -> local moves of the two banks take
@@ -114,7 +116,8 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
         _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
                   busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
                   t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"], c["swap"], c["lw_after_swap"], ib, bb, node, _KIND_OF, blame)
+                  c["read"], c["write"], c["swap"], c["lw_after_swap"], ib, bb, arch.accumulator_depth // 2,
+                  node, _KIND_OF, blame)
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
         ends.append((state[_SIMD_END], state[_S_OWNER]))
@@ -149,17 +152,18 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 # The simulation's state between chunks of a program: indices into one int64 array. Per engine
 # (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
 # (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
-_C, _W, _D0, _D1, _ENGINES = 0, 1, 2, 3, 4
+_C, _O, _W, _D0, _D1, _ENGINES = 0, 1, 2, 3, 4, 5
 (_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED, _C_WAS_MM,
- _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _D0_TO_LOCAL, _D1_TO_LOCAL, _BUFFERED) = range(14)
-_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD = (14 + k * _ENGINES for k in range(9))
-_STATE_SIZE = 14 + 9 * _ENGINES
+ _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _D0_TO_LOCAL, _D1_TO_LOCAL, _BUFFERED, _C_BANKS, _M_BANKS,
+ _S_BANKS) = range(17)
+_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD = (17 + k * _ENGINES for k in range(9))
+_STATE_SIZE = 17 + 9 * _ENGINES
 
 
 @numba.njit(cache=True, nogil=True)
 def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, ib, bb, node, kind_of,
-              blame):
+              mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, ib, bb, half, node,
+              kind_of, blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
@@ -186,6 +190,8 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     # Bytes of the instruction stream buffered after the last dispatch (capacity: one instruction
     # and one beat; a beat a cycle while it fits).
     buffered, capacity = state[_BUFFERED], ib + bb
+    # Accumulator banks (bit k: bank k) of the MatMuls in flight, of the move, of the SIMD pipeline.
+    c_banks, m_banks, s_banks = state[_C_BANKS], state[_M_BANKS], state[_S_BANKS]
     for i in range(ops.shape[0]):
         ready = dispatch + 1
         if buffered + bb < ib:
@@ -196,10 +202,14 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         held = me  # whom the cycles from the previous dispatch to this one are charged to
         start = ready
         if op == _SIMD:
-            if end[_C] > start:
+            banks = (((1 << (a1[i] >= half)) if fl & 1 else 0) | ((1 << (a0[i] >= half)) if fl & 2 else 0))
+            if end[_O] > start:
+                start, held = end[_O], owner[_O]
+            if banks & c_banks and end[_C] > start:
                 start, held = end[_C], owner[_C]
             if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
+            s_banks = (s_banks if simd_end > start else 0) | banks
             s_owner = me
             last_simd_write = a0[i] if fl & 2 else -1
             last_simd_time = start
@@ -219,20 +229,32 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & 1) != 0
             writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
             lo, hi = _local_range(a0[i], s0[i], k, depth)
+            banks = 0
             if op == _LOADWEIGHTS:
                 eng = _W
             elif op == _DATAMOVE and fl < _ACC_TO_LOCAL:
                 eng = _D1 if fl & 2 else _D0
             else:
-                eng = _C
+                eng = _C if op == _MATMUL else _O
+                banks = _acc_banks(a1[i], s1[i], k, half)
             # The engine itself.
             if eng == _C:
-                # A MatMul streams in right behind a MatMul; anything else waits for the array to drain.
-                after = c_issued if op == _MATMUL and c_was_mm else end[_C]
+                # A MatMul streams in right behind a MatMul; it waits for the accumulator engine only
+                # where they would share an accumulator bank.
+                after = c_issued if c_was_mm else end[_C]
                 if after > start:
                     start, held = after, owner[_C]
+                if banks & m_banks and end[_O] > start:
+                    start, held = end[_O], owner[_O]
+                if banks & s_banks and simd_end > start:
+                    start, held = simd_end, s_owner
+            elif eng == _O:
+                if end[_O] > start:
+                    start, held = end[_O], owner[_O]
                 if simd_end > start:
                     start, held = simd_end, s_owner
+                if banks & c_banks and end[_C] > start:
+                    start, held = end[_C], owner[_C]
             elif end[eng] > start:
                 start, held = end[eng], owner[eng]
             # With one beat per vector, DRAM -> local moves of the two banks take turns.
@@ -255,6 +277,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                 cost = k + n + mm
                 done = first + cost
                 c_issued, c_was_mm = first + k + 1, True
+                c_banks = (c_banks if end[_C] > start else 0) | banks
                 lw_since_mm, mm_since_lw = False, True
             elif op == _LOADWEIGHTS:
                 first = start
@@ -264,10 +287,10 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                 done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
-            elif eng == _C:
+            elif eng == _O:
                 cost = k + move
                 done = start + cost
-                c_issued, c_was_mm = start + k + 1, False
+                m_banks = banks
             else:
                 cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
                 done = start + cost
@@ -298,6 +321,16 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
     state[_D0_TO_LOCAL], state[_D1_TO_LOCAL] = d_to_local[0], d_to_local[1]
     state[_BUFFERED] = buffered
+    state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _acc_banks(addr, stride, size, half):
+    """The accumulator banks (bit k: bank k, the halves) a strided run touches (both if it wraps)."""
+    end = addr + (size - 1) * (1 << stride)
+    if end >= 2 * half:
+        return 3
+    return (1 if addr < half else 0) | (2 if end >= half else 0)
 
 
 @numba.njit(cache=True, nogil=True)

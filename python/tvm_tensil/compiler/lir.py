@@ -169,6 +169,20 @@ class LIR:
     def noop(self) -> None:
         self._emit(_NOOP, 0, 0, 0, 0, 0, 0)
 
+    def pending_rows(self) -> np.ndarray:
+        """The instructions emitted so far, as rows (opcode, flags, addr0, stride0, addr1, stride1,
+        operand2), for a short side program (nothing encoded yet) that ``emit_rows`` replays later."""
+        if self._done:
+            raise ValueError("pending_rows: the side program already spilled encoded chunks")
+        return np.frombuffer(self._rows, dtype=np.int64).reshape(-1, _ROW).copy()
+
+    def emit_rows(self, rows: np.ndarray) -> None:
+        """Append rows taken from ``pending_rows`` (of a program for the same architecture)."""
+        if len(rows):
+            self._rows.frombytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+            if len(self._rows) >= _ROW * self.CHUNK:
+                self._spill()
+
     def extend(self, other: "LIR") -> None:
         """Append ``other``'s instructions (emitted for the same architecture) after this one's."""
         self._flush()

@@ -135,14 +135,16 @@ class Scheduler:
         self._read_once = {t for t, users in _consumer_counts(graph).items() if users == 1 and t not in pinned}
 
     # -- shared pieces ---------------------------------------------------------------------------
-    def _const_vectors(self, values: list[float], acc_base: int) -> dict[float, int]:
-        """Load one full vector per value into the accumulators at ``acc_base``."""
+    def _const_vectors(self, values: list[float], acc_base: int, *more_bases: int) -> dict[float, int]:
+        """Load one full vector per value into the accumulators at ``acc_base`` (and copies at
+        ``more_bases``); returns where the first copy is."""
         if not values:
             return {}
         rec = self.consts.add("fill", self.graph.constants, values=[float(v) for v in values])
         scratch = self.arch.local_depth - len(values)
         self.lir.datamove(Direction.DRAM1_TO_LOCAL, scratch, rec.base, rec.size)
-        self.lir.datamove(Direction.LOCAL_TO_ACC, scratch, acc_base, rec.size)
+        for base in (acc_base, *more_bases):
+            self.lir.datamove(Direction.LOCAL_TO_ACC, scratch, base, rec.size)
         return {float(v): acc_base + i for i, v in enumerate(values)}
 
     def _epilogue_constants(self, epilogue) -> list[float]:
@@ -489,6 +491,11 @@ class Scheduler:
             buffers = 1
         if not emit:
             return buffers, rows, cols
+        # Accumulator banks: when a tile fits half the accumulators (with the constants at the top of
+        # each half), consecutive output blocks alternate between the halves, so one block's epilogue
+        # and gather run beside the next one's MatMuls.
+        half = self.arch.accumulator_depth // 2
+        banked = rows * cols <= half - len(cvals) and len(tiles) * cbo > 1
         store_size = rows * cols * store_blocks
         full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
         slab_size = self._slab_size(rows, cols, window, cbi, inp.shape[2] if full_rows else None)
@@ -513,7 +520,11 @@ class Scheduler:
         stores, stores2 = stores[:buffers], stores[buffers:]
         if handed is None:
             slabs = [lo + own + k * slab_size for k in range(buffers)]
-        cvec = self._const_vectors(cvals, acc_free)
+        if banked:
+            cvec0 = self._const_vectors(cvals, half - len(cvals), 2 * half - len(cvals))
+            cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
+        else:
+            cvecs = [self._const_vectors(cvals, acc_free)]
         overlap = _Overlap(lir, self.arch)
         for name, moves in carried:  # the previous node's stores, beside this node's compute
             if not (name == node.inputs[0] and name in self._read_once):  # (nobody else reads that one)
@@ -532,9 +543,41 @@ class Scheduler:
             lir.load_weights(local, size)
             overlap.compute(size + 4)
 
+        # With accumulator banks, an output block's epilogue and gather (the SIMD instructions, one per
+        # vector, and the move to the store buffer) are interleaved with the next block's MatMuls: a
+        # MatMul of k vectors keeps the array busy while up to k of them dispatch beside it.
+        backlog = np.zeros((0, 7), dtype=np.int64)
+
+        def release(limit: int | None = None) -> None:
+            nonlocal backlog
+            take = len(backlog) if limit is None else limit
+            lir.emit_rows(backlog[:take])
+            backlog = backlog[take:]
+
         def matmul(local: int, acc: int, size: int, local_step: int = 1, **flags) -> None:
             lir.matmul(local, acc, size, local_step, 1, **flags)
             overlap.compute(size + 1)
+            if len(backlog):
+                release(size)
+
+        def finish_block(acc0: int, count: int, cvec, tile: Tile, ob: int, store: int) -> None:
+            """This output block's epilogue and gather: now, or into the backlog (banked)."""
+            nonlocal backlog
+            release()  # what the block before this one still had to do
+
+            def emit():
+                self._epilogue(acc0, count, node.epilogue, cvec)
+                self._gather(out, tile, ob, acc0, store)
+
+            if not banked or second:
+                emit()
+                return
+            side, self.lir = self.lir, LIR(self.arch)
+            try:
+                emit()
+                backlog = self.lir.pending_rows()
+            finally:
+                self.lir = side
 
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
@@ -565,8 +608,10 @@ class Scheduler:
             for ob in range(cbo):
                 lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
                             f"cols {tile.x0}+{tile.cols} block {ob}")
+                unit = (i * cbo + ob) % len(cvecs)  # the accumulator bank of this output block
+                acc0, cvec = unit * half, cvecs[unit]
                 if short:
-                    lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, 0, count)
+                    lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
                     overlap.compute(count + 6)
                 first = brec is None and not short  # the covering tap's MatMuls start the accumulators
                 for _, loads in groups[ob]:
@@ -580,30 +625,30 @@ class Scheduler:
                     for ib, t, local in loads:
                         if ib is None:  # the bias into row 0 of a MatMul of zeroes
                             load_weights(base + local, 1)
-                            matmul(0, 0, count, zeroes=True, accumulate=bool(short))
+                            matmul(0, acc0, count, zeroes=True, accumulate=bool(short))
                             continue
                         load_weights(base + local, block)
                         if pointwise and tile.cols == inp.shape[2] == scols:
-                            matmul(slab + ib * plane, 0, count, accumulate=not first)
+                            matmul(slab + ib * plane, acc0, count, accumulate=not first)
                             first = False
                             continue
                         src = slab + ib * plane
                         for offset, acc, cnt in tap_runs[t]:
-                            matmul(src + offset, acc, cnt, sw, accumulate=not first)
+                            matmul(src + offset, acc0 + acc, cnt, sw, accumulate=not first)
                         first = False
                     if slots == 1 and seq < len(sequence):
                         fetch(seq)  # one slot: the next group's load waits for this group's LoadWeights
-                self._epilogue(0, count, node.epilogue, cvec)
-                self._gather(out, tile, ob, 0, store)
+                finish_block(acc0, count, cvec, tile, ob, store)
                 overlap.compute(count * (1 + len(node.epilogue)))
                 if second:
                     if i == ob == 0:
                         overlap.need_urgent()  # the second output's weights
                     load_weights(wsecond + ob * block, block)
-                    matmul(store + ob * count, 0, count)
-                    self._epilogue(0, count, second["epilogue"], cvec)
-                    self._gather(out2, tile, ob, 0, stores2[i % buffers])
+                    matmul(store + ob * count, acc0, count)
+                    self._epilogue(acc0, count, second["epilogue"], cvec)
+                    self._gather(out2, tile, ob, acc0, stores2[i % buffers])
                     overlap.compute(count * (1 + len(second["epilogue"])))
+            release()  # the tile's last epilogue and gather, before its stores
             overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
             if whole:  # the next conv may take the result from local memory; it issues these stores
                 outputs = [(node.output, out, store)] + ([(second["output"], out2, stores2[0])] if second else [])
