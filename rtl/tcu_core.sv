@@ -208,8 +208,9 @@ wire [1:0]    f_simd_banks = (f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT] ? 2'b01 <
 wire [1:0]    f_acc_banks = f_is_simd ? f_simd_banks : (f_is_mm || f_is_move) ? f_run_banks : 2'b00;
 
 // What each engine's instruction does to local memory while it is in flight: compute (C),
-// accumulator moves (O), weights (W), DRAM0 (D0), DRAM1 (D1).
-localparam E_C = 0, E_O = 1, E_W = 2, E_D0 = 3, E_D1 = 4, ENGINES = 5;
+// accumulator moves (O), weights (W), and per DRAM bank a reader (DRAM -> local) and a writer
+// (local -> DRAM): D0R, D0W, D1R, D1W.
+localparam E_C = 0, E_O = 1, E_W = 2, E_D0R = 3, E_D0W = 4, E_D1R = 5, E_D1W = 6, ENGINES = 7;
 reg  [ENGINES-1:0] e_lvalid, e_lwrite;
 reg  [CB-1:0]      e_lo [0:ENGINES-1];
 reg  [CB-1:0]      e_hi [0:ENGINES-1];
@@ -226,9 +227,21 @@ wire [ENGINES-1:0] f_engine;
 assign f_engine[E_C] = f_is_mm;
 assign f_engine[E_O] = f_is_move;
 assign f_engine[E_W] = f_is_lw;
-assign f_engine[E_D0] = f_is_dram && !f_bank1;
-assign f_engine[E_D1] = f_is_dram && f_bank1;
+wire f_to_dram = f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT];
+assign f_engine[E_D0R] = f_is_dram && !f_bank1 && !f_to_dram;
+assign f_engine[E_D0W] = f_is_dram && !f_bank1 && f_to_dram;
+assign f_engine[E_D1R] = f_is_dram && f_bank1 && !f_to_dram;
+assign f_engine[E_D1W] = f_is_dram && f_bank1 && f_to_dram;
 wire f_hazard = |(hazard & ~f_engine);
+
+// A bank's reader and writer run side by side (AXI reads and writes are independent) unless their
+// DRAM ranges overlap: then the later one waits, so DRAM too keeps program order.
+reg  [XB-1:0] dram_lo [E_D0R:E_D1W];
+reg  [XB-1:0] dram_hi [E_D0R:E_D1W];
+wire [XB-1:0] f_dram_hi = XB'(f_addr1) + (XB'(f_count - 1) << f_op1[OPERAND1_ADDRESS_BITS +: STRIDE1_BITS]);
+// The engine of the other direction on the same bank.
+wire [2:0] f_partner = f_bank1 ? (f_to_dram ? 3'(E_D1R) : 3'(E_D1W)) : (f_to_dram ? 3'(E_D0R) : 3'(E_D0W));
+wire dram_hazard;
 
 // -- compute engine (MatMul) state ------------------------------------------------------------
 localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
@@ -275,30 +288,30 @@ reg  mm_read_swap, arr_in_swap;
 wire load_allowed;
 
 // -- DRAM engines -------------------------------------------------------------------------------
-wire d0_free, d1_free;
-reg  d0_to_local, d1_to_local;   // the engine's move writes local memory
+wire d0r_free, d0w_free, d1r_free, d1w_free;
 // A bank returns at most one vector per VECTOR_BEATS cycles; with a single beat both banks' responses
 // could outrun local memory's port, so then DRAM -> local moves take turns.
-wire f_to_local = f_is_dram && !f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT];
-wire d_turns = VECTOR_BEATS < 2 && f_to_local &&
-               (f_bank1 ? (!d0_free && d0_to_local) : (!d1_free && d1_to_local));
+wire d_turns = VECTOR_BEATS < 2 && f_is_dram && !f_to_dram && (f_bank1 ? !d0r_free : !d1r_free);
+wire f_dram_free = f_bank1 ? (f_to_dram ? d1w_free : d1r_free) : (f_to_dram ? d0w_free : d0r_free);
 
 wire quiet_w = w_free;
-wire quiet_d = d0_free && d1_free;
+wire quiet_d = d0r_free && d0w_free && d1r_free && d1w_free;
 assign s_instr_ready = !rst && (
     f_is_simd ? o_free && !simd_hazard && !bank_wait_o :
     f_is_mm   ? (c_free || mm_follows) && !f_hazard && !bank_wait_c :
     f_is_move ? o_free && simd_pipe_empty && !f_hazard && !bank_wait_o :
     f_is_lw   ? w_free && !f_hazard :
-    f_is_dram ? (f_bank1 ? d1_free : d0_free) && !f_hazard && !d_turns :
+    f_is_dram ? f_dram_free && !f_hazard && !dram_hazard && !d_turns :
     f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE ? c_free && o_free && quiet_c && quiet_o && quiet_w && quiet_d :
     1'b1);
 wire start = s_instr_valid && s_instr_ready;
 wire start_c = start && f_known && f_is_mm;
 wire start_o = start && f_known && f_is_move;
 wire start_w = start && f_known && f_is_lw;
-wire start_d0 = start && f_known && f_is_dram && !f_bank1;
-wire start_d1 = start && f_known && f_is_dram && f_bank1;
+wire start_d0r = start && f_known && f_engine[E_D0R];
+wire start_d0w = start && f_known && f_engine[E_D0W];
+wire start_d1r = start && f_known && f_engine[E_D1R];
+wire start_d1w = start && f_known && f_engine[E_D1W];
 
 // -- units ---------------------------------------------------------------------------------------
 // Local memory: port A serves the compute engine's MatMul reads, and the accumulator engine's moves
@@ -454,27 +467,27 @@ wire              oq_pop = o_local_wr && (port_a_free || grant_o_wr);
 
 // -- local memory port B: the arbiter ---------------------------------------------------------------
 // Fixed priority: DRAM read responses whose queue is half full (DRAM0, DRAM1), the weights engine's
-// reads (MatMuls may wait for them), the accumulator engine's move, other responses, then the DRAM
-// engines' reads for writes to DRAM. Responses come at most one per VECTOR_BEATS cycles per bank
-// (with one beat, one bank at a time), so urgent queues drain faster than they fill and never
-// overflow.
+// reads (MatMuls may wait for them), the DRAM writers' reads (DRAM bandwidth is the scarce one; a
+// writer asks at most once per vector's worth of bus beats), the accumulator engine's move, then
+// other responses. Responses come at most one per VECTOR_BEATS cycles per bank (with one beat, one
+// bank at a time), so urgent queues drain faster than they fill and never overflow.
 wire          w_rd_valid, d0_rd_valid, d1_rd_valid, d0_wr_valid, d1_wr_valid, d0_wr_urgent, d1_wr_urgent;
 wire [LA-1:0] w_rd_addr, d0_rd_addr, d1_rd_addr, d0_wr_addr, d1_wr_addr;
 wire [V-1:0]  d0_wr_data, d1_wr_data;
 wire urgent = (d0_wr_valid && d0_wr_urgent) || (d1_wr_valid && d1_wr_urgent);
+wire grant_w_rd = w_rd_valid && !urgent;
+wire grant_d0_rd = d0_rd_valid && !urgent && !w_rd_valid;
+wire grant_d1_rd = d1_rd_valid && !urgent && !w_rd_valid && !d0_rd_valid;
+wire writers = d0_rd_valid || d1_rd_valid;
 wire o_wants = o_rd_valid || o_lwr_valid;
-wire d_writes = urgent || (!w_rd_valid && !o_wants && (d0_wr_valid || d1_wr_valid));
+wire grant_o = o_wants && !urgent && !w_rd_valid && !writers;
+assign grant_o_rd = grant_o && o_rd_valid;
+assign grant_o_wr = grant_o && o_lwr_valid;
+wire d_writes = urgent || (!w_rd_valid && !writers && !o_wants && (d0_wr_valid || d1_wr_valid));
 // Among DRAM responses: an urgent queue first, else DRAM0.
 wire write_d0 = d0_wr_valid && (d0_wr_urgent || !(d1_wr_valid && d1_wr_urgent));
 wire grant_d0_wr = d_writes && write_d0;
 wire grant_d1_wr = d_writes && !write_d0;
-wire grant_w_rd = w_rd_valid && !urgent;
-wire grant_o = o_wants && !urgent && !w_rd_valid;
-assign grant_o_rd = grant_o && o_rd_valid;
-assign grant_o_wr = grant_o && o_lwr_valid;
-wire port_b_free = !urgent && !w_rd_valid && !o_wants && !d0_wr_valid && !d1_wr_valid;
-wire grant_d0_rd = d0_rd_valid && port_b_free;
-wire grant_d1_rd = d1_rd_valid && port_b_free && !d0_rd_valid;
 
 always @* begin
     lm_b_we = d_writes || grant_o_wr;
@@ -509,60 +522,93 @@ weights_inst (
 );
 
 // -- DRAM engines ------------------------------------------------------------------------------------
-wire d0_busy, d1_busy, d0_issuing, d1_issuing;
-wire [31:0] d0_busy_cycles, d1_busy_cycles;
+// Per bank a reader (DRAM -> local: the bank's read requests, responses into local memory) and a
+// writer (local -> DRAM: local reads, the bank's writes), as verilog-axi's axi_dma_rd / axi_dma_wr.
+wire d0r_busy, d0w_busy, d1r_busy, d1w_busy, d0r_issuing, d0w_issuing, d1r_issuing, d1w_issuing;
+wire [31:0] d0r_busy_cycles, d0w_busy_cycles, d1r_busy_cycles, d1w_busy_cycles;
 
-tcu_dram_engine #(
+tcu_dram_reader #(
     .ARRAY_SIZE(N),
     .DATA_WIDTH(W),
     .LOCAL_ADDR_BITS(LA),
     .LOCAL_DEPTH(LOCAL_DEPTH),
     .DEPTH_BITS(DRAM0_DEPTH_BITS)
 )
-dram0_engine_inst (
+dram0_reader_inst (
     .clk(clk), .rst(rst),
-    .s_cmd_valid(start_d0), .s_cmd_ready(d0_free), .s_cmd_to_dram(f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_valid(start_d0r), .s_cmd_ready(d0r_free),
     .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
     .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_rd_valid(m_dram0_rd_valid), .m_dram_rd_ready(m_dram0_rd_ready), .m_dram_rd_addr(m_dram0_rd_addr),
     .m_dram_rd_count(m_dram0_rd_count), .s_dram_rd_valid(s_dram0_rd_valid), .s_dram_rd_data(s_dram0_rd_data),
+    .m_local_wr_valid(d0_wr_valid), .m_local_wr_addr(d0_wr_addr), .m_local_wr_data(d0_wr_data),
+    .m_local_wr_urgent(d0_wr_urgent), .local_wr_grant(grant_d0_wr),
+    .busy(d0r_busy), .issuing(d0r_issuing), .busy_cycles(d0r_busy_cycles)
+);
+
+tcu_dram_writer #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .DEPTH_BITS(DRAM0_DEPTH_BITS)
+)
+dram0_writer_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_d0w), .s_cmd_ready(d0w_free),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
+    .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_wr_valid(m_dram0_wr_valid), .m_dram_wr_ready(m_dram0_wr_ready), .m_dram_wr_addr(m_dram0_wr_addr),
     .m_dram_wr_run(m_dram0_wr_run), .m_dram_wr_data(m_dram0_wr_data), .dram_wr_pending(dram0_wr_pending),
     .m_local_rd_valid(d0_rd_valid), .m_local_rd_addr(d0_rd_addr), .local_rd_grant(grant_d0_rd),
     .local_rd_data(lm_b_rdata),
-    .m_local_wr_valid(d0_wr_valid), .m_local_wr_addr(d0_wr_addr), .m_local_wr_data(d0_wr_data),
-    .m_local_wr_urgent(d0_wr_urgent), .local_wr_grant(grant_d0_wr),
-    .busy(d0_busy), .issuing(d0_issuing), .busy_cycles(d0_busy_cycles)
+    .busy(d0w_busy), .issuing(d0w_issuing), .busy_cycles(d0w_busy_cycles)
 );
 
-tcu_dram_engine #(
+tcu_dram_reader #(
     .ARRAY_SIZE(N),
     .DATA_WIDTH(W),
     .LOCAL_ADDR_BITS(LA),
     .LOCAL_DEPTH(LOCAL_DEPTH),
     .DEPTH_BITS(DRAM1_DEPTH_BITS)
 )
-dram1_engine_inst (
+dram1_reader_inst (
     .clk(clk), .rst(rst),
-    .s_cmd_valid(start_d1), .s_cmd_ready(d1_free), .s_cmd_to_dram(f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT]),
+    .s_cmd_valid(start_d1r), .s_cmd_ready(d1r_free),
     .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
     .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_rd_valid(m_dram1_rd_valid), .m_dram_rd_ready(m_dram1_rd_ready), .m_dram_rd_addr(m_dram1_rd_addr),
     .m_dram_rd_count(m_dram1_rd_count), .s_dram_rd_valid(s_dram1_rd_valid), .s_dram_rd_data(s_dram1_rd_data),
+    .m_local_wr_valid(d1_wr_valid), .m_local_wr_addr(d1_wr_addr), .m_local_wr_data(d1_wr_data),
+    .m_local_wr_urgent(d1_wr_urgent), .local_wr_grant(grant_d1_wr),
+    .busy(d1r_busy), .issuing(d1r_issuing), .busy_cycles(d1r_busy_cycles)
+);
+
+tcu_dram_writer #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .DEPTH_BITS(DRAM1_DEPTH_BITS)
+)
+dram1_writer_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_d1w), .s_cmd_ready(d1w_free),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_dram_addr(f_addr1),
+    .s_cmd_dram_step(f_step1), .s_cmd_count(f_count),
     .m_dram_wr_valid(m_dram1_wr_valid), .m_dram_wr_ready(m_dram1_wr_ready), .m_dram_wr_addr(m_dram1_wr_addr),
     .m_dram_wr_run(m_dram1_wr_run), .m_dram_wr_data(m_dram1_wr_data), .dram_wr_pending(dram1_wr_pending),
     .m_local_rd_valid(d1_rd_valid), .m_local_rd_addr(d1_rd_addr), .local_rd_grant(grant_d1_rd),
     .local_rd_data(lm_b_rdata),
-    .m_local_wr_valid(d1_wr_valid), .m_local_wr_addr(d1_wr_addr), .m_local_wr_data(d1_wr_data),
-    .m_local_wr_urgent(d1_wr_urgent), .local_wr_grant(grant_d1_wr),
-    .busy(d1_busy), .issuing(d1_issuing), .busy_cycles(d1_busy_cycles)
+    .busy(d1w_busy), .issuing(d1w_issuing), .busy_cycles(d1w_busy_cycles)
 );
 
 assign e_busy[E_C] = state != S_IDLE;
 assign e_busy[E_O] = o_state != S_IDLE;
 assign e_busy[E_W] = w_busy;
-assign e_busy[E_D0] = d0_busy;
-assign e_busy[E_D1] = d1_busy;
+assign e_busy[E_D0R] = d0r_busy;
+assign e_busy[E_D0W] = d0w_busy;
+assign e_busy[E_D1R] = d1r_busy;
+assign e_busy[E_D1W] = d1w_busy;
+assign dram_hazard = e_busy[f_partner] && XB'(f_addr1) <= dram_hi[f_partner] && dram_lo[f_partner] <= f_dram_hi;
 
 // -- compute engine: MatMul issue -----------------------------------------------------------------
 // The local read's data reaches the array one cycle after issue; the accumulator address of each
@@ -624,7 +670,8 @@ assign activity = {
     1'b1, lm_b_rd || lm_b_we,                                                  // local port B
     d0_rd_fire || d0_wr_fire, m_dram0_rd_valid || m_dram0_wr_valid || s_dram0_rd_valid,  // DRAM0
     d1_rd_fire || d1_wr_fire, m_dram1_rd_valid || m_dram1_wr_valid || s_dram1_rd_valid,  // DRAM1
-    issue_now || o_issue || w_issuing || d0_issuing || d1_issuing, |e_busy,    // dataflow
+    issue_now || o_issue || w_issuing || d0r_issuing || d0w_issuing || d1r_issuing || d1w_issuing,
+    |e_busy,                                                                   // dataflow
     1'b1, mm_wr_valid || o_wr_valid || acc_rd_valid,                           // accumulators
     arr_in_ready, arr_in_valid || arr_w_valid                                  // array
 };
@@ -650,8 +697,6 @@ always @(posedge clk) begin
         mm_since_lw <= 1'b0;
         w_continues <= 1'b0;
         mm_swap <= 1'b0;
-        d0_to_local <= 1'b0;
-        d1_to_local <= 1'b0;
         program_counter <= '0;
         error <= 1'b0;
         timeout <= 1'b0;
@@ -742,8 +787,12 @@ always @(posedge clk) begin
             m_banks <= f_acc_banks;
         end
         if (start && f_is_simd) s_banks <= (simd_pipe_empty ? 2'b00 : s_banks) | f_acc_banks;
-        if (start_d0) d0_to_local <= f_to_local;
-        if (start_d1) d1_to_local <= f_to_local;
+        for (int k = E_D0R; k <= E_D1W; k = k + 1) begin
+            if (start && f_known && f_engine[k]) begin
+                dram_lo[k] <= XB'(f_addr1);
+                dram_hi[k] <= f_dram_hi;
+            end
+        end
 
         // ---- timeout: an engine busy with one instruction for longer than the limit --------------
         if (state != S_IDLE && !start_c) c_busy_cycles <= c_busy_cycles + 1;
@@ -751,8 +800,10 @@ always @(posedge clk) begin
         if (timeout_limit != 0 && ((state != S_IDLE && c_busy_cycles >= timeout_limit) ||
                                    (o_state != S_IDLE && o_busy_cycles >= timeout_limit) ||
                                    (w_busy && w_busy_cycles >= timeout_limit) ||
-                                   (d0_busy && d0_busy_cycles >= timeout_limit) ||
-                                   (d1_busy && d1_busy_cycles >= timeout_limit))) begin
+                                   (d0r_busy && d0r_busy_cycles >= timeout_limit) ||
+                                   (d0w_busy && d0w_busy_cycles >= timeout_limit) ||
+                                   (d1r_busy && d1r_busy_cycles >= timeout_limit) ||
+                                   (d1w_busy && d1w_busy_cycles >= timeout_limit))) begin
             timeout <= 1'b1;
         end
 
@@ -850,7 +901,7 @@ always @(posedge clk) begin
 end
 
 wire unused_ok = &{1'b0, arr_in_ready, bank_rd_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
-                   d0_busy_cycles, d1_busy_cycles, w_busy_cycles, step1, o_rd1_addr};
+                   w_busy_cycles, step1, o_rd1_addr};
 
 endmodule
 

@@ -1,11 +1,12 @@
 """The latency model: estimated cycles of a program on the RTL core, in one place.
 
 It follows the core's execution rule (docs/rtl.md): instructions dispatch in order, at most one
-per cycle, onto five engines each running one instruction at a time -- the compute engine (MatMul),
-the accumulator engine (DataMove local <-> accumulators; SIMD beside it), the weights engine
-(LoadWeights, into the array's second weight set) and one DRAM engine per bank (DataMove DRAM <->
-local); an instruction also waits for another engine's instruction when their local memory ranges
-overlap and one of them writes, and the compute and accumulator engines wait for each other while
+per cycle, onto seven engines each running one instruction at a time -- the compute engine
+(MatMul), the accumulator engine (DataMove local <-> accumulators; SIMD beside it), the weights
+engine (LoadWeights, into the array's second weight set) and per DRAM bank a reader (DRAM -> local)
+and a writer (local -> DRAM); an instruction also waits for another engine's instruction when their
+local memory ranges overlap and one of them writes, a bank's reader and writer wait for each other
+when their DRAM ranges overlap, and the compute and accumulator engines wait for each other while
 the other uses an accumulator bank (lower or upper half) they need. The total is when the last
 instruction finishes.
 
@@ -152,12 +153,13 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 # The simulation's state between chunks of a program: indices into one int64 array. Per engine
 # (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
 # (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
-_C, _O, _W, _D0, _D1, _ENGINES = 0, 1, 2, 3, 4, 5
+_C, _O, _W, _D0R, _D0W, _D1R, _D1W, _ENGINES = 0, 1, 2, 3, 4, 5, 6, 7
 (_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED, _C_WAS_MM,
- _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _D0_TO_LOCAL, _D1_TO_LOCAL, _BUFFERED, _C_BANKS, _M_BANKS,
- _S_BANKS) = range(17)
-_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD = (17 + k * _ENGINES for k in range(9))
-_STATE_SIZE = 17 + 9 * _ENGINES
+ _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _BUFFERED, _C_BANKS, _M_BANKS, _S_BANKS) = range(15)
+(_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO,
+ _DRAM_HI) = (15 + k * _ENGINES for k in range(11))
+_STATE_SIZE = 15 + 11 * _ENGINES
+_READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -177,6 +179,8 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     stream_lo = state[_STREAM_LO:_STREAM_LO + _ENGINES].copy()
     stream_hi = state[_STREAM_HI:_STREAM_HI + _ENGINES].copy()
     stream_period = state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES].copy()
+    # Each DRAM engine's last DRAM range.
+    dram_lo, dram_hi = state[_DRAM_LO:_DRAM_LO + _ENGINES].copy(), state[_DRAM_HI:_DRAM_HI + _ENGINES].copy()
     dispatch, finish = state[_DISPATCH], state[_FINISH]
     simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
     last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
@@ -185,8 +189,6 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     # Weight sets: a load since the last MatMul (the next MatMul swaps), a MatMul since the last load
     # (the next load is a new one), when the last swapping vector issued.
     lw_since_mm, mm_since_lw, swap_at = state[_LW_SINCE_MM] != 0, state[_MM_SINCE_LW] != 0, state[_SWAP_AT]
-    d_to_local = np.zeros(2, dtype=np.bool_)
-    d_to_local[0], d_to_local[1] = state[_D0_TO_LOCAL] != 0, state[_D1_TO_LOCAL] != 0
     # Bytes of the instruction stream buffered after the last dispatch (capacity: one instruction
     # and one beat; a beat a cycle while it fits).
     buffered, capacity = state[_BUFFERED], ib + bb
@@ -233,7 +235,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             if op == _LOADWEIGHTS:
                 eng = _W
             elif op == _DATAMOVE and fl < _ACC_TO_LOCAL:
-                eng = _D1 if fl & 2 else _D0
+                eng = (_D1W if to_dram else _D1R) if fl & 2 else (_D0W if to_dram else _D0R)
             else:
                 eng = _C if op == _MATMUL else _O
                 banks = _acc_banks(a1[i], s1[i], k, half)
@@ -257,11 +259,18 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                     start, held = end[_C], owner[_C]
             elif end[eng] > start:
                 start, held = end[eng], owner[eng]
-            # With one beat per vector, DRAM -> local moves of the two banks take turns.
-            if eng >= _D0 and bpv == 1 and writes:
-                other = _D1 if eng == _D0 else _D0
-                if d_to_local[other - _D0] and end[other] > start:
-                    start, held = end[other], owner[other]
+            if eng >= _D0R:
+                # With one beat per vector, DRAM -> local moves of the two banks take turns.
+                if bpv == 1 and writes:
+                    other = _D1R if eng == _D0R else _D0R
+                    if end[other] > start:
+                        start, held = end[other], owner[other]
+                # A bank's reader and writer run side by side unless their DRAM ranges overlap.
+                partner = eng + 1 if eng in (_D0R, _D1R) else eng - 1
+                d_hi = a1[i] + (k - 1) * (1 << s1[i])
+                if end[partner] > start and a1[i] <= dram_hi[partner] and dram_lo[partner] <= d_hi:
+                    start, held = end[partner], owner[partner]
+                dram_lo[eng], dram_hi[eng] = a1[i], d_hi
             # Local memory hazards with the other engines.
             if not zeros:
                 for e in range(_ENGINES):
@@ -283,22 +292,27 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                 first = start
                 if mm_since_lw:
                     first = max(start, swap_at + lw_after_swap)
-                reads_end = _shared_port_reads(first, k, stream_lo, stream_hi, stream_period)
+                reads_end = _shared_port_reads(first, k, stream_lo, stream_hi, stream_period, _READERS)
                 done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
             elif eng == _O:
-                cost = k + move
-                done = start + cost
+                # While MatMuls stream, a move shares port B with the DRAM engines (after them).
+                done = start + k + move
+                if c_issued > start:
+                    done = max(done, _shared_port_reads(start, k, stream_lo, stream_hi, stream_period,
+                                                        _READERS | _WRITERS) + move)
+                cost = done - start
                 m_banks = banks
             else:
                 cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
                 done = start + cost
-                d_to_local[eng - _D0] = writes
-                stream_period[eng] = 0
-                if writes:
+                if writes:  # a reader: responses into local memory
                     stream_lo[eng], stream_hi[eng] = start + rl, done - read
                     stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + 2) // max_reads)
+                else:  # a writer: local reads at the bus rate
+                    stream_lo[eng], stream_hi[eng] = start, done - wl - write
+                    stream_period[eng] = bpv
             end[eng], owner[eng] = done, me
             has[eng], lo_[eng], hi_[eng], writes_[eng] = not zeros, lo, hi, writes
             busy[op] += cost
@@ -319,7 +333,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = last_simd_write, last_simd_time
     state[_C_ISSUED], state[_C_WAS_MM] = c_issued, c_was_mm
     state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
-    state[_D0_TO_LOCAL], state[_D1_TO_LOCAL] = d_to_local[0], d_to_local[1]
+    state[_DRAM_LO:_DRAM_LO + _ENGINES], state[_DRAM_HI:_DRAM_HI + _ENGINES] = dram_lo, dram_hi
     state[_BUFFERED] = buffered
     state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
 
@@ -334,16 +348,17 @@ def _acc_banks(addr, stride, size, half):
 
 
 @numba.njit(cache=True, nogil=True)
-def _shared_port_reads(first, k, lo, hi, period):
-    """When ``k`` reads from cycle ``first`` are done on a port that the DRAM engines' response
-    streams (``lo``..``hi``, one per ``period`` cycles) use first."""
+def _shared_port_reads(first, k, lo, hi, period, engines):
+    """When ``k`` accesses from cycle ``first`` are done on local memory's port B, which the DRAM
+    engines in the bit mask ``engines`` (streams ``lo``..``hi``, one access per ``period`` cycles)
+    use first."""
     t = float(first)
     left = float(k)
     for _ in range(8):  # at most four stream edges
         busy = 0.0
         edge = 1e18
         for e in range(lo.shape[0]):
-            if period[e] == 0:
+            if period[e] == 0 or not (engines >> e) & 1:
                 continue
             if lo[e] <= t < hi[e]:
                 busy += 1.0 / period[e]
