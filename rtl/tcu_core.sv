@@ -236,8 +236,8 @@ wire f_hazard = |(hazard & ~f_engine);
 
 // A bank's reader and writer run side by side (AXI reads and writes are independent) unless their
 // DRAM ranges overlap: then the later one waits, so DRAM too keeps program order.
-reg  [XB-1:0] dram_lo [E_D0R:E_D1W];
-reg  [XB-1:0] dram_hi [E_D0R:E_D1W];
+reg  [XB-1:0] dram_lo [0:3];   // indexed by engine - E_D0R
+reg  [XB-1:0] dram_hi [0:3];
 wire [XB-1:0] f_dram_hi = XB'(f_addr1) + (XB'(f_count - 1) << f_op1[OPERAND1_ADDRESS_BITS +: STRIDE1_BITS]);
 // The engine of the other direction on the same bank.
 wire [2:0] f_partner = f_bank1 ? (f_to_dram ? 3'(E_D1R) : 3'(E_D1W)) : (f_to_dram ? 3'(E_D0R) : 3'(E_D0W));
@@ -608,7 +608,9 @@ assign e_busy[E_D0R] = d0r_busy;
 assign e_busy[E_D0W] = d0w_busy;
 assign e_busy[E_D1R] = d1r_busy;
 assign e_busy[E_D1W] = d1w_busy;
-assign dram_hazard = e_busy[f_partner] && XB'(f_addr1) <= dram_hi[f_partner] && dram_lo[f_partner] <= f_dram_hi;
+wire [1:0] f_partner_slot = 2'(f_partner - 3'(E_D0R));
+assign dram_hazard = e_busy[f_partner] && XB'(f_addr1) <= dram_hi[f_partner_slot] &&
+                     dram_lo[f_partner_slot] <= f_dram_hi;
 
 // -- compute engine: MatMul issue -----------------------------------------------------------------
 // The local read's data reaches the array one cycle after issue; the accumulator address of each
@@ -787,8 +789,8 @@ always @(posedge clk) begin
             m_banks <= f_acc_banks;
         end
         if (start && f_is_simd) s_banks <= (simd_pipe_empty ? 2'b00 : s_banks) | f_acc_banks;
-        for (int k = E_D0R; k <= E_D1W; k = k + 1) begin
-            if (start && f_known && f_engine[k]) begin
+        for (int k = 0; k < 4; k = k + 1) begin
+            if (start && f_known && f_engine[E_D0R + k]) begin
                 dram_lo[k] <= XB'(f_addr1);
                 dram_hi[k] <= f_dram_hi;
             end
