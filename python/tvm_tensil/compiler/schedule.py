@@ -328,7 +328,7 @@ class Scheduler:
         single = self._conv2d(node, 1, None, emit=False)
         oh = self.place[node.output].shape[1]
         options = [(1, None)]
-        if self._tile_count(node, single) <= 4 and self._dram_share(node) >= 0.05:
+        if self._tile_count(node, single) <= 64 and self._dram_share(node) >= 0.05:
             options += [(2, None)] + [(2, _ceil_div(oh, k)) for k in (2, 4, 8)]
         plans = {}
         for buffers, max_rows in options:
@@ -569,13 +569,25 @@ class Scheduler:
                 self._epilogue(acc0, count, node.epilogue, cvec)
                 self._gather(out, tile, ob, acc0, store)
 
-            if not banked or second:
+            if not banked or second:  # (a second output's MatMul reads this gather)
                 emit()
                 return
             side, self.lir = self.lir, LIR(self.arch)
             try:
                 emit()
                 backlog = self.lir.pending_rows()
+            finally:
+                self.lir = side
+
+        def finish_second(acc0: int, count: int, cvec, tile: Tile, ob: int, store2: int) -> None:
+            """The second output's epilogue and gather: now, or into the backlog (banked)."""
+            nonlocal backlog
+            side, self.lir = self.lir, (LIR(self.arch) if banked else self.lir)
+            try:
+                self._epilogue(acc0, count, second["epilogue"], cvec)
+                self._gather(out2, tile, ob, acc0, store2)
+                if banked:
+                    backlog = np.concatenate([backlog, self.lir.pending_rows()])
             finally:
                 self.lir = side
 
@@ -645,8 +657,7 @@ class Scheduler:
                         overlap.need_urgent()  # the second output's weights
                     load_weights(wsecond + ob * block, block)
                     matmul(store + ob * count, acc0, count)
-                    self._epilogue(acc0, count, second["epilogue"], cvec)
-                    self._gather(out2, tile, ob, acc0, stores2[i % buffers])
+                    finish_second(acc0, count, cvec, tile, ob, stores2[i % buffers])
                     overlap.compute(count * (1 + len(second["epilogue"])))
             release()  # the tile's last epilogue and gather, before its stores
             overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
@@ -661,6 +672,7 @@ class Scheduler:
             self._flush(out, tile, store, overlap.defer if buffers == 2 else None)
             if second:
                 self._flush(out2, tile, stores2[i % buffers], overlap.defer if buffers == 2 else None)
+        release()
         overlap.drain()
         return buffers, rows, cols
 
