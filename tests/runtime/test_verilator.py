@@ -52,6 +52,23 @@ def test_random_programs_match_the_emulator_on_more_architectures(arch, full):
     run_differential(arch, 2000, seed=2)
 
 
+PRESET_NAMES = ["pynqz1", "arty_a7_35", "pynqz1_12x12", "ultra96v2", "ultra96v2_300mhz"]
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_random_programs_match_the_emulator_on_every_preset(name, full):
+    """The shipped presets' cores (array, data type, local and accumulator depths, AXI width, bus
+    beats per vector as shipped; DRAM banks shrunk to what the dump at the end needs, which only
+    narrows DRAM addresses)."""
+    if not full:
+        pytest.skip("builds a core per preset: run with --full")
+    from tvm_tensil.arch import PRESETS
+
+    preset = PRESETS[name]
+    depth = preset.local_depth + preset.accumulator_depth
+    run_differential(preset.replace(dram0_depth=depth, dram1_depth=depth, name=f"{name}_small_dram"), 500, seed=3)
+
+
 def test_shrink_finds_the_shortest_failing_program():
     body = list(range(40))
     # "Differs" whenever 7 and 23 are both still in the program.

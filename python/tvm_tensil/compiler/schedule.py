@@ -322,9 +322,9 @@ class Scheduler:
     def _conv2d_best(self, node: Node) -> None:
         """The faster of the single- and double-buffered schedules, by the latency model: double
         buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel)."""
-        # (buffers, most output rows per tile). Layers of a few tiles are where the choice matters
-        # (a single tile cannot overlap its loads and stores with anything), and they are cheap to
-        # emit several times; a layer of many tiles keeps the single-buffered schedule.
+        # (buffers, most output rows per tile). Layers of up to 64 tiles (a small local memory cuts
+        # even CIFAR-sized maps into 8-16) are emitted each way and compared; a layer of more tiles
+        # keeps the single-buffered schedule (emitting it several times would cost compile time).
         single = self._conv2d(node, 1, None, emit=False)
         oh = self.place[node.output].shape[1]
         options = [(1, None)]
