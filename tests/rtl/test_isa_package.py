@@ -26,3 +26,11 @@ def test_the_rtl_names_directions_and_opcodes():
 
     core = (RTL_DIR / "tcu_core.sv").read_text()
     assert not re.search(r"4'd1[2-5]|4'h[0-9A-F]\b", core)
+
+
+def test_the_datamove_bits_describe_the_direction_encoding():
+    from tvm_tensil.rtl.isa_package import DataMoveBit
+
+    for d in (d for d in Direction if int(d) < 4):
+        assert bool(int(d) & DataMoveBit.TO_DRAM) == (not d.to_local)
+        assert bool(int(d) & DataMoveBit.DRAM1) == (d.memory == "dram1")

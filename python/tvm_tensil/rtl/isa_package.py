@@ -9,7 +9,7 @@ an enum (a test checks that the committed file is current):
 
 from __future__ import annotations
 
-import enum
+from enum import IntFlag
 from pathlib import Path
 
 from ..isa.instructions import (
@@ -24,6 +24,14 @@ from ..isa.instructions import (
 
 PACKAGE = "tcu_isa_pkg"
 
+
+class DataMoveBit(IntFlag):
+    """The bits of a DataMove direction between DRAM and local memory (directions 0-3)."""
+
+    TO_DRAM = 1  # local -> DRAM (else DRAM -> local)
+    DRAM1 = 2  # DRAM1 (else DRAM0)
+
+
 # (enum, constant prefix, what it is, bits): values become `localparam logic [bits-1:0]`.
 _VALUES = (
     (Opcode, "OPCODE", "instruction opcodes", 4),
@@ -36,8 +44,7 @@ _BITS = (
     (MatMulFlag, "MATMUL_FLAG", "MatMul flag bits"),
     (LoadWeightsFlag, "LOADWEIGHTS_FLAG", "LoadWeights flag bits"),
     (SIMDFlag, "SIMD_FLAG", "SIMD flag bits"),
-    (_DataMoveBit := enum.IntFlag("DataMoveBit", {"TO_DRAM": 1, "DRAM1": 2}), "DIRECTION",
-     "DataMove directions between DRAM and local memory (flags 0-3): which way and which bank"),
+    (DataMoveBit, "DIRECTION", "DataMove directions between DRAM and local memory (flags 0-3): which way and which bank"),
 )
 
 
