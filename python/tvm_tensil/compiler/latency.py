@@ -154,11 +154,11 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 # (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
 # (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
 _C, _O, _W, _D0R, _D0W, _D1R, _D1W, _ENGINES = 0, 1, 2, 3, 4, 5, 6, 7
-(_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED, _C_WAS_MM,
- _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _BUFFERED, _C_BANKS, _M_BANKS, _S_BANKS) = range(15)
+(_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED,
+ _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _BUFFERED, _C_BANKS, _M_BANKS, _S_BANKS) = range(14)
 (_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO,
- _DRAM_HI) = (15 + k * _ENGINES for k in range(11))
-_STATE_SIZE = 15 + 11 * _ENGINES
+ _DRAM_HI) = (14 + k * _ENGINES for k in range(11))
+_STATE_SIZE = 14 + 11 * _ENGINES
 _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
@@ -184,8 +184,8 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     dispatch, finish = state[_DISPATCH], state[_FINISH]
     simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
     last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
-    # When the compute engine's last instruction issued its last vector, and whether it was a MatMul.
-    c_issued, c_was_mm = state[_C_ISSUED], state[_C_WAS_MM] != 0
+    # When the compute engine's last MatMul issued its last vector.
+    c_issued = state[_C_ISSUED]
     # Weight sets: a load since the last MatMul (the next MatMul swaps), a MatMul since the last load
     # (the next load is a new one), when the last swapping vector issued.
     lw_since_mm, mm_since_lw, swap_at = state[_LW_SINCE_MM] != 0, state[_MM_SINCE_LW] != 0, state[_SWAP_AT]
@@ -243,9 +243,8 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             if eng == _C:
                 # A MatMul streams in right behind a MatMul; it waits for the accumulator engine only
                 # where they would share an accumulator bank.
-                after = c_issued if c_was_mm else end[_C]
-                if after > start:
-                    start, held = after, owner[_C]
+                if c_issued > start:
+                    start, held = c_issued, owner[_C]
                 if banks & m_banks and end[_O] > start:
                     start, held = end[_O], owner[_O]
                 if banks & s_banks and simd_end > start:
@@ -285,7 +284,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                     swap_at = first
                 cost = k + n + mm
                 done = first + cost
-                c_issued, c_was_mm = first + k + 1, True
+                c_issued = first + k + 1
                 c_banks = (c_banks if end[_C] > start else 0) | banks
                 lw_since_mm, mm_since_lw = False, True
             elif op == _LOADWEIGHTS:
@@ -331,7 +330,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
     state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES] = stream_period
     state[_DISPATCH], state[_FINISH], state[_SIMD_END], state[_S_OWNER] = dispatch, finish, simd_end, s_owner
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = last_simd_write, last_simd_time
-    state[_C_ISSUED], state[_C_WAS_MM] = c_issued, c_was_mm
+    state[_C_ISSUED] = c_issued
     state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
     state[_DRAM_LO:_DRAM_LO + _ENGINES], state[_DRAM_HI:_DRAM_HI + _ENGINES] = dram_lo, dram_hi
     state[_BUFFERED] = buffered

@@ -560,36 +560,36 @@ class Scheduler:
             if len(backlog):
                 release(size)
 
-        def finish_block(acc0: int, count: int, cvec, tile: Tile, ob: int, store: int) -> None:
-            """This output block's epilogue and gather: now, or into the backlog (banked)."""
+        def later(emit) -> None:
+            """Run ``emit`` now or, banked, capture its instructions at the end of the backlog."""
             nonlocal backlog
-            release()  # what the block before this one still had to do
-
-            def emit():
-                self._epilogue(acc0, count, node.epilogue, cvec)
-                self._gather(out, tile, ob, acc0, store)
-
-            if not banked or second:  # (a second output's MatMul reads this gather)
+            if not banked:
                 emit()
                 return
             side, self.lir = self.lir, LIR(self.arch)
             try:
                 emit()
-                backlog = self.lir.pending_rows()
+                backlog = np.concatenate([backlog, self.lir.pending_rows()])
             finally:
                 self.lir = side
 
+        def finish_block(acc0: int, count: int, cvec, tile: Tile, ob: int, store: int) -> None:
+            """This output block's epilogue and gather, after what the block before still had to do."""
+            release()
+
+            def emit():
+                self._epilogue(acc0, count, node.epilogue, cvec)
+                self._gather(out, tile, ob, acc0, store)
+
+            if second:  # now: the second output's MatMul reads this gather
+                emit()
+            else:
+                later(emit)
+
         def finish_second(acc0: int, count: int, cvec, tile: Tile, ob: int, store2: int) -> None:
-            """The second output's epilogue and gather: now, or into the backlog (banked)."""
-            nonlocal backlog
-            side, self.lir = self.lir, (LIR(self.arch) if banked else self.lir)
-            try:
-                self._epilogue(acc0, count, second["epilogue"], cvec)
-                self._gather(out2, tile, ob, acc0, store2)
-                if banked:
-                    backlog = np.concatenate([backlog, self.lir.pending_rows()])
-            finally:
-                self.lir = side
+            """The second output's epilogue and gather."""
+            later(lambda: (self._epilogue(acc0, count, second["epilogue"], cvec),
+                           self._gather(out2, tile, ob, acc0, store2)))
 
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
