@@ -903,7 +903,7 @@ always @(posedge clk) begin
 end
 
 wire unused_ok = &{1'b0, arr_in_ready, bank_rd_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
-                   w_busy_cycles, step1, o_rd1_addr};
+                   o_rd1_addr};
 
 endmodule
 
