@@ -40,7 +40,7 @@ module tcu_accumulators #
     output reg                               m_read_valid,
 
     output wire                              busy,
-    output reg                               saturated
+    output wire                              saturated
 );
 
 localparam N = ARRAY_SIZE;
@@ -66,19 +66,35 @@ reg [N*W-1:0]        p_data;
 
 // The old value for stage 1, newest first: the beat now in stage 2, the write that collided with
 // the read, else the RAM.
-wire [N*W-1:0] old = (s2_valid && s2_addr == s1_addr) ? s2_data :
-                     (p_valid && p_addr == s1_addr)   ? p_data  : a_rdata;
+// The vector an accumulate adds to: the newest write of its address still in the pipeline, else
+// the memory's.
+function automatic [N*W-1:0] old_of(input [ADDR_WIDTH-1:0] addr);
+    old_of = (s2_valid && s2_addr == addr) ? s2_data :
+             (p_valid && p_addr == addr)   ? p_data  : a_rdata;
+endfunction
 
-wire [N*W-1:0] sum;
-wire [N-1:0]   sum_sat;
-genvar i;
-generate
-    for (i = 0; i < N; i = i + 1) begin : lane
-        wire signed [W:0] s = {old[i*W+W-1], old[i*W +: W]} + {s1_data[i*W+W-1], s1_data[i*W +: W]};
-        assign sum_sat[i] = s[W] != s[W-1];
-        assign sum[i*W +: W] = sum_sat[i] ? {s[W], {(W-1){~s[W]}}} : s[W-1:0];
+// {per-lane saturation, sum}: lane-wise saturating add. Called inside the clocked block, so a
+// simulator adds only on cycles that accumulate.
+function automatic [N*W+N-1:0] add(input [N*W-1:0] x, input [N*W-1:0] y);
+    logic signed [W:0] t;
+    for (int lane = 0; lane < N; lane = lane + 1) begin
+        t = {x[lane*W+W-1], x[lane*W +: W]} + {y[lane*W+W-1], y[lane*W +: W]};
+        add[N*W+lane] = t[W] != t[W-1];
+        add[lane*W +: W] = t[W] != t[W-1] ? {t[W], {(W-1){~t[W]}}} : t[W-1:0];
     end
-endgenerate
+endfunction
+
+// The sum alone (a read forwarded from an accumulate in stage 1).
+function automatic [N*W-1:0] sum_of(input [N*W-1:0] x, input [N*W-1:0] y);
+    /* verilator lint_off UNUSEDSIGNAL */
+    logic [N*W+N-1:0] t;  // the saturation bits are not needed here
+    /* verilator lint_on UNUSEDSIGNAL */
+    t = add(x, y);
+    sum_of = t[N*W-1:0];
+endfunction
+
+reg [N-1:0] sat_lanes;  // lanes of the last accumulate that saturated
+assign saturated = |sat_lanes;
 
 wire a_for_acc = s_write_valid && s_write_accumulate;
 
@@ -102,7 +118,6 @@ ram_inst (
 );
 
 // Reads: forward from the write pipeline (newest first) so program order holds.
-reg [ADDR_WIDTH-1:0] r_addr;
 reg                  r_from_s2, r_from_s1;
 reg [N*W-1:0]        r_fwd;
 assign m_read_data = (r_from_s1 || r_from_s2) ? r_fwd : a_rdata;
@@ -113,32 +128,40 @@ always @(posedge clk) begin
         s2_valid <= 1'b0;
         p_valid <= 1'b0;
         m_read_valid <= 1'b0;
-        saturated <= 1'b0;
     end else begin
         s1_valid <= s_write_valid;
         s2_valid <= s1_valid;
         p_valid <= s2_valid;
         m_read_valid <= s_read_valid && !a_for_acc;
-        saturated <= s1_valid && s1_acc && (|sum_sat);
     end
-    s1_addr <= s_write_addr;
-    s1_data <= s_write_data;
-    s1_acc  <= s_write_accumulate;
-    s2_addr <= s1_addr;
-    s2_data <= s1_acc ? sum : s1_data;
-    p_addr <= s2_addr;
-    p_data <= s2_data;
-    // A read issued now returns next cycle; the newest write to its address still in flight
-    // (stage 1 becomes stage 2 next cycle) overrides the RAM.
-    r_addr <= s_read_addr;
-    r_from_s1 <= s1_valid && s1_addr == s_read_addr;
-    r_from_s2 <= s2_valid && s2_addr == s_read_addr && !(s1_valid && s1_addr == s_read_addr);
-    r_fwd <= (s1_valid && s1_addr == s_read_addr) ? (s1_acc ? sum : s1_data) : s2_data;
+    // Data registers load only with a beat (a simulator skips the copies otherwise).
+    if (s_write_valid) begin
+        s1_addr <= s_write_addr;
+        s1_data <= s_write_data;
+        s1_acc  <= s_write_accumulate;
+    end
+    if (s1_valid && s1_acc) begin
+        {sat_lanes, s2_data} <= add(old_of(s1_addr), s1_data);
+    end else begin
+        sat_lanes <= '0;
+        if (s1_valid) s2_data <= s1_data;
+    end
+    if (s1_valid) s2_addr <= s1_addr;
+    if (rst) sat_lanes <= '0;
+    if (s2_valid) begin
+        p_addr <= s2_addr;
+        p_data <= s2_data;
+    end
+    if (s_read_valid) begin
+        r_from_s1 <= s1_valid && s1_addr == s_read_addr;
+        r_from_s2 <= s2_valid && s2_addr == s_read_addr && !(s1_valid && s1_addr == s_read_addr);
+        r_fwd <= (s1_valid && s1_addr == s_read_addr) ? (s1_acc ? sum_of(old_of(s1_addr), s1_data) : s1_data) : s2_data;
+    end
 end
 
 assign busy = s1_valid || s2_valid;
 
-wire unused_ok = &{1'b0, b_rdata_unused, r_addr};
+wire unused_ok = &{1'b0, b_rdata_unused};
 
 endmodule
 

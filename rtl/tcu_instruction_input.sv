@@ -70,7 +70,7 @@ always @(posedge clk) begin
         if (accept) begin
             buffer <= shifted | (beat << (32'(after_emit) * 8));
             count <= after_emit + COUNT_BITS'(BUS_BYTES);
-        end else begin
+        end else if (emit) begin
             buffer <= shifted;
             count <= after_emit;
         end

@@ -34,8 +34,10 @@ module tcu_mac #
     output logic                  saturated
 );
 
-// Wide enough for x*y + (z << BINARY_POINT) without overflow.
-localparam WIDE = 2*DATA_WIDTH + 2;
+// Wide enough for x*y + (z << BINARY_POINT) without overflow: |x*y| <= 2^(2*DATA_WIDTH-2) and
+// |z << BINARY_POINT| < 2^(2*DATA_WIDTH-2) since BINARY_POINT < DATA_WIDTH. Twice the data width is
+// also a native word for a simulator (32 or 64 bits), which keeps the array's cells cheap to evaluate.
+localparam WIDE = 2*DATA_WIDTH;
 
 // Illegal configurations stop elaboration.
 generate

@@ -34,8 +34,8 @@ module tcu_simd #
 
     // The output vector, one cycle later
     output reg                               m_out_valid,
-    output reg  [ARRAY_SIZE*DATA_WIDTH-1:0]  m_out_data,
-    output reg                               m_out_saturated
+    output wire [ARRAY_SIZE*DATA_WIDTH-1:0]  m_out_data,
+    output wire                              m_out_saturated
 );
 
 localparam N = ARRAY_SIZE;
@@ -68,16 +68,17 @@ generate
     end
 endgenerate
 
+// The lanes register their results; valid follows one cycle behind.
 always @(posedge clk) begin
     if (rst) begin
         m_out_valid <= 1'b0;
-        m_out_saturated <= 1'b0;
     end else begin
         m_out_valid <= s_in_valid;
-        m_out_saturated <= s_in_valid && (|saturated);
     end
-    m_out_data <= result;
 end
+
+assign m_out_data = result;
+assign m_out_saturated = m_out_valid && (|saturated);
 
 endmodule
 

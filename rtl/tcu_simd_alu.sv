@@ -9,7 +9,10 @@
  * Sources: 0 = the input, k = register k. Destination: 0 = output only, k = output and
  * register k (NoOp outputs the input and writes no register). Comparisons and logical ops give
  * 1.0 or 0; Add/Subtract/Increment/Decrement/Abs saturate; Multiply rounds as times().
- * Combinational result; registers update on the clock edge when valid.
+ *
+ * Registered: result and saturated are those of the last valid op, computed on its clock edge only
+ * (a simulator evaluates the lane on cycles that carry an op, like the array's cells). Its register
+ * write lands one edge later; a read of that register meanwhile takes the result (bypass).
  */
 module tcu_simd_alu
 #
@@ -27,6 +30,7 @@ module tcu_simd_alu
     input  wire                   clk,
     input  wire                   rst,
 
+    // One op (valid) and its input scalar
     input  wire                   valid,
     input  wire [3:0]             op,
     input  wire [SELECT_BITS-1:0] left_select,
@@ -34,8 +38,9 @@ module tcu_simd_alu
     input  wire [SELECT_BITS-1:0] dest_select,
     input  wire [DATA_WIDTH-1:0]  in_data,
 
-    output reg  [DATA_WIDTH-1:0]  result,
-    output reg                    saturated
+    // The last valid op's result, from the clock edge that took it
+    output wire [DATA_WIDTH-1:0]  result,
+    output wire                   saturated
 );
 
 localparam W = DATA_WIDTH;
@@ -58,9 +63,25 @@ localparam [W-1:0] ONE = W'(1) << BINARY_POINT;
 
 reg [W-1:0] regs [0:REGS-1];
 
+// The last op's register write, landing on the next edge.
+reg                   wr_pending;
+reg [SELECT_BITS-1:0] wr_dest;
+
+// The last op's result: the multiplier's for a Multiply, else value_q.
+reg                   mul_q;
+reg [W-1:0]           value_q;
+reg                   value_saturated_q;
+wire [W-1:0]          product;
+wire                  product_saturated;
+
+assign result    = mul_q ? product : value_q;
+assign saturated = mul_q ? product_saturated : value_saturated_q;
+
 function automatic [W-1:0] pick(input [SELECT_BITS-1:0] sel, input [W-1:0] in_value);
     if (sel == 0 || REGISTERS == 0) begin
         pick = in_value;
+    end else if (wr_pending && sel == wr_dest) begin
+        pick = result;
     end else begin
         pick = regs[32'(sel) - 1];
     end
@@ -69,22 +90,14 @@ endfunction
 wire [W-1:0] left  = pick(left_select, in_data);
 wire [W-1:0] right = pick(right_select, in_data);
 
-wire signed [W+1:0] left_w  = {{2{left[W-1]}}, left};
-wire signed [W+1:0] right_w = {{2{right[W-1]}}, right};
-wire signed [W+1:0] one_w   = {2'b00, ONE};
-
-// Wide results, saturated below.
-reg signed [W+1:0] wide;
-wire [W-1:0] product;
-wire product_saturated;
-
 tcu_mac #(
     .DATA_WIDTH(W),
-    .BINARY_POINT(BINARY_POINT)
+    .BINARY_POINT(BINARY_POINT),
+    .REGISTERED(1)
 )
 multiply_inst (
     .clk(clk),
-    .en(1'b0),
+    .en(valid && op == tcu_isa_pkg::SIMD_OP_MULTIPLY),
     .x(left),
     .y(right),
     .z({W{1'b0}}),
@@ -92,52 +105,62 @@ multiply_inst (
     .saturated(product_saturated)
 );
 
-wire left_true  = |left;
-wire right_true = |right;
-wire greater    = $signed(left) > $signed(right);
-wire equal      = left == right;
-
-always @* begin
-    wide = {{2{in_data[W-1]}}, in_data};
-    case (op)
-        tcu_isa_pkg::SIMD_OP_NOOP:               wide = {{2{in_data[W-1]}}, in_data};
+// {saturated, value} of every op but Multiply.
+function automatic [W:0] compute(input [3:0] op_code, input [W-1:0] l, input [W-1:0] r, input [W-1:0] in_value);
+    logic signed [W+1:0] l_w, r_w, one_w, wide;
+    logic                l_true, r_true, greater, equal;
+    l_w = {{2{l[W-1]}}, l};
+    r_w = {{2{r[W-1]}}, r};
+    one_w = {2'b00, ONE};
+    l_true = |l;
+    r_true = |r;
+    greater = $signed(l) > $signed(r);
+    equal = l == r;
+    case (op_code)
+        tcu_isa_pkg::SIMD_OP_NOOP:               wide = {{2{in_value[W-1]}}, in_value};
         tcu_isa_pkg::SIMD_OP_ZERO:               wide = '0;
-        tcu_isa_pkg::SIMD_OP_MOVE:               wide = left_w;
-        tcu_isa_pkg::SIMD_OP_NOT:                wide = left_true ? '0 : one_w;
-        tcu_isa_pkg::SIMD_OP_AND:                wide = (left_true && right_true) ? one_w : '0;
-        tcu_isa_pkg::SIMD_OP_OR:                 wide = (left_true || right_true) ? one_w : '0;
-        tcu_isa_pkg::SIMD_OP_INCREMENT:          wide = left_w + one_w;
-        tcu_isa_pkg::SIMD_OP_DECREMENT:          wide = left_w - one_w;
-        tcu_isa_pkg::SIMD_OP_ADD:                wide = left_w + right_w;
-        tcu_isa_pkg::SIMD_OP_SUBTRACT:           wide = left_w - right_w;
-        tcu_isa_pkg::SIMD_OP_MULTIPLY:           wide = {{2{product[W-1]}}, product};
-        tcu_isa_pkg::SIMD_OP_ABS:                wide = left[W-1] ? -left_w : left_w;
+        tcu_isa_pkg::SIMD_OP_MOVE:               wide = l_w;
+        tcu_isa_pkg::SIMD_OP_NOT:                wide = l_true ? '0 : one_w;
+        tcu_isa_pkg::SIMD_OP_AND:                wide = (l_true && r_true) ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_OR:                 wide = (l_true || r_true) ? one_w : '0;
+        tcu_isa_pkg::SIMD_OP_INCREMENT:          wide = l_w + one_w;
+        tcu_isa_pkg::SIMD_OP_DECREMENT:          wide = l_w - one_w;
+        tcu_isa_pkg::SIMD_OP_ADD:                wide = l_w + r_w;
+        tcu_isa_pkg::SIMD_OP_SUBTRACT:           wide = l_w - r_w;
+        tcu_isa_pkg::SIMD_OP_ABS:                wide = l[W-1] ? -l_w : l_w;
         tcu_isa_pkg::SIMD_OP_GREATER_THAN:       wide = greater ? one_w : '0;
         tcu_isa_pkg::SIMD_OP_GREATER_THAN_EQUAL: wide = (greater || equal) ? one_w : '0;
-        tcu_isa_pkg::SIMD_OP_MIN:                wide = greater ? right_w : left_w;
-        tcu_isa_pkg::SIMD_OP_MAX:                wide = greater ? left_w : right_w;
-        default:                                 wide = left_w;
+        tcu_isa_pkg::SIMD_OP_MIN:                wide = greater ? r_w : l_w;
+        tcu_isa_pkg::SIMD_OP_MAX:                wide = greater ? l_w : r_w;
+        default:                                 wide = l_w;  // Multiply: not used
     endcase
     if (wide > WMAX) begin
-        result = WMAX[W-1:0];
-        saturated = 1'b1;
+        compute = {1'b1, WMAX[W-1:0]};
     end else if (wide < WMIN) begin
-        result = WMIN[W-1:0];
-        saturated = 1'b1;
+        compute = {1'b1, WMIN[W-1:0]};
     end else begin
-        result = wide[W-1:0];
-        saturated = (op == tcu_isa_pkg::SIMD_OP_MULTIPLY) && product_saturated;
+        compute = {1'b0, wide[W-1:0]};
     end
-end
+endfunction
 
 integer k;
 always @(posedge clk) begin
+    if (valid) begin
+        mul_q <= op == tcu_isa_pkg::SIMD_OP_MULTIPLY;
+        {value_saturated_q, value_q} <= compute(op, left, right, in_data);
+        wr_dest <= dest_select;
+    end
     if (rst) begin
         for (k = 0; k < REGS; k = k + 1) begin
             regs[k] <= '0;
         end
-    end else if (valid && REGISTERS > 0 && dest_select != 0 && op != tcu_isa_pkg::SIMD_OP_NOOP) begin
-        regs[32'(dest_select) - 1] <= result;
+        wr_pending <= 1'b0;
+        mul_q <= 1'b0;
+    end else begin
+        if (wr_pending) begin
+            regs[32'(wr_dest) - 1] <= result;
+        end
+        wr_pending <= valid && REGISTERS > 0 && dest_select != 0 && op != tcu_isa_pkg::SIMD_OP_NOOP;
     end
 end
 

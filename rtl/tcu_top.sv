@@ -6,8 +6,8 @@
 /*
  * The Tensil compute unit (docs/rtl.md): an AXI4-Stream instruction input, two AXI4 masters for
  * DRAM0 (activations) and DRAM1 (weights), status outputs, the sample stream. Active-low synchronous
- * reset `rst_n` (the spec's, and what AXI infrastructure and Vivado block designs use); the modules
- * inside take an active-high `rst`.
+ * reset `rst_n` (the spec's, and what AXI infrastructure and Vivado block designs use), registered
+ * once (it takes effect one cycle later); the modules inside take an active-high `rst`.
  *
  * Parameters come from a .tarch through tvm_tensil.rtl.params.core_parameters(arch).
  */
@@ -148,7 +148,12 @@ module tcu_top #
     output wire                          saturated
 );
 
-wire rst = !rst_n;
+// The reset, registered: one flop drives every module's reset, so no logic inside depends on the
+// rst_n pin combinationally (one cycle of latency; the pin is synchronous to clk anyway).
+reg rst;
+always @(posedge clk) begin
+    rst <= !rst_n;
+end
 
 localparam INSTRUCTION_BITS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS + 8;
 localparam V = ARRAY_SIZE * DATA_WIDTH;

@@ -95,12 +95,17 @@ bool in_range(Bank& b, uint64_t addr, uint64_t len) {
     return false;
 }
 
-void tick(TcuSim* s) {
+// The falling edge with the inputs of the next cycle, evaluated: the combinational outputs settle.
+void settle(TcuSim* s) {
     s->top->clk = 0;
     s->top->eval();
 #if VM_TRACE_FST
     if (s->trace) s->trace->dump(2 * s->cycle);
 #endif
+}
+
+// The rising edge (after settle()).
+void tick(TcuSim* s) {
     s->top->clk = 1;
     s->top->eval();
 #if VM_TRACE_FST
@@ -202,8 +207,12 @@ TcuSim* tcu_sim_new(uint8_t* dram0, uint64_t dram0_bytes, uint8_t* dram1, uint64
     t->s_axis_instr_tvalid = 0;
     t->s_axis_instr_tlast = 0;
     t->rst_n = 0;
-    for (int i = 0; i < 4; ++i) tick(s);
+    for (int i = 0; i < 4; ++i) {
+        settle(s);
+        tick(s);
+    }
     t->rst_n = 1;
+    settle(s);
     tick(s);
     s->cycle = 0;
     return s;
@@ -248,8 +257,7 @@ int tcu_sim_continue(TcuSim* s, uint64_t stall_limit, uint64_t max_cycles) {
         }
         DRIVE_BANK(0, dram0);
         DRIVE_BANK(1, dram1);
-        t->clk = 0;
-        t->eval();  // settle the core's combinational outputs for these inputs
+        settle(s);  // the core's combinational outputs for these inputs
         uint32_t act = t->activity;
         // Progress: a handshake of any unit (the activity pairs), a DRAM beat, or the program counter.
         bool progress = t->program_counter != last_pc;
@@ -279,9 +287,7 @@ int tcu_sim_continue(TcuSim* s, uint64_t stall_limit, uint64_t max_cycles) {
                 return 2;
             }
         }
-        t->clk = 0;
-        t->eval();
-        if (pos >= bytes && t->idle) return 0;
+        if (pos >= bytes && t->idle) return 0;  // outputs as of this rising edge
         if (s->cycle - last_progress >= stall_limit) {
             s->message = "no progress for " + std::to_string(stall_limit) + " cycles";
             return 1;

@@ -40,6 +40,7 @@ class Verilator(HostDramDevice):
         stall_limit: int = 100_000,
         max_cycles: int = 0,
         fst: str | None = None,
+        library: str | None = None,
     ):
         super().__init__(arch)
         for key, value in (("read_latency", read_latency), ("write_latency", write_latency)):
@@ -52,7 +53,7 @@ class Verilator(HostDramDevice):
         self.read_latency, self.write_latency, self.max_reads = read_latency, write_latency, max_reads
         self.stall_limit, self.max_cycles, self.fst = stall_limit, max_cycles, fst
         self.bus_bytes = (arch.axi_data_width or 64) // 8
-        self.lib = sim.load(arch, trace=bool(fst))
+        self.lib = sim.load(arch, trace=bool(fst), library=library)
         self._make_banks()  # the harness reads and writes these in place
         self._handle = None
         self.reset()
