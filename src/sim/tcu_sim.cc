@@ -15,6 +15,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "Vtcu_top.h"
 #include "verilated.h"
@@ -53,8 +54,8 @@ struct TcuSim {
     std::unique_ptr<Vtcu_top> top;
     Bank bank[2];
     uint64_t cycle = 0;
-    uint64_t unit_valid[kUnits] = {};
-    uint64_t unit_fire[kUnits] = {};
+    // Cycles per value of the activity word: one increment per cycle; per-unit counts on request.
+    std::vector<uint64_t> activity_cycles = std::vector<uint64_t>(1u << (2 * kUnits));
     std::string message;
     // The program being streamed (tcu_sim_start): owned by the caller until the run ends.
     const uint8_t* program = nullptr;
@@ -259,14 +260,10 @@ int tcu_sim_continue(TcuSim* s, uint64_t stall_limit, uint64_t max_cycles) {
         DRIVE_BANK(1, dram1);
         settle(s);  // the core's combinational outputs for these inputs
         uint32_t act = t->activity;
-        // Progress: a handshake of any unit (the activity pairs), a DRAM beat, or the program counter.
-        bool progress = t->program_counter != last_pc;
-        for (int u = 0; u < kUnits; ++u) {
-            bool v = (act >> (2 * u)) & 1, r = (act >> (2 * u + 1)) & 1;
-            s->unit_valid[u] += v;
-            s->unit_fire[u] += v && r;
-            progress = progress || (v && r);
-        }
+        ++s->activity_cycles[act];
+        // Progress: a handshake of any unit (valid in the even bits, ready in the odd ones), a DRAM
+        // beat, or the program counter.
+        bool progress = t->program_counter != last_pc || (act & (act >> 1) & 0x5555u) != 0;
         bool instr_fire = t->s_axis_instr_tvalid && t->s_axis_instr_tready;
         progress = progress || instr_fire || (t->m_axi_dram0_rvalid && t->m_axi_dram0_rready) ||
                    (t->m_axi_dram1_rvalid && t->m_axi_dram1_rready) ||
@@ -319,9 +316,15 @@ uint32_t tcu_sim_flags(TcuSim* s) {
 // Per unit (array, accumulators, dataflow, DRAM1, DRAM0, port B, port A, instruction): cycles with
 // valid, and cycles with valid and ready, since the core was created.
 void tcu_sim_counters(TcuSim* s, uint64_t* valid, uint64_t* fire) {
-    for (int u = 0; u < kUnits; ++u) {
-        valid[u] = s->unit_valid[u];
-        fire[u] = s->unit_fire[u];
+    for (int u = 0; u < kUnits; ++u) valid[u] = fire[u] = 0;
+    for (uint32_t act = 0; act < s->activity_cycles.size(); ++act) {
+        uint64_t n = s->activity_cycles[act];
+        if (!n) continue;
+        for (int u = 0; u < kUnits; ++u) {
+            bool v = (act >> (2 * u)) & 1, r = (act >> (2 * u + 1)) & 1;
+            valid[u] += v ? n : 0;
+            fire[u] += v && r ? n : 0;
+        }
     }
 }
 // Pending work of the memory model (for hang reports): read bursts, write bursts, responses.

@@ -156,8 +156,12 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
         obj = folder / "obj"
         shutil.rmtree(obj, ignore_errors=True)
         if pgo:
-            _verilate(arch, obj, trace, PGO_GENERATE, PGO_GENERATE)
-            why_not = _train(arch, obj)
+            try:
+                _verilate(arch, obj, trace, PGO_GENERATE, PGO_GENERATE)
+                why_not = _train(arch, obj)
+            except SimulationBuildError:  # a compiler without these options: build without a profile
+                why_not = "the instrumented build failed"
+            obj.mkdir(exist_ok=True)
             for stale in [*obj.glob("*.o"), *obj.glob("*.a"), obj / LIBRARY]:
                 stale.unlink(missing_ok=True)
             if why_not is None:
