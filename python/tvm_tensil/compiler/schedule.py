@@ -918,6 +918,49 @@ class Scheduler:
                 if width > 1:
                     lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, size)
 
+        # Every channel block of an image at once when they fit: block b's vectors at a stride of the
+        # level's width, so each level is one MatMul pair per block streaming back to back and one
+        # gather for all blocks (the blocks hide each other's array latency).
+        blocks = inp.blocks
+        if blocks > 1 and blocks * total <= room and blocks * max(1, total // 2) <= acc_free:
+            for img in range(n_img):
+                lir.comment(f"global_avg_pool {node.output}: image {img}, {blocks} blocks together")
+                width, size = total, pixels
+
+                def level(b: int) -> None:
+                    lo, hi = min(size, width), max(0, size - width)
+                    lir.matmul(block + b * 2 * width, b * width, lo)
+                    lir.matmul(block + b * 2 * width + width, b * width, hi, accumulate=True)
+
+                if width == 1:
+                    for b in range(blocks):
+                        lir.datamove(Direction.DRAM0_TO_LOCAL, block + b, inp.address(img, 0, 0, b), pixels)
+                    lir.datamove(Direction.LOCAL_TO_ACC, block, 0, blocks)
+                first_level = True
+                while width > 1:
+                    width //= 2
+                    for b in range(blocks):
+                        if first_level:  # each block's first level right behind its load
+                            lir.datamove(Direction.DRAM0_TO_LOCAL, block + b * total, inp.address(img, 0, 0, b),
+                                         pixels)
+                        level(b)
+                    first_level = False
+                    size = min(size, width)
+                    if width > 1:
+                        lir.datamove(Direction.ACC_TO_LOCAL, block, 0, blocks * width)
+                if post != 1.0:
+                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
+                    lir.simd_run(SIMDOp.MULTIPLY, 0, blocks, left=0, right=1)
+                self._epilogue(0, blocks, node.epilogue, cvec)
+                lir.datamove(Direction.ACC_TO_LOCAL, block, 0, blocks)
+                outs = [out.address(img, 0, 0, b) for b in range(blocks)]
+                if outs == list(range(outs[0], outs[0] + blocks)):
+                    lir.datamove(Direction.LOCAL_TO_DRAM0, block, outs[0], blocks)
+                else:
+                    for b, address in enumerate(outs):
+                        lir.datamove(Direction.LOCAL_TO_DRAM0, block + b, address, 1)
+            return
+
         for img in range(n_img):
             for b in range(inp.blocks):
                 lir.comment(f"global_avg_pool {node.output}: image {img} block {b}")
