@@ -12,7 +12,7 @@ against TVM's CPU build.
     python benchmarks/workloads.py [--arch ...] [--nets ...] [--rtl ultra96v2_300mhz]
 
 Writes benchmarks/results/workloads.json and benchmarks/results/workloads.png. Run it alone: the
-machine has 2 cores. The RTL runs take minutes each (the simulator runs ~100 k cycles/s).
+machine has 2 cores. The RTL runs take under a minute each (the simulator runs 0.5-1.5 M cycles/s).
 """
 
 from __future__ import annotations
