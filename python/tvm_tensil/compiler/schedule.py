@@ -879,8 +879,9 @@ class Scheduler:
         replace vectors i and i + T/2 by their mean (both halves through a MatMul with diagonal
         weights 1/2; a missing partner counts as zero), so nothing ever leaves the range and
         each level adds at most one unit in the last place. The result (sum / T) is scaled by
-        T / pixels, a factor in [1, 2). Pixels go through local memory in chunks of a power of
-        two; the chunks' means are reduced the same way."""
+        T / pixels, a factor in [1, 2). All channel blocks of an image go through the levels
+        together when they fit local memory; else block by block, pixels in chunks of a power of
+        two whose means are reduced the same way."""
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         lir = self.lir
         n = self.n
@@ -904,61 +905,52 @@ class Scheduler:
             lir.datamove(Direction.DRAM1_TO_LOCAL, 0, half.base, block)
             lir.load_weights(0, block)
 
-        def reduce(buf: int, size: int, width: int) -> None:
-            """Vectors buf[0:size] of a logical width ``width`` (a power of two, zeros beyond
-            ``size``) -> their mean in acc[0]."""
+        def reduce(buf: int, size: int, width: int, blocks: int = 1, load=None) -> None:
+            """For each of ``blocks`` blocks, vectors buf[b * width + (0:size)] of a logical width
+            ``width`` (a power of two, zeros beyond ``size``) -> their mean in acc[b]. Each level is
+            one MatMul pair per block, streaming back to back, and one gather for all blocks (the
+            blocks hide each other's array latency). ``load(b)``, if given, brings block b in just
+            before its first level."""
             if width == 1:
-                lir.datamove(Direction.LOCAL_TO_ACC, buf, 0, 1)
+                for b in range(blocks if load else 0):
+                    load(b)
+                lir.datamove(Direction.LOCAL_TO_ACC, buf, 0, blocks)
+                return
+            first = True
             while width > 1:
                 width //= 2
                 lo, hi = min(size, width), max(0, size - width)
-                lir.matmul(buf, 0, lo)
-                lir.matmul(buf + width, 0, hi, accumulate=True)
-                size = lo
+                for b in range(blocks):
+                    if first and load:
+                        load(b)
+                    lir.matmul(buf + b * 2 * width, b * width, lo)
+                    lir.matmul(buf + b * 2 * width + width, b * width, hi, accumulate=True)
+                first, size = False, lo
                 if width > 1:
-                    lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, size)
+                    lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, (blocks - 1) * width + size)
 
-        # Every channel block of an image at once when they fit: block b's vectors at a stride of the
-        # level's width, so each level is one MatMul pair per block streaming back to back and one
-        # gather for all blocks (the blocks hide each other's array latency).
+        def finish(img: int, first_block: int, count: int) -> None:
+            """Scale and epilogue the means in acc[0:count] (channel blocks from ``first_block``), store them."""
+            if post != 1.0:
+                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
+                lir.simd_run(SIMDOp.MULTIPLY, 0, count, left=0, right=1)
+            self._epilogue(0, count, node.epilogue, cvec)
+            lir.datamove(Direction.ACC_TO_LOCAL, block, 0, count)
+            outs = [out.address(img, 0, 0, b) for b in range(first_block, first_block + count)]
+            if outs == list(range(outs[0], outs[0] + count)):
+                lir.datamove(Direction.LOCAL_TO_DRAM0, block, outs[0], count)
+            else:
+                for b, address in enumerate(outs):
+                    lir.datamove(Direction.LOCAL_TO_DRAM0, block + b, address, 1)
+
+        # Every channel block of an image at once when they fit (block b at block + b * total).
         blocks = inp.blocks
         if blocks > 1 and blocks * total <= room and blocks * max(1, total // 2) <= acc_free:
             for img in range(n_img):
                 lir.comment(f"global_avg_pool {node.output}: image {img}, {blocks} blocks together")
-                width, size = total, pixels
-
-                def level(b: int) -> None:
-                    lo, hi = min(size, width), max(0, size - width)
-                    lir.matmul(block + b * 2 * width, b * width, lo)
-                    lir.matmul(block + b * 2 * width + width, b * width, hi, accumulate=True)
-
-                if width == 1:
-                    for b in range(blocks):
-                        lir.datamove(Direction.DRAM0_TO_LOCAL, block + b, inp.address(img, 0, 0, b), pixels)
-                    lir.datamove(Direction.LOCAL_TO_ACC, block, 0, blocks)
-                first_level = True
-                while width > 1:
-                    width //= 2
-                    for b in range(blocks):
-                        if first_level:  # each block's first level right behind its load
-                            lir.datamove(Direction.DRAM0_TO_LOCAL, block + b * total, inp.address(img, 0, 0, b),
-                                         pixels)
-                        level(b)
-                    first_level = False
-                    size = min(size, width)
-                    if width > 1:
-                        lir.datamove(Direction.ACC_TO_LOCAL, block, 0, blocks * width)
-                if post != 1.0:
-                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
-                    lir.simd_run(SIMDOp.MULTIPLY, 0, blocks, left=0, right=1)
-                self._epilogue(0, blocks, node.epilogue, cvec)
-                lir.datamove(Direction.ACC_TO_LOCAL, block, 0, blocks)
-                outs = [out.address(img, 0, 0, b) for b in range(blocks)]
-                if outs == list(range(outs[0], outs[0] + blocks)):
-                    lir.datamove(Direction.LOCAL_TO_DRAM0, block, outs[0], blocks)
-                else:
-                    for b, address in enumerate(outs):
-                        lir.datamove(Direction.LOCAL_TO_DRAM0, block + b, address, 1)
+                reduce(block, pixels, total, blocks, load=lambda b: lir.datamove(
+                    Direction.DRAM0_TO_LOCAL, block + b * total, inp.address(img, 0, 0, b), pixels))
+                finish(img, 0, blocks)
             return
 
         for img in range(n_img):
@@ -974,12 +966,7 @@ class Scheduler:
                         lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
                 reduce(means if chunks > 1 else block, chunks if chunks > 1 else pixels,
                        total // chunk if chunks > 1 else total)
-                if post != 1.0:
-                    lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
-                    lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=0, write=0)
-                self._epilogue(0, 1, node.epilogue, cvec)
-                lir.datamove(Direction.ACC_TO_LOCAL, block, 0, 1)
-                lir.datamove(Direction.LOCAL_TO_DRAM0, block, out.address(img, 0, 0, b), 1)
+                finish(img, b, 1)
 
     # -- concat -------------------------------------------------------------------------------------
     def concat(self, node: Node) -> None:

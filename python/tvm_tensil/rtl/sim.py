@@ -64,8 +64,7 @@ BUILD_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-
 # Profile-guided optimisation (docs/verilator.md): the first build is instrumented, runs the training
 # workload (rtl/training.py) and the second is compiled with what it recorded. The core is one very
 # large function per clock edge, and without a profile its speed depends on how the compiler happens
-# to lay it out (+-10% between builds that differ in one line of RTL); with it, the hot paths come
-# first. Set TVM_TENSIL_PGO=0 to build in one step.
+# to lay it out; with one, the hot paths come first. Set TVM_TENSIL_PGO=0 to build in one step.
 PGO_GENERATE = ("-fprofile-generate", "-fprofile-update=single")
 PGO_USE = ("-fprofile-use", "-fprofile-correction", "-Wno-missing-profile")
 TRAINING_TIMEOUT_S = 600
@@ -119,7 +118,8 @@ def _train(arch: Architecture, obj: Path) -> str | None:
     except subprocess.TimeoutExpired:
         return f"the training run took over {TRAINING_TIMEOUT_S} s"
     if r.returncode != 0:
-        return (r.stderr or r.stdout).strip().splitlines()[-1] if (r.stderr or r.stdout).strip() else "it failed"
+        output = (r.stderr or r.stdout).strip()
+        return output.splitlines()[-1] if output else f"exit code {r.returncode}"
     if not list(obj.glob("*.gcda")):
         return "it wrote no profile"
     return None
@@ -161,7 +161,6 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
                 why_not = _train(arch, obj)
             except SimulationBuildError:  # a compiler without these options: build without a profile
                 why_not = "the instrumented build failed"
-            obj.mkdir(exist_ok=True)
             for stale in [*obj.glob("*.o"), *obj.glob("*.a"), obj / LIBRARY]:
                 stale.unlink(missing_ok=True)
             if why_not is None:

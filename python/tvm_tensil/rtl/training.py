@@ -23,7 +23,7 @@ from ..arch import Architecture
 from ..isa.instructions import DataMove, Direction, LoadWeights, MatMul, SIMD, SIMDOp
 from ..isa.program import Program
 
-ROUNDS = 64  # about 200 k cycles on 8x8: a fraction of a second
+ROUNDS = 64  # about 72 k cycles on pynqz1: a fraction of a second
 TAPS = 4
 
 
@@ -36,6 +36,7 @@ def program(arch: Architecture, rounds: int = ROUNDS, taps: int = TAPS) -> Progr
     taps = max(1, min(taps, arch.local_depth // (4 * rows), arch.dram1_depth // rows))
     weights, inputs, outputs = 0, arch.local_depth // 4, arch.local_depth // 2
     relu_zero = 1 if arch.simd_registers_depth else 0  # register 1 is zero after reset
+    relu = SIMDOp.MAX if relu_zero else SIMDOp.MOVE
     code = []
     for r in range(rounds):
         acc = (r % 2) * (arch.accumulator_depth // 2)
@@ -44,8 +45,7 @@ def program(arch: Architecture, rounds: int = ROUNDS, taps: int = TAPS) -> Progr
         for t in range(taps):
             code += [LoadWeights(weights + t * rows, rows), MatMul(inputs, acc, run, accumulate=t > 0)]
         for i in range(run):
-            op = SIMDOp.MAX if relu_zero else SIMDOp.MOVE
-            code.append(SIMD(op, left=0, right=relu_zero, acc_read=acc + i, acc_write=acc + i, read=True, write=True))
+            code.append(SIMD(relu, left=0, right=relu_zero, acc_read=acc + i, acc_write=acc + i, read=True, write=True))
         code += [DataMove(Direction.ACC_TO_LOCAL, outputs, acc, run),
                  DataMove(Direction.LOCAL_TO_DRAM0, outputs, run, run)]
     return Program.from_instructions(code, arch.layout, name="training")
