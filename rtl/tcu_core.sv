@@ -243,28 +243,24 @@ wire [XB-1:0] f_dram_hi = XB'(f_addr1) + (XB'(f_count - 1) << f_op1[OPERAND1_ADD
 wire [2:0] f_partner = f_bank1 ? (f_to_dram ? 3'(E_D1R) : 3'(E_D1W)) : (f_to_dram ? 3'(E_D0R) : 3'(E_D0W));
 wire dram_hazard;
 
-// -- compute engine (MatMul) state ------------------------------------------------------------
-localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
-reg [1:0]  state;
-reg [3:0]  flags;
-reg [CB-1:0] addr0, step0, addr1, step1, count, issued;
-reg [1:0]  c_banks;   // accumulator banks of the MatMuls in flight
-wire c_free = state == S_IDLE;
+// -- compute engine (MatMul) -----------------------------------------------------------------------
 // A MatMul may follow a MatMul as soon as the earlier one has issued its last vector: both stream
 // through the array in order and carry their own accumulator address, flag and weight set, so
 // nothing waits for the array to drain (the accumulators forward writes for accumulate chains).
-wire mm_follows = f_is_mm && state != S_IDLE && issued == count;
+wire c_ready;         // free, or the MatMul in flight has issued its last vector
+wire c_busy;
+reg [1:0]  c_banks;   // accumulator banks of the MatMuls in flight
+wire c_free = !c_busy;
 wire quiet_c;
 
-// -- accumulator engine state: moves local <-> accumulators, and the SIMD pipeline beside them ------
-reg [1:0]  o_state;
-reg        o_to_acc, o_accumulate;
-reg [CB-1:0] o_addr0, o_step0, o_addr1, o_step1, o_count, o_issued;
+// -- accumulator engine: moves local <-> accumulators, and the SIMD pipeline beside them ------------
+wire o_busy, o_ready;
 reg [1:0]  m_banks;   // the move's accumulator banks
 reg [1:0]  s_banks;   // accumulator banks of the SIMD instructions in the pipeline
-wire o_free = o_state == S_IDLE;
-wire simd_hazard;
+wire o_free = !o_busy;
+wire simd_hazard, simd_read_hazard;
 wire simd_pipe_empty;
+wire mv_quiet;
 wire quiet_o;
 // The banks each side uses now: a MatMul waits for the accumulator engine's, and the other way round.
 wire [1:0] c_live = c_free ? 2'b00 : c_banks;
@@ -281,10 +277,9 @@ wire bank_wait_o = |(f_acc_banks & c_live);
 // while no vector in flight uses that set.
 reg  lw_since_mm, mm_since_lw;
 reg  w_continues;          // the weights engine's load continues the previous one (no MatMul between)
-reg  mm_swap;              // the compute engine's MatMul swaps at its first vector
 wire w_free;
 wire arr_loaded;
-reg  mm_read_swap, arr_in_swap;
+wire c_swap_in_flight;     // the compute engine carries a swap to the array
 wire load_allowed;
 
 // -- DRAM engines -------------------------------------------------------------------------------
@@ -298,8 +293,8 @@ wire quiet_w = w_free;
 wire quiet_d = d0r_free && d0w_free && d1r_free && d1w_free;
 assign s_instr_ready = !rst && (
     f_is_simd ? o_free && !simd_hazard && !bank_wait_o :
-    f_is_mm   ? (c_free || mm_follows) && !f_hazard && !bank_wait_c :
-    f_is_move ? o_free && simd_pipe_empty && !f_hazard && !bank_wait_o :
+    f_is_mm   ? c_ready && !f_hazard && !bank_wait_c :
+    f_is_move ? o_ready && simd_pipe_empty && !f_hazard && !bank_wait_o :
     f_is_lw   ? w_free && !f_hazard :
     f_is_dram ? f_dram_free && !f_hazard && !dram_hazard && !d_turns :
     f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE ? c_free && o_free && quiet_c && quiet_o && quiet_w && quiet_d :
@@ -307,6 +302,7 @@ assign s_instr_ready = !rst && (
 wire start = s_instr_valid && s_instr_ready;
 wire start_c = start && f_known && f_is_mm;
 wire start_o = start && f_known && f_is_move;
+wire start_s = start && f_known && f_is_simd;
 wire start_w = start && f_known && f_is_lw;
 wire start_d0r = start && f_known && f_engine[E_D0R];
 wire start_d0w = start && f_known && f_engine[E_D0W];
@@ -346,14 +342,24 @@ local_inst (
 
 // Accumulators: two banks. MatMul results go to theirs; the accumulator engine reads and writes its
 // own (the dispatch rule keeps the two sides on different banks).
-reg           mm_wr_valid, mm_wr_accumulate;   // a MatMul result
-reg  [AA-1:0] mm_wr_addr;
-reg  [V-1:0]  mm_wr_data;
-reg           o_wr_valid, o_wr_accumulate;     // a move to the accumulators or a SIMD result
-reg  [AA-1:0] o_wr_addr;
-reg  [V-1:0]  o_wr_data;
-reg           acc_rd_valid;                    // the accumulator engine's reads
-reg  [AA-1:0] acc_rd_addr;
+wire          mm_wr_valid, mm_wr_accumulate;   // a MatMul result
+wire [AA-1:0] mm_wr_addr;
+wire [V-1:0]  mm_wr_data;
+wire          mv_wr_valid, mv_wr_accumulate;   // a move to the accumulators
+wire [AA-1:0] mv_wr_addr;
+wire [V-1:0]  mv_wr_data;
+wire          sp_wr_valid, sp_wr_accumulate;   // a SIMD result
+wire [AA-1:0] sp_wr_addr;
+wire [V-1:0]  sp_wr_data;
+// The move engine and the SIMD pipeline never write at once (each waits for the other to finish).
+wire          o_wr_valid = mv_wr_valid || sp_wr_valid;
+wire          o_wr_accumulate = mv_wr_valid ? mv_wr_accumulate : sp_wr_accumulate;
+wire [AA-1:0] o_wr_addr = mv_wr_valid ? mv_wr_addr : sp_wr_addr;
+wire [V-1:0]  o_wr_data = mv_wr_valid ? mv_wr_data : sp_wr_data;
+wire          mv_rd_valid, sp_rd_valid;        // the accumulator engine's reads
+wire [AA-1:0] mv_rd_addr, sp_rd_addr;
+wire          acc_rd_valid = mv_rd_valid || sp_rd_valid;
+wire [AA-1:0] acc_rd_addr = sp_rd_valid ? sp_rd_addr : mv_rd_addr;
 reg           acc_rd_bank;                     // the bank of the read whose data is out now
 wire [V-1:0]  bank_rd_data [0:1];
 wire [V-1:0]  acc_rd_data = bank_rd_data[acc_rd_bank];
@@ -386,8 +392,8 @@ endgenerate
 // Array
 wire         arr_w_valid;
 wire [V-1:0] arr_w_data;
-reg          arr_in_valid;
-reg  [V-1:0] arr_in_data;
+wire         arr_in_valid, arr_in_swap;
+wire [V-1:0] arr_in_data;
 wire [V-1:0] arr_out_data;
 wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready, arr_w_ready;
 
@@ -404,66 +410,65 @@ array_inst (
     .loaded(arr_loaded), .busy(arr_busy), .saturated(arr_saturated)
 );
 
-// SIMD pipeline, one instruction per cycle: stage 1 waits for the accumulator read, stage 2 is in
-// the ALU, stage 3 holds the ALU output and becomes the accumulator write. A SIMD that reads a vector
-// an earlier SIMD has not yet handed to the accumulators waits (the accumulators forward only writes
-// they have accepted).
-reg          p1_valid, p1_read, p1_write, p1_acc;
-reg [AA-1:0] p1_waddr;
-reg [3:0]    p1_op;
-reg [SB-1:0] p1_left, p1_right, p1_dest;
-reg          p2_write, p2_acc;
-reg [AA-1:0] p2_waddr;
-reg [3:0]    p2_op;
-reg [SB-1:0] p2_left, p2_right, p2_dest;
-reg          p3_write, p3_acc;
-reg [AA-1:0] p3_waddr;
-reg          simd_acc_wr;  // the accumulator write now presented came from a SIMD
-reg           simd_in_valid;
-reg  [V-1:0]  simd_in_data;
-wire [V-1:0]  simd_out_data;
-wire          simd_out_valid, simd_saturated;
+// SIMD pipeline, one instruction per cycle, beside the move engine
+wire simd_saturated;
 
-tcu_simd #(
+tcu_simd_pipeline #(
     .ARRAY_SIZE(N),
     .DATA_WIDTH(W),
     .BINARY_POINT(BINARY_POINT),
     .REGISTERS(SIMD_REGISTERS),
-    .SELECT_BITS(SB)
+    .SELECT_BITS(SB),
+    .ACC_ADDR_BITS(AA)
 )
-simd_inst (
+simd_pipeline_inst (
     .clk(clk), .rst(rst),
-    .s_in_valid(simd_in_valid), .s_in_op(p2_op), .s_in_left(p2_left), .s_in_right(p2_right),
-    .s_in_dest(p2_dest), .s_in_data(simd_in_data),
-    .m_out_valid(simd_out_valid), .m_out_data(simd_out_data), .m_out_saturated(simd_saturated)
+    .s_cmd_valid(start_s), .s_cmd_op(f_op2[3*SB +: 4]), .s_cmd_left(f_op2[2*SB +: SB]),
+    .s_cmd_right(f_op2[SB +: SB]), .s_cmd_dest(f_op2[SB-1:0]),
+    .s_cmd_read(f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT]), .s_cmd_read_addr(AA'(f_addr1)),
+    .s_cmd_write(f_flags[tcu_isa_pkg::SIMD_FLAG_WRITE_BIT]),
+    .s_cmd_accumulate(f_flags[tcu_isa_pkg::SIMD_FLAG_ACCUMULATE_BIT]), .s_cmd_write_addr(AA'(f_addr0)),
+    .read_hazard(simd_read_hazard),
+    .m_acc_rd_valid(sp_rd_valid), .m_acc_rd_addr(sp_rd_addr), .acc_rd_data(acc_rd_data),
+    .m_acc_wr_valid(sp_wr_valid), .m_acc_wr_addr(sp_wr_addr), .m_acc_wr_data(sp_wr_data),
+    .m_acc_wr_accumulate(sp_wr_accumulate),
+    .empty(simd_pipe_empty), .saturated(simd_saturated)
 );
 
-// -- accumulator engine: moves -----------------------------------------------------------------------
-// Local -> accumulators: a local read (port A when no MatMul reads it this cycle, else a granted
-// port-B read), then the accumulator write. Accumulators -> local: an accumulator read, then its
-// vector waits in a small queue for a local write slot (port A or B, the same way).
-localparam OQ_BITS = 2;
-localparam OQ = 1 << OQ_BITS;
-reg [LA-1:0]      oq_addr [0:OQ-1];
-reg [V-1:0]       oq_data [0:OQ-1];
-reg [OQ_BITS:0]   oq_count;
-reg [OQ_BITS-1:0] oq_head, oq_tail;
-reg               o_rd1_valid, o_rd1_to_acc;   // a move's read returns its data this cycle
-reg               o_rd1_port_a;                // ... from port A (else port B)
-reg [CB-1:0]      o_rd1_addr;                  // where it goes
-wire              oq_push = o_rd1_valid && !o_rd1_to_acc;
-wire              oq_space = 32'(oq_count) + 32'(oq_push) + 1 < OQ;
-wire              o_left = o_state == S_ISSUE && o_issued < o_count;
-wire              mm_reads_a;                          // a MatMul reads port A this cycle
-wire              port_a_free = !mm_reads_a;
-wire              o_local_rd = o_left && o_to_acc;     // a local read wanted (local -> accumulators)
-wire              o_local_wr = oq_count != 0;          // a local write wanted (accumulators -> local)
-wire              o_rd_valid = o_local_rd && !port_a_free;   // port-B requests, when port A is taken
-wire              o_lwr_valid = o_local_wr && !port_a_free;
-wire              grant_o_rd, grant_o_wr;
-wire              o_rd_go = o_local_rd && (port_a_free || grant_o_rd);
-wire              o_issue = o_left && (o_to_acc ? o_rd_go : oq_space);
-wire              oq_pop = o_local_wr && (port_a_free || grant_o_wr);
+// -- accumulator engine: moves ---------------------------------------------------------------------
+// Port A is the move engine's in cycles without a MatMul read; else it asks the port-B arbiter.
+wire          mm_reads_a;                          // a MatMul reads port A this cycle
+wire          port_a_free = !mm_reads_a;
+wire          mv_a_rd, mv_a_wr, o_rd_valid, o_lwr_valid, grant_o_rd, grant_o_wr, o_issue;
+wire [LA-1:0] mv_local_rd_addr, mv_local_wr_addr;
+wire [V-1:0]  mv_local_wr_data;
+wire [31:0]   o_busy_cycles;
+
+tcu_move_engine #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .ACC_ADDR_BITS(AA)
+)
+move_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_o), .s_cmd_ready(o_ready),
+    .s_cmd_to_acc(f_flags != tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL),
+    .s_cmd_accumulate(f_flags == tcu_isa_pkg::DIRECTION_LOCAL_TO_ACC_ACCUMULATE),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_acc_addr(f_addr1),
+    .s_cmd_acc_step(f_step1), .s_cmd_count(f_count),
+    .port_a_free(port_a_free),
+    .m_local_a_rd(mv_a_rd), .m_local_a_wr(mv_a_wr),
+    .m_local_b_rd_valid(o_rd_valid), .local_b_rd_grant(grant_o_rd),
+    .m_local_b_wr_valid(o_lwr_valid), .local_b_wr_grant(grant_o_wr),
+    .m_local_rd_addr(mv_local_rd_addr), .m_local_wr_addr(mv_local_wr_addr), .m_local_wr_data(mv_local_wr_data),
+    .local_a_rd_data(lm_a_rdata), .local_b_rd_data(lm_b_rdata),
+    .m_acc_rd_valid(mv_rd_valid), .m_acc_rd_addr(mv_rd_addr), .acc_rd_data(acc_rd_data),
+    .m_acc_wr_valid(mv_wr_valid), .m_acc_wr_addr(mv_wr_addr), .m_acc_wr_data(mv_wr_data),
+    .m_acc_wr_accumulate(mv_wr_accumulate),
+    .downstream_busy(|(acc_busy & m_banks)),
+    .busy(o_busy), .issuing(o_issue), .quiet(mv_quiet), .busy_cycles(o_busy_cycles)
+);
 
 // -- local memory port B: the arbiter ---------------------------------------------------------------
 // Fixed priority: DRAM read responses whose queue is half full (DRAM0, DRAM1), the weights engine's
@@ -491,10 +496,10 @@ wire grant_d1_wr = d_writes && !write_d0;
 
 always @* begin
     lm_b_we = d_writes || grant_o_wr;
-    lm_b_waddr = grant_o_wr ? oq_addr[oq_head] : write_d0 ? d0_wr_addr : d1_wr_addr;
-    lm_b_wdata = grant_o_wr ? oq_data[oq_head] : write_d0 ? d0_wr_data : d1_wr_data;
+    lm_b_waddr = grant_o_wr ? mv_local_wr_addr : write_d0 ? d0_wr_addr : d1_wr_addr;
+    lm_b_wdata = grant_o_wr ? mv_local_wr_data : write_d0 ? d0_wr_data : d1_wr_data;
     lm_b_rd = grant_w_rd || grant_o_rd || grant_d0_rd || grant_d1_rd;
-    lm_b_raddr = grant_w_rd ? w_rd_addr : grant_o_rd ? LA'(o_addr0) : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
+    lm_b_raddr = grant_w_rd ? w_rd_addr : grant_o_rd ? mv_local_rd_addr : grant_d0_rd ? d0_rd_addr : d1_rd_addr;
 end
 
 // -- weights engine ----------------------------------------------------------------------------------
@@ -502,7 +507,7 @@ wire w_busy, w_issuing;
 wire [31:0] w_busy_cycles;
 // Beats are in the weights engine's pipeline or the array's loading set is full of a load whose swap
 // has not reached the array yet.
-assign load_allowed = arr_w_ready && (w_continues || (!arr_loaded && !mm_read_swap && !arr_in_swap));
+assign load_allowed = arr_w_ready && (w_continues || (!arr_loaded && !c_swap_in_flight));
 
 tcu_weights_engine #(
     .ARRAY_SIZE(N),
@@ -601,8 +606,8 @@ dram1_writer_inst (
     .busy(d1w_busy), .issuing(d1w_issuing), .busy_cycles(d1w_busy_cycles)
 );
 
-assign e_busy[E_C] = state != S_IDLE;
-assign e_busy[E_O] = o_state != S_IDLE;
+assign e_busy[E_C] = c_busy;
+assign e_busy[E_O] = o_busy;
 assign e_busy[E_W] = w_busy;
 assign e_busy[E_D0R] = d0r_busy;
 assign e_busy[E_D0W] = d0w_busy;
@@ -612,57 +617,56 @@ wire [1:0] f_partner_slot = 2'(f_partner - 3'(E_D0R));
 assign dram_hazard = e_busy[f_partner] && XB'(f_addr1) <= dram_hi[f_partner_slot] &&
                      dram_lo[f_partner_slot] <= f_dram_hi;
 
-// -- compute engine: MatMul issue -----------------------------------------------------------------
-// The local read's data reaches the array one cycle after issue; the accumulator address of each
-// issued vector waits in a FIFO until the array's output for it appears (order kept).
-localparam MM_FIFO_BITS = $clog2(N + 4);
-reg                    mm_read_valid, mm_read_zero;
-reg [AA:0]             mm_fifo [0:(1 << MM_FIFO_BITS)-1];   // {accumulate, accumulator address}
-reg [MM_FIFO_BITS:0]   mm_wr_ptr, mm_rd_ptr;
-// A swapping MatMul's first vector waits until the weights engine has landed its load.
-wire swap_wait = mm_swap && !w_free;
-wire issue_now = state == S_ISSUE && issued < count && !swap_wait;  // a vector every cycle
-assign mm_reads_a = issue_now && !flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT];
+// -- compute engine: MatMul ----------------------------------------------------------------------
+wire          c_issue, c_quiet;
+wire [LA-1:0] c_local_rd_addr;
+wire [31:0]   c_busy_cycles;
 
+tcu_compute_engine #(
+    .ARRAY_SIZE(N),
+    .DATA_WIDTH(W),
+    .LOCAL_ADDR_BITS(LA),
+    .ACC_ADDR_BITS(AA)
+)
+compute_inst (
+    .clk(clk), .rst(rst),
+    .s_cmd_valid(start_c), .s_cmd_ready(c_ready),
+    .s_cmd_zeroes(f_flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT]),
+    .s_cmd_accumulate(f_flags[tcu_isa_pkg::MATMUL_FLAG_ACCUMULATE_BIT]), .s_cmd_swap(lw_since_mm),
+    .s_cmd_local_addr(f_addr0), .s_cmd_local_step(f_step0), .s_cmd_acc_addr(f_addr1),
+    .s_cmd_acc_step(f_step1), .s_cmd_count(f_n),
+    .weights_loaded(w_free),
+    .m_local_rd_valid(mm_reads_a), .m_local_rd_addr(c_local_rd_addr), .local_rd_data(lm_a_rdata),
+    .m_array_valid(arr_in_valid), .m_array_data(arr_in_data), .m_array_swap(arr_in_swap),
+    .s_array_valid(arr_out_valid), .s_array_data(arr_out_data),
+    .m_acc_wr_valid(mm_wr_valid), .m_acc_wr_addr(mm_wr_addr), .m_acc_wr_data(mm_wr_data),
+    .m_acc_wr_accumulate(mm_wr_accumulate),
+    .downstream_busy(arr_busy || |(acc_busy & c_banks)),
+    .busy(c_busy), .issuing(c_issue), .swap_in_flight(c_swap_in_flight), .quiet(c_quiet),
+    .busy_cycles(c_busy_cycles)
+);
+
+// Local memory port A: the compute engine's reads, else the move engine's.
 always @* begin
-    lm_a_rd = mm_reads_a || (o_rd_go && port_a_free);
-    lm_a_raddr = mm_reads_a ? LA'(addr0) : LA'(o_addr0);
-    lm_a_we = oq_pop && port_a_free;
-    lm_a_waddr = oq_addr[oq_head];
-    lm_a_wdata = oq_data[oq_head];
-    acc_rd_valid = 1'b0;
-    acc_rd_addr = AA'(o_addr1);
-    if (o_issue && !o_to_acc) begin
-        acc_rd_valid = 1'b1;
-    end
-    if (start && f_is_simd && f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT]) begin
-        acc_rd_valid = 1'b1;
-        acc_rd_addr = AA'(f_addr1);
-    end
+    lm_a_rd = mm_reads_a || mv_a_rd;
+    lm_a_raddr = mm_reads_a ? c_local_rd_addr : mv_local_rd_addr;
+    lm_a_we = mv_a_wr;
+    lm_a_waddr = mv_local_wr_addr;
+    lm_a_wdata = mv_local_wr_data;
 end
 
-wire [AA-1:0] f_simd_read = AA'(f_addr1);
-function automatic pending_write(input valid, input write, input [AA-1:0] waddr, input [AA-1:0] raddr);
-    pending_write = valid && write && waddr == raddr;
-endfunction
-// Also: an accumulate being written this cycle in the read's bank uses that bank's read port for its
-// old value.
-assign simd_hazard = f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT] && (
-    (o_wr_valid && o_wr_accumulate && bank_of(o_wr_addr) == bank_of(f_simd_read)) ||
-    pending_write(p1_valid, p1_write, p1_waddr, f_simd_read) ||
-    pending_write(simd_in_valid, p2_write, p2_waddr, f_simd_read) ||
-    pending_write(simd_out_valid, p3_write, p3_waddr, f_simd_read) ||
-    pending_write(o_wr_valid && simd_acc_wr, 1'b1, o_wr_addr, f_simd_read));
-assign simd_pipe_empty = !p1_valid && !simd_in_valid && !simd_out_valid && !(o_wr_valid && simd_acc_wr);
+// A SIMD that reads waits for the pipeline's pending writes to its vector, and while an accumulate is
+// written in the read's bank (it uses that bank's read port for its old value).
+assign simd_hazard = simd_read_hazard || (f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT] &&
+    o_wr_valid && o_wr_accumulate && bank_of(o_wr_addr) == bank_of(AA'(f_addr1)));
 
 // Everything each engine started has landed.
-assign quiet_c = mm_wr_ptr == mm_rd_ptr && !mm_read_valid && !arr_in_valid && !arr_busy && !mm_wr_valid &&
-                 !(|(acc_busy & c_banks));
-assign quiet_o = !o_rd1_valid && oq_count == 0 && !o_wr_valid && simd_pipe_empty && !(|(acc_busy & m_banks));
+assign quiet_c = c_quiet;
+assign quiet_o = mv_quiet && simd_pipe_empty;
 
 assign idle = !s_instr_valid && c_free && o_free && quiet_c && quiet_o && quiet_w && quiet_d;
 
-reg [31:0] timeout_limit, tracepoint_pc, c_busy_cycles, o_busy_cycles;
+reg [31:0] timeout_limit, tracepoint_pc;
 
 wire d0_rd_fire = m_dram0_rd_valid && m_dram0_rd_ready, d0_wr_fire = m_dram0_wr_valid && m_dram0_wr_ready;
 wire d1_rd_fire = m_dram1_rd_valid && m_dram1_rd_ready, d1_wr_fire = m_dram1_wr_valid && m_dram1_wr_ready;
@@ -672,7 +676,7 @@ assign activity = {
     1'b1, lm_b_rd || lm_b_we,                                                  // local port B
     d0_rd_fire || d0_wr_fire, m_dram0_rd_valid || m_dram0_wr_valid || s_dram0_rd_valid,  // DRAM0
     d1_rd_fire || d1_wr_fire, m_dram1_rd_valid || m_dram1_wr_valid || s_dram1_rd_valid,  // DRAM1
-    issue_now || o_issue || w_issuing || d0r_issuing || d0w_issuing || d1r_issuing || d1w_issuing,
+    c_issue || o_issue || w_issuing || d0r_issuing || d0w_issuing || d1r_issuing || d1w_issuing,
     |e_busy,                                                                   // dataflow
     1'b1, mm_wr_valid || o_wr_valid || acc_rd_valid,                           // accumulators
     arr_in_ready, arr_in_valid || arr_w_valid                                  // array
@@ -680,16 +684,7 @@ assign activity = {
 assign tracepoint = program_counter == tracepoint_pc;
 
 always @(posedge clk) begin
-    // Defaults: single-cycle strobes.
-    mm_wr_valid <= 1'b0;
-    o_wr_valid <= 1'b0;
-    arr_in_valid <= 1'b0;
-    arr_in_swap <= 1'b0;
-    simd_in_valid <= 1'b0;
-
     if (rst) begin
-        state <= S_IDLE;
-        o_state <= S_IDLE;
         e_lvalid <= '0;
         e_lwrite <= '0;
         c_banks <= '0;
@@ -698,7 +693,6 @@ always @(posedge clk) begin
         lw_since_mm <= 1'b0;
         mm_since_lw <= 1'b0;
         w_continues <= 1'b0;
-        mm_swap <= 1'b0;
         program_counter <= '0;
         error <= 1'b0;
         timeout <= 1'b0;
@@ -707,21 +701,9 @@ always @(posedge clk) begin
         dram0_cache <= '0;
         dram1_offset <= '0;
         dram1_cache <= '0;
-        timeout_limit <= 32'd100;
-        tracepoint_pc <= 32'hFFFFFFFF;
+        timeout_limit <= tcu_isa_pkg::CONFIG_RESET_TIMEOUT;
+        tracepoint_pc <= tcu_isa_pkg::CONFIG_RESET_TRACEPOINT;
         sample_interval <= '0;
-        mm_read_valid <= 1'b0;
-        mm_read_swap <= 1'b0;
-        mm_wr_ptr <= '0;
-        mm_rd_ptr <= '0;
-        o_rd1_valid <= 1'b0;
-        oq_count <= '0;
-        oq_head <= '0;
-        oq_tail <= '0;
-        p1_valid <= 1'b0;
-        simd_acc_wr <= 1'b0;
-        c_busy_cycles <= '0;
-        o_busy_cycles <= '0;
     end else begin
         saturated <= saturated | arr_saturated | (|acc_saturated) | simd_saturated;
 
@@ -756,17 +738,7 @@ always @(posedge clk) begin
             end
         end
         if (start_c) begin
-            state <= S_ISSUE;
-            flags <= f_flags;
-            addr0 <= f_addr0;
-            step0 <= f_step0;
-            addr1 <= f_addr1;
-            step1 <= f_step1;
-            count <= f_n;
-            issued <= '0;
-            c_busy_cycles <= '0;
             c_banks <= (c_free ? 2'b00 : c_banks) | f_acc_banks;
-            mm_swap <= lw_since_mm;
             lw_since_mm <= 1'b0;
             mm_since_lw <= 1'b1;
         end
@@ -775,20 +747,8 @@ always @(posedge clk) begin
             mm_since_lw <= 1'b0;
             w_continues <= !mm_since_lw;
         end
-        if (start_o) begin
-            o_state <= S_ISSUE;
-            o_to_acc <= f_flags != tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL;
-            o_accumulate <= f_flags == tcu_isa_pkg::DIRECTION_LOCAL_TO_ACC_ACCUMULATE;
-            o_addr0 <= f_addr0;
-            o_step0 <= f_step0;
-            o_addr1 <= f_addr1;
-            o_step1 <= f_step1;
-            o_count <= f_count;
-            o_issued <= '0;
-            o_busy_cycles <= '0;
-            m_banks <= f_acc_banks;
-        end
-        if (start && f_is_simd) s_banks <= (simd_pipe_empty ? 2'b00 : s_banks) | f_acc_banks;
+        if (start_o) m_banks <= f_acc_banks;
+        if (start_s) s_banks <= (simd_pipe_empty ? 2'b00 : s_banks) | f_acc_banks;
         for (int k = 0; k < 4; k = k + 1) begin
             if (start && f_known && f_engine[E_D0R + k]) begin
                 dram_lo[k] <= XB'(f_addr1);
@@ -797,10 +757,8 @@ always @(posedge clk) begin
         end
 
         // ---- timeout: an engine busy with one instruction for longer than the limit --------------
-        if (state != S_IDLE && !start_c) c_busy_cycles <= c_busy_cycles + 1;
-        if (o_state != S_IDLE && !start_o) o_busy_cycles <= o_busy_cycles + 1;
-        if (timeout_limit != 0 && ((state != S_IDLE && c_busy_cycles >= timeout_limit) ||
-                                   (o_state != S_IDLE && o_busy_cycles >= timeout_limit) ||
+        if (timeout_limit != 0 && ((c_busy && c_busy_cycles >= timeout_limit) ||
+                                   (o_busy && o_busy_cycles >= timeout_limit) ||
                                    (w_busy && w_busy_cycles >= timeout_limit) ||
                                    (d0r_busy && d0r_busy_cycles >= timeout_limit) ||
                                    (d0w_busy && d0w_busy_cycles >= timeout_limit) ||
@@ -809,101 +767,11 @@ always @(posedge clk) begin
             timeout <= 1'b1;
         end
 
-        // ---- compute engine: one MatMul vector per cycle ------------------------------------------
-        if (issue_now) begin
-            issued <= issued + 1;
-            addr0 <= addr0 + step0;
-            addr1 <= addr1 + step1;
-            mm_swap <= 1'b0;  // only the first vector swaps
-        end
-        if (state == S_ISSUE && issued == count && !start_c) state <= S_DRAIN;
-        if (state == S_DRAIN && quiet_c && !start_c) state <= S_IDLE;
-
-        // Local data -> array -> accumulators
-        mm_read_valid <= issue_now;
-        mm_read_zero <= flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT];
-        mm_read_swap <= issue_now && mm_swap;
-        if (issue_now) begin
-            mm_fifo[mm_wr_ptr[MM_FIFO_BITS-1:0]] <= {flags[tcu_isa_pkg::MATMUL_FLAG_ACCUMULATE_BIT], AA'(addr1)};
-            mm_wr_ptr <= mm_wr_ptr + 1;
-        end
-        if (mm_read_valid) begin
-            arr_in_valid <= 1'b1;
-            arr_in_swap <= mm_read_swap;
-            arr_in_data <= mm_read_zero ? {V{1'b0}} : lm_a_rdata;
-        end
-        if (arr_out_valid) begin
-            mm_wr_valid <= 1'b1;
-            mm_wr_addr <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA-1:0];
-            mm_wr_data <= arr_out_data;
-            mm_wr_accumulate <= mm_fifo[mm_rd_ptr[MM_FIFO_BITS-1:0]][AA];
-            mm_rd_ptr <= mm_rd_ptr + 1;
-        end
-
-        // ---- accumulator engine: one move vector per cycle ----------------------------------------
-        acc_rd_bank <= bank_of(acc_rd_addr);
-        if (o_issue) begin
-            o_issued <= o_issued + 1;
-            o_addr0 <= o_addr0 + o_step0;
-            o_addr1 <= o_addr1 + o_step1;
-        end
-        if (o_state == S_ISSUE && o_issued == o_count && !start_o) o_state <= S_DRAIN;
-        if (o_state == S_DRAIN && quiet_o && !start_o) o_state <= S_IDLE;
-        o_rd1_valid <= o_issue;
-        o_rd1_to_acc <= o_to_acc;
-        o_rd1_port_a <= port_a_free;
-        o_rd1_addr <= o_to_acc ? o_addr1 : o_addr0;
-        if (o_rd1_valid && o_rd1_to_acc) begin
-            o_wr_valid <= 1'b1;
-            o_wr_addr <= AA'(o_rd1_addr);
-            o_wr_data <= o_rd1_port_a ? lm_a_rdata : lm_b_rdata;
-            o_wr_accumulate <= o_accumulate;
-        end
-        if (oq_push) begin
-            oq_addr[oq_tail] <= LA'(o_rd1_addr);
-            oq_data[oq_tail] <= acc_rd_data;
-            oq_tail <= oq_tail + 1;
-        end
-        if (oq_pop) oq_head <= oq_head + 1;
-        oq_count <= oq_count + (OQ_BITS+1)'(oq_push) - (OQ_BITS+1)'(oq_pop);
-
-        // ---- SIMD pipeline --------------------------------------------------------------------
-        p1_valid <= start && f_is_simd;
-        p1_read <= f_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT];
-        p1_write <= f_flags[tcu_isa_pkg::SIMD_FLAG_WRITE_BIT];
-        p1_acc <= f_flags[tcu_isa_pkg::SIMD_FLAG_ACCUMULATE_BIT];
-        p1_waddr <= AA'(f_addr0);
-        p1_dest <= f_op2[SB-1:0];
-        p1_right <= f_op2[SB +: SB];
-        p1_left <= f_op2[2*SB +: SB];
-        p1_op <= f_op2[3*SB +: 4];
-        if (p1_valid) begin
-            simd_in_valid <= 1'b1;
-            simd_in_data <= p1_read ? acc_rd_data : {V{1'b0}};
-        end
-        p2_write <= p1_write;
-        p2_acc <= p1_acc;
-        p2_waddr <= p1_waddr;
-        p2_op <= p1_op;
-        p2_left <= p1_left;
-        p2_right <= p1_right;
-        p2_dest <= p1_dest;
-        p3_write <= p2_write;
-        p3_acc <= p2_acc;
-        p3_waddr <= p2_waddr;
-        simd_acc_wr <= 1'b0;
-        if (simd_out_valid && p3_write) begin
-            o_wr_valid <= 1'b1;
-            o_wr_addr <= p3_waddr;
-            o_wr_data <= simd_out_data;
-            o_wr_accumulate <= p3_acc;
-            simd_acc_wr <= 1'b1;
-        end
+        acc_rd_bank <= bank_of(acc_rd_addr);  // which bank's data the accumulator engine reads next cycle
     end
 end
 
-wire unused_ok = &{1'b0, arr_in_ready, bank_rd_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2,
-                   o_rd1_addr};
+wire unused_ok = &{1'b0, arr_in_ready, bank_rd_valid, f_op1[OPERAND1_BITS-1:0], f_op0, f_op2};
 
 endmodule
 

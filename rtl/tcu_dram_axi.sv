@@ -104,16 +104,22 @@ localparam BUS_BYTES = AXI_DATA_WIDTH / 8;
 localparam BEATS = VECTOR_BYTES / BUS_BYTES;
 localparam OUT_BITS = $clog2(MAX_OUTSTANDING);
 localparam SIZE = $clog2(BUS_BYTES);
+// AXI4: a burst is at most 256 beats and never crosses a 4 KiB boundary; bursts increment; data
+// accesses are unprivileged, secure, data (AxPROT = 0).
+localparam MAX_BURST_BEATS = 256;
+localparam BOUNDARY_BYTES = 4096;
+localparam [1:0] AXI_BURST_INCR = 2'b01;
+localparam [2:0] AXI_PROT_DATA = 3'b000;
 
 // Illegal configurations stop elaboration.
 generate
     if (VECTOR_BYTES % BUS_BYTES != 0) begin : g_illegal_0
         $fatal(1, "tcu_dram_axi: a vector (%0d bytes) must be a whole number of AXI beats (%0d bytes)", VECTOR_BYTES, BUS_BYTES);
     end
-    if (BEATS > 256) begin : g_illegal_1
+    if (BEATS > MAX_BURST_BEATS) begin : g_illegal_1
         $fatal(1, "tcu_dram_axi: a vector needs more than 256 beats");
     end
-    if (VECTOR_BYTES > 4096) begin : g_illegal_2
+    if (VECTOR_BYTES > BOUNDARY_BYTES) begin : g_illegal_2
         $fatal(1, "tcu_dram_axi: vectors over 4 KiB");
     end
     if (W > SW) begin : g_illegal_3
@@ -133,8 +139,9 @@ localparam BB = 40;  // beats of a run: up to 2^32 vectors of up to 256 beats
 // The next burst of a run at byte address a with `left` beats to go: up to 256 beats, up to the 4 KiB boundary.
 function automatic [8:0] burst_beats(input [11:0] a, input [BB-1:0] left);
     logic [12:0] room;
-    room = (13'd4096 - 13'(a)) >> SIZE;
-    burst_beats = left < BB'(room) ? (left < BB'(256) ? 9'(left) : 9'd256) : (room < 13'd256 ? 9'(room) : 9'd256);
+    room = (13'(BOUNDARY_BYTES) - 13'(a)) >> SIZE;
+    burst_beats = left < BB'(room) ? (left < BB'(MAX_BURST_BEATS) ? 9'(left) : 9'(MAX_BURST_BEATS)) :
+                  (room < 13'(MAX_BURST_BEATS) ? 9'(room) : 9'(MAX_BURST_BEATS));
 endfunction
 
 // -- reads ------------------------------------------------------------------------------------------
@@ -148,10 +155,10 @@ assign m_axi_arid    = '0;
 assign m_axi_araddr  = ar_addr;
 assign m_axi_arlen   = 8'(ar_beats - 9'd1);
 assign m_axi_arsize  = 3'(SIZE);
-assign m_axi_arburst = 2'b01;
+assign m_axi_arburst = AXI_BURST_INCR;
 assign m_axi_arlock  = 1'b0;
 assign m_axi_arcache = cache;
-assign m_axi_arprot  = 3'b000;
+assign m_axi_arprot  = AXI_PROT_DATA;
 assign m_axi_arvalid = ar_active && rd_outstanding < (OUT_BITS+1)'(MAX_OUTSTANDING);
 assign s_rd_ready    = !ar_active && !rst;
 assign m_axi_rready  = 1'b1;
@@ -228,10 +235,10 @@ assign m_axi_awid    = '0;
 assign m_axi_awaddr  = aw_addr;
 assign m_axi_awlen   = 8'(aw_beats - 9'd1);
 assign m_axi_awsize  = 3'(SIZE);
-assign m_axi_awburst = 2'b01;
+assign m_axi_awburst = AXI_BURST_INCR;
 assign m_axi_awlock  = 1'b0;
 assign m_axi_awcache = cache;
-assign m_axi_awprot  = 3'b000;
+assign m_axi_awprot  = AXI_PROT_DATA;
 assign m_axi_awvalid = aw_active && 32'(wl_count) < L;
 wire [VECTOR_BYTES*8-1:0] w_vector = wq_data[wq_head];
 assign m_axi_wdata   = w_vector[32'(w_beat) * AXI_DATA_WIDTH +: AXI_DATA_WIDTH];

@@ -71,6 +71,10 @@ localparam int SIMD_FLAG_ACCUMULATE_BIT = 2;
 localparam int DIRECTION_TO_DRAM_BIT = 0;
 localparam int DIRECTION_DRAM1_BIT = 1;
 
+// Configure registers' values after reset (the others reset to 0)
+localparam logic [31:0] CONFIG_RESET_TIMEOUT = 32'd100;
+localparam logic [31:0] CONFIG_RESET_TRACEPOINT = 32'hFFFFFFFF;
+
 /* verilator lint_on UNUSEDPARAM */
 
 endpackage

@@ -157,6 +157,8 @@ end
 
 localparam INSTRUCTION_BITS = OPERAND0_BITS + OPERAND1_BITS + OPERAND2_BITS + 8;
 localparam V = ARRAY_SIZE * DATA_WIDTH;
+// A sample's program counter field while the core is idle
+localparam [31:0] SAMPLE_PC_IDLE = '1;
 
 wire [INSTRUCTION_BITS-1:0] instr_data;
 wire instr_valid, instr_ready;
@@ -328,7 +330,7 @@ always @(posedge clk) begin
                 samples_dropped <= samples_dropped + 1;
             end else begin
                 sample_valid <= 1'b1;
-                sample_data <= {16'd0, activity, idle ? 32'hFFFFFFFF : program_counter};
+                sample_data <= {16'd0, activity, idle ? SAMPLE_PC_IDLE : program_counter};
             end
         end
     end

@@ -284,7 +284,7 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                     swap_at = first
                 cost = k + n + mm
                 done = first + cost
-                c_issued = first + k + 1
+                c_issued = first + k  # the next MatMul dispatches as this one issues its last vector
                 c_banks = (c_banks if end[_C] > start else 0) | banks
                 lw_since_mm, mm_since_lw = False, True
             elif op == _LOADWEIGHTS:

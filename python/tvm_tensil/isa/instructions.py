@@ -155,6 +155,10 @@ class ConfigRegister(IntEnum):
         return self.name.lower()
 
 
+# Configure registers' values after reset (the others are 0): a timeout of 100 cycles, no tracepoint.
+CONFIG_RESET_VALUES = {ConfigRegister.TIMEOUT: 100, ConfigRegister.TRACEPOINT: 0xFFFFFFFF}
+
+
 class InvalidInstruction(ValueError):
     """An instruction field the TCU cannot encode or execute.
 

@@ -1,8 +1,8 @@
 """The RTL's named constants, generated from the Python enums: ``rtl/tcu_isa_pkg.sv``.
 
-The core names opcodes, DataMove directions, flag bits, SIMD operations and Configure registers
-through this package, so the RTL and the compiler cannot drift apart. Regenerate after changing
-an enum (a test checks that the committed file is current):
+The core names opcodes, DataMove directions, flag bits, SIMD operations, Configure registers and
+their reset values through this package, so the RTL and the compiler cannot drift apart.
+Regenerate after changing an enum (a test checks that the committed file is current):
 
     python -m tvm_tensil.rtl.isa_package
 """
@@ -13,6 +13,7 @@ from enum import IntFlag
 from pathlib import Path
 
 from ..isa.instructions import (
+    CONFIG_RESET_VALUES,
     ConfigRegister,
     Direction,
     LoadWeightsFlag,
@@ -70,6 +71,10 @@ def render() -> str:
         lines += ["", f"// {what[0].upper()}{what[1:]}: bit positions"]
         for member in flag_type:
             lines.append(f"localparam int {prefix}_{member.name}_BIT = {int(member).bit_length() - 1};")
+    lines += ["", "// Configure registers' values after reset (the others reset to 0)"]
+    for register, value in CONFIG_RESET_VALUES.items():
+        literal = f"32'd{value}" if value < 1 << 16 else f"32'h{value:08X}"
+        lines.append(f"localparam logic [31:0] CONFIG_RESET_{register.name} = {literal};")
     lines += ["", "/* verilator lint_on UNUSEDPARAM */", "", "endpackage", "", "`resetall", ""]
     return "\n".join(lines)
 

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import ConfigRegister, SIMDOp
+from ..isa.instructions import CONFIG_RESET_VALUES, ConfigRegister, SIMDOp
 from ..isa.program import Program
 from ..numbers import SaturationCounter
 from .device import HostDramDevice, RunStats
@@ -44,9 +44,7 @@ class ReferenceEmulator(HostDramDevice):
         self.acc[:] = 0
         self.weights = np.zeros((n + 1, n), dtype=np.int64)  # row 0 = bias
         self.registers = np.zeros((self.arch.simd_registers_depth, n), dtype=np.int64)
-        self.config = {r: 0 for r in ConfigRegister}
-        self.config[ConfigRegister.TIMEOUT] = 100
-        self.config[ConfigRegister.TRACEPOINT] = 0xFFFFFFFF
+        self.config = {r: CONFIG_RESET_VALUES.get(r, 0) for r in ConfigRegister}
 
     # -- execution -------------------------------------------------------------------------------
     def execute(self, program: Program) -> RunStats:

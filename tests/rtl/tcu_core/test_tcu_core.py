@@ -176,7 +176,7 @@ async def dram_moves_overlap_compute_only_without_hazards(dut):
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
-            if int(dut.state.value) != 0 and any(int(getattr(dut, f"d{b}{r}_busy").value) for b in (0, 1) for r in "rw"):
+            if int(dut.c_busy.value) and any(int(getattr(dut, f"d{b}{r}_busy").value) for b in (0, 1) for r in "rw"):
                 both_busy += 1
 
     watcher = cocotb.start_soon(watch())
@@ -232,7 +232,8 @@ def test_tcu_core(n, width, regs, beats, full):
 
     params, env = core_params(n, width, regs, beats)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
-    run_cocotb("tcu_core", __file__, params, extra_env=env,
-               sources=["tcu_mac.sv", "tcu_systolic_array.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_ram.sv",
-                        "tcu_weights_engine.sv", "tcu_dram_reader.sv", "tcu_dram_writer.sv",
-                        "tcu_accumulators.sv", "tcu_core.sv"])
+    from tvm_tensil.rtl.toolchain import rtl_sources
+
+    sources = [p.name for p in rtl_sources() if p.stem not in ("tcu_isa_pkg", "tcu_top", "tcu_dram_axi",
+                                                                "tcu_instruction_input")]
+    run_cocotb("tcu_core", __file__, params, extra_env=env, sources=sources)
