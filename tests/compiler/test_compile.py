@@ -272,3 +272,84 @@ def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
                       and order[i - 1][1] != order[i][1] and any(op == int(Opcode.MATMUL) for op, _ in order[i + 1:])
                       for i in range(1, len(order)))
     assert interleaved, "no epilogue was interleaved with the next block's MatMuls"
+
+
+def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypatch):
+    """A conv whose result is one whole tile hands it to a global average pool in local memory: the
+    pool's first level reads it there, and a result only the pool reads never goes to DRAM0. The
+    means are bit-identical to the pool's from DRAM0, and within the halving bound of the exact mean."""
+    from tvm_tensil.compiler.schedule import Scheduler
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    rng = np.random.default_rng(11)
+    x_shape = (1, 6, 5, 16)  # 30 pixels (a 32-wide tree), two channel blocks on 8x8
+    w = grid(rng, (16, 16, 3, 3), -2, 2)
+    x = grid(rng, x_shape)
+    t = {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "r": Tensor("r", x_shape),
+         "y": Tensor("y", (1, 1, 1, 16))}
+
+    def graph(outputs):
+        return Graph(t, [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
+                         Node("relu", ["c"], "r"), Node("global_avg_pool", ["r"], "y", {})], ["x"], outputs, [w])
+
+    y, part, _ = run(graph(["y"]), {"x": x})
+    f = part.program.fields()
+    moved = lambda direction: int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == direction)] + 1).sum())  # noqa: E731
+    assert moved(Direction.DRAM0_TO_LOCAL) == 30 * 2  # x only: the pool read r in local memory
+    assert moved(Direction.LOCAL_TO_DRAM0) == 2  # the means only: nobody else reads r
+    both, part2, _ = run(graph(["y", "r"]), {"x": x})
+    f = part2.program.fields()
+    stored = int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM0)] + 1).sum())
+    assert stored == 30 * 2 + 2  # r is an output too: stored beside the pool
+    monkeypatch.setattr(Scheduler, "_pool_handover", lambda self, *args: None)
+    from_dram, part3, _ = run(graph(["y"]), {"x": x})
+    f = part3.program.fields()
+    assert int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)] + 1).sum()) > 60
+    np.testing.assert_array_equal(y["y"], from_dram["y"])
+    np.testing.assert_array_equal(both["y"], y["y"])
+    mean = np.maximum(conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)), 0).mean(axis=(1, 2), keepdims=True)
+    levels = (30 - 1).bit_length()
+    assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2 ** -9
+
+
+def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monkeypatch):
+    """A fused residual's shortcut starts each output block's accumulators either by a move or by a
+    MatMul with identity weights (exact); the scheduler keeps the faster. Forced either way, the
+    result is exact and the program uses the path asked for."""
+    from tvm_tensil.compiler.schedule import Scheduler
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    rng = np.random.default_rng(12)
+    x_shape = (1, 7, 6, 16)  # two channel blocks on 8x8
+    w = grid(rng, (16, 16, 1, 1), -2, 2)
+    x = grid(rng, x_shape)
+    g = Graph(
+        {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape), "r": Tensor("r", x_shape)},
+        [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
+         Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")],
+        ["x"], ["r"], [w])
+    counts = {}
+    for through_array in (False, True):
+        monkeypatch.setattr(Scheduler, "_conv2d_best", lambda self, node: self._conv2d_plans(node, through_array))
+        y, part, _ = run(g, {"x": x})
+        np.testing.assert_array_equal(y["r"], np.maximum(conv2d_nhwc(x, w, None) + x, 0))
+        assert [n["op"] for n in part.report["nodes"]] == ["conv2d"]
+        f = part.program.fields()
+        counts[through_array] = (int(((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_ACC)).sum()),
+                                 int((f.opcode == Opcode.MATMUL).sum()))
+    (moves, matmuls), (moves_array, matmuls_array) = counts[False], counts[True]
+    assert moves >= 2 and moves_array == 0  # one per output block and tile, or none
+    assert matmuls_array == matmuls + moves  # instead of each move, a MatMul
+
+
+def test_compiling_leaves_the_graph_as_it_was():
+    """Fusion works on copies: the same graph compiles twice to the same program."""
+    rng = np.random.default_rng(13)
+    x_shape = (1, 4, 4, 8)
+    g = Graph({k: Tensor(k, x_shape) for k in ("x", "c", "s", "r")},
+              [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
+               Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")], ["x"], ["r"], [grid(rng, (8, 8, 1, 1))])
+    before = [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes]
+    first = compile_graph(g, ARCH, "t").program.data
+    assert [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes] == before
+    assert compile_graph(g, ARCH, "t").program.data == first

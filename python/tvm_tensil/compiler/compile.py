@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -84,8 +84,10 @@ class CompiledPartition:
 
 
 def fuse(graph: Graph) -> Graph:
-    """Fold bias adds into the preceding conv and activations into their producer's epilogue."""
-    nodes = list(graph.nodes)
+    """Fold bias adds into the preceding conv and activations into their producer's epilogue. The
+    caller's nodes are left as they were (fusing works on copies)."""
+    nodes = [replace(n, inputs=list(n.inputs), attrs=dict(n.attrs), epilogue=list(n.epilogue),
+                     source_ops=list(n.source_ops)) for n in graph.nodes]
     # Tensors that must keep their name: outputs, and the storage behind views.
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
 

@@ -321,11 +321,19 @@ class Scheduler:
 
     def _conv2d_best(self, node: Node) -> None:
         """The faster of the single- and double-buffered schedules, by the latency model: double
-        buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel)."""
+        buffering overlaps DRAM with compute but halves the tiles (more weight loads per pixel).
+        A fused residual's shortcut starts the accumulators either by a move (the accumulator
+        engine's work) or by a MatMul with identity weights (the array's): the faster one is kept."""
+        if node.attrs.get("residual"):
+            self._cheapest([lambda: self._conv2d_plans(node, False), lambda: self._conv2d_plans(node, True)])
+        else:
+            self._conv2d_plans(node, False)
+
+    def _conv2d_plans(self, node: Node, shortcut_matmul: bool) -> None:
         # (buffers, most output rows per tile). Layers of up to 64 tiles (a small local memory cuts
         # even CIFAR-sized maps into 8-16) are emitted each way and compared; a layer of more tiles
         # keeps the single-buffered schedule (emitting it several times would cost compile time).
-        single = self._conv2d(node, 1, None, emit=False)
+        single = self._conv2d(node, 1, None, emit=False, shortcut_matmul=shortcut_matmul)
         oh = self.place[node.output].shape[1]
         options = [(1, None)]
         if self._tile_count(node, single) <= 64 and self._dram_share(node) >= 0.05:
@@ -333,12 +341,14 @@ class Scheduler:
         plans = {}
         for buffers, max_rows in options:
             try:
-                plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False), (buffers, max_rows))
+                plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False, shortcut_matmul=shortcut_matmul),
+                                 (buffers, max_rows))
             except ScheduleError:
                 continue
         # Narrower bands overlap more but reload weights more often: stop at the first band count
         # that loses to the one before it.
-        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m) for b, m in plans.values()], stop_when_worse=True)
+        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m, shortcut_matmul=shortcut_matmul)
+                        for b, m in plans.values()], stop_when_worse=True)
 
     def _cheapest(self, emitters, stop_when_worse: bool = False) -> None:
         """Emit the alternative the latency model finds fastest (each is emitted once to measure it;
@@ -405,10 +415,12 @@ class Scheduler:
         n, oh, ow, _ = self.place[node.output].shape
         return n * _ceil_div(oh, rows) * _ceil_div(ow, cols)
 
-    def _conv2d(self, node: Node, buffers: int, max_rows: int | None = None, emit: bool = True) -> tuple[int, int, int]:
+    def _conv2d(self, node: Node, buffers: int, max_rows: int | None = None, emit: bool = True,
+                shortcut_matmul: bool = False) -> tuple[int, int, int]:
         """Emit ``node`` with up to ``buffers`` slabs and store buffers and at most ``max_rows``
         output rows per tile; returns the plan it used: (buffers, rows, cols). With ``emit=False``,
-        only the plan."""
+        only the plan. ``shortcut_matmul``: a fused residual's shortcut enters each output block's
+        accumulators through a MatMul with identity weights (exact: x * 1 + 0) instead of a move."""
         a = node.attrs
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         n = self.n
@@ -444,6 +456,8 @@ class Scheduler:
         # A fused residual add: the shortcut tile is loaded into the store buffer (the same layout
         # as the output tile), and each output block's accumulators start from it.
         short = self.place[node.inputs[1]] if a.get("residual") else None
+        identity = self.consts.add("diagonal_weights", self.graph.constants, values=[1.0]) if (
+            short and shortcut_matmul) else None
         # A fused second output (a channel affine + activation of this conv's result): each output
         # block's result, once gathered into the store buffer, goes through one more MatMul with
         # diagonal weights (bias in row 0) and its own epilogue into a second store buffer.
@@ -460,7 +474,7 @@ class Scheduler:
 
         cvals = self._epilogue_constants(node.epilogue + (second["epilogue"] if second else []))
         acc_free = self.arch.accumulator_depth - len(cvals)
-        local_free = self.arch.local_depth - len(cvals) - (srec.size if srec else 0)
+        local_free = self.arch.local_depth - len(cvals) - (srec.size if srec else 0) - (identity.size if identity else 0)
         # Weights come in groups, each group's next one loaded beside its MatMuls (``_weight_groups``).
         groups, slot, slots = None, 0, 0
         for mode in ("resident", "input blocks", "blocks", "one block"):
@@ -499,10 +513,12 @@ class Scheduler:
         store_size = rows * cols * store_blocks
         full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
         slab_size = self._slab_size(rows, cols, window, cbi, inp.shape[2] if full_rows else None)
-        # Local memory: [weights | second output's weights | store buffer(s) | slab(s)] from ``lo``.
+        # Local memory: [weights | second output's weights | identity weights | store buffer(s) |
+        # slab(s)] from ``lo``.
         # When the previous conv left this conv's whole input in local memory (``handed``), that is
         # the slab, and the rest goes below or above it (and above what it still has to store).
-        own = staging + (srec.size if srec else 0) + (2 if second else 1) * buffers * store_size
+        resident = (srec.size if srec else 0) + (identity.size if identity else 0)
+        own = staging + resident + (2 if second else 1) * buffers * store_size
         whole = len(tiles) == 1 and (tiles[0].rows, tiles[0].cols) == out.shape[1:3] and out.shape[0] == 1
         handed = self._handed_over(node, inp, tiles[0], window, padding, own, len(cvals)) if whole else None
         carried, self.carried, self.in_local = self.carried, [], {}
@@ -516,7 +532,8 @@ class Scheduler:
             lo, slabs, geometry = handed
         wbase = lo
         wsecond = lo + staging  # the second output's weights, resident for the layer
-        stores = [wsecond + (srec.size if srec else 0) + k * store_size for k in range(buffers * (2 if second else 1))]
+        wident = wsecond + (srec.size if srec else 0)  # the identity weights, resident for the layer
+        stores = [lo + staging + resident + k * store_size for k in range(buffers * (2 if second else 1))]
         stores, stores2 = stores[:buffers], stores[buffers:]
         if handed is None:
             slabs = [lo + own + k * slab_size for k in range(buffers)]
@@ -598,6 +615,8 @@ class Scheduler:
             geometry = self._load_slab(inp, tiles[0], window, padding, slabs[0], whole_width=full_rows)
         if short:
             self._load_tile(short, tiles[0], stores[0])
+        if identity:
+            lir.datamove(Direction.DRAM1_TO_LOCAL, wident, identity.base, identity.size)
         fetch(0)
         seq = 0
         for i, tile in enumerate(tiles):
@@ -622,7 +641,10 @@ class Scheduler:
                             f"cols {tile.x0}+{tile.cols} block {ob}")
                 unit = (i * cbo + ob) % len(cvecs)  # the accumulator bank of this output block
                 acc0, cvec = unit * half, cvecs[unit]
-                if short:
+                if identity:  # the shortcut through the array: acc = shortcut * 1
+                    load_weights(wident, block)
+                    matmul(store + ob * count, acc0, count)
+                elif short:
                     lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
                     overlap.compute(count + 6)
                 first = brec is None and not short  # the covering tap's MatMuls start the accumulators
@@ -857,6 +879,26 @@ class Scheduler:
                 self._gather(out, tile, b, 0, store)
             self._flush(out, tile, store)
 
+    def _pool_handover(self, node: Node, blocks: int, pixels: int, total: int, block: int, consts: int,
+                       acc_free: int) -> tuple[int, int] | None:
+        """``(where the input is, base)`` when the previous conv left a global average pool's whole
+        (single-image) input in local memory, block-major, and the pool's own vectors (the diagonal
+        weights, then half the input for the first level's results) fit below or above everything
+        that conv still holds; else None."""
+        held = self.in_local.get(node.inputs[0])
+        if held is None or self.place[node.inputs[0]].shape[0] != 1 or held[1] < blocks * pixels:
+            return None
+        if blocks * max(1, total // 2) > acc_free:
+            return None
+        own = block + blocks * max(1, total // 2)
+        spans = [(a, a + n) for a, n in self.in_local.values()]
+        hole = (min(a for a, _ in spans), max(b for _, b in spans))
+        limit = self.arch.local_depth - consts  # the pool's constants pass through the top
+        if hole[1] > limit:
+            return None
+        base = 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
+        return None if base is None else (held[0], base)
+
     @staticmethod
     def _pool_counts(in_shape, out_shape, window, padding, include_pad: bool) -> np.ndarray:
         """Elements each output pixel averages over (ONNX count_include_pad semantics)."""
@@ -881,7 +923,9 @@ class Scheduler:
         each level adds at most one unit in the last place. The result (sum / T) is scaled by
         T / pixels, a factor in [1, 2). All channel blocks of an image go through the levels
         together when they fit local memory; else block by block, pixels in chunks of a power of
-        two whose means are reduced the same way."""
+        two whose means are reduced the same way. When the previous conv left the whole input in
+        local memory, the first level reads it there (and its store to DRAM0 is dropped when the
+        pool is its only reader)."""
         inp, out = self.place[node.inputs[0]], self.place[node.output]
         lir = self.lir
         n = self.n
@@ -892,29 +936,44 @@ class Scheduler:
         cvals = list(dict.fromkeys(([post] if post != 1.0 else []) + self._epilogue_constants(node.epilogue)))
         acc_free = self.arch.accumulator_depth - len(cvals)
         block = n + 1
+        blocks = inp.blocks
         room = self.arch.local_depth - len(cvals) - block
+        # Local memory from ``base``: the diagonal weights, then the data (``block`` vectors up).
+        held = self._pool_handover(node, blocks, pixels, total, block, len(cvals), acc_free)
+        carried, self.carried, self.in_local = self.carried, [], {}
+        for name, moves in carried:  # the previous conv's stores, beside the pool when it reads local memory
+            if held is None or not (name == node.inputs[0] and name in self._read_once):
+                for move in moves:
+                    lir.datamove(*move)
+        base = 0 if held is None else held[1]
+        data = base + block
         fits = [1 << e for e in range(total.bit_length())
                 if (1 << e) <= 2 * acc_free and (1 << e) + total // (1 << e) <= room]
-        if not fits:
+        if not fits and held is None:
             raise ScheduleError(f"global average pool over {pixels} pixels does not fit local memory")
-        chunk = fits[-1]
-        means = block + chunk  # one vector per chunk
+        chunk = fits[-1] if fits else 1
+        means = data + chunk  # one vector per chunk
         cvec = self._const_vectors(cvals, acc_free)
         if total > 1:
             half = self.consts.add("diagonal_weights", self.graph.constants, values=[0.5])
-            lir.datamove(Direction.DRAM1_TO_LOCAL, 0, half.base, block)
-            lir.load_weights(0, block)
+            lir.datamove(Direction.DRAM1_TO_LOCAL, base, half.base, block)
+            lir.load_weights(base, block)
 
-        def reduce(buf: int, size: int, width: int, blocks: int = 1, load=None) -> None:
+        def reduce(buf: int, size: int, width: int, blocks: int = 1, load=None, src=None) -> None:
             """For each of ``blocks`` blocks, vectors buf[b * width + (0:size)] of a logical width
             ``width`` (a power of two, zeros beyond ``size``) -> their mean in acc[b]. Each level is
             one MatMul pair per block, streaming back to back, and one gather for all blocks (the
             blocks hide each other's array latency). ``load(b)``, if given, brings block b in just
-            before its first level."""
+            before its first level. ``src = (address, stride)``: the first level reads block b at
+            address + b * stride instead (the levels after it work in ``buf``)."""
+            at, stride = src or (buf, width)
             if width == 1:
                 for b in range(blocks if load else 0):
                     load(b)
-                lir.datamove(Direction.LOCAL_TO_ACC, buf, 0, blocks)
+                if stride == 1:
+                    lir.datamove(Direction.LOCAL_TO_ACC, at, 0, blocks)
+                for b in range(blocks) if stride != 1 else ():
+                    lir.datamove(Direction.LOCAL_TO_ACC, at + b * stride, b, 1)
                 return
             first = True
             while width > 1:
@@ -923,9 +982,9 @@ class Scheduler:
                 for b in range(blocks):
                     if first and load:
                         load(b)
-                    lir.matmul(buf + b * 2 * width, b * width, lo)
-                    lir.matmul(buf + b * 2 * width + width, b * width, hi, accumulate=True)
-                first, size = False, lo
+                    lir.matmul(at + b * stride, b * width, lo)
+                    lir.matmul(at + b * stride + width, b * width, hi, accumulate=True)
+                first, at, stride, size = False, buf, width, lo  # block b now at buf + b * width
                 if width > 1:
                     lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, (blocks - 1) * width + size)
 
@@ -935,21 +994,25 @@ class Scheduler:
                 lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
                 lir.simd_run(SIMDOp.MULTIPLY, 0, count, left=0, right=1)
             self._epilogue(0, count, node.epilogue, cvec)
-            lir.datamove(Direction.ACC_TO_LOCAL, block, 0, count)
+            lir.datamove(Direction.ACC_TO_LOCAL, data, 0, count)
             outs = [out.address(img, 0, 0, b) for b in range(first_block, first_block + count)]
             if outs == list(range(outs[0], outs[0] + count)):
-                lir.datamove(Direction.LOCAL_TO_DRAM0, block, outs[0], count)
+                lir.datamove(Direction.LOCAL_TO_DRAM0, data, outs[0], count)
             else:
                 for b, address in enumerate(outs):
-                    lir.datamove(Direction.LOCAL_TO_DRAM0, block + b, address, 1)
+                    lir.datamove(Direction.LOCAL_TO_DRAM0, data + b, address, 1)
 
-        # Every channel block of an image at once when they fit (block b at block + b * total).
-        blocks = inp.blocks
+        if held is not None:  # block b at held[0] + b * pixels, where the previous conv left it
+            lir.comment(f"global_avg_pool {node.output}: {blocks} blocks together, from local memory")
+            reduce(data, pixels, total, blocks, src=(held[0], pixels))
+            finish(0, 0, blocks)
+            return
+        # Every channel block of an image at once when they fit (block b at data + b * total).
         if blocks > 1 and blocks * total <= room and blocks * max(1, total // 2) <= acc_free:
             for img in range(n_img):
                 lir.comment(f"global_avg_pool {node.output}: image {img}, {blocks} blocks together")
-                reduce(block, pixels, total, blocks, load=lambda b: lir.datamove(
-                    Direction.DRAM0_TO_LOCAL, block + b * total, inp.address(img, 0, 0, b), pixels))
+                reduce(data, pixels, total, blocks, load=lambda b: lir.datamove(
+                    Direction.DRAM0_TO_LOCAL, data + b * total, inp.address(img, 0, 0, b), pixels))
                 finish(img, 0, blocks)
             return
 
@@ -960,11 +1023,11 @@ class Scheduler:
                 chunks = _ceil_div(pixels, chunk)
                 for q in range(chunks):
                     cnt = min(chunk, pixels - q * chunk)
-                    lir.datamove(Direction.DRAM0_TO_LOCAL, block, first + q * chunk, cnt)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, data, first + q * chunk, cnt)
                     if chunks > 1:
-                        reduce(block, cnt, chunk)
+                        reduce(data, cnt, chunk)
                         lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
-                reduce(means if chunks > 1 else block, chunks if chunks > 1 else pixels,
+                reduce(means if chunks > 1 else data, chunks if chunks > 1 else pixels,
                        total // chunk if chunks > 1 else total)
                 finish(img, b, 1)
 
@@ -1199,7 +1262,7 @@ class Scheduler:
         self.carried, self.in_local = [], {}
 
     def lower(self, node: Node) -> None:
-        if node.op not in ("conv2d", "bias_add"):
+        if node.op not in ("conv2d", "bias_add", "global_avg_pool"):  # these take what a conv left
             self._issue_carried()
         if node.op in ("conv2d", "bias_add"):
             self.conv2d(node)
