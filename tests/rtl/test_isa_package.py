@@ -32,7 +32,7 @@ def test_the_rtl_names_its_constants():
         assert not re.search(r"4'[dh][0-9A-Fa-f]+\b", text), f"{source.name}: a bare 4-bit constant"
         for value in CONFIG_RESET_VALUES.values():
             assert not re.search(rf"32'd{value}\b|32'h0*{value:X}\b", text), f"{source.name}: a reset value by hand"
-    assert "CONFIG_RESET_TIMEOUT" in (RTL_DIR / "tcu_core.sv").read_text()
+    assert "CONFIG_RESET_TIMEOUT" in (RTL_DIR / "tcu_dispatch.sv").read_text()
 
 
 def test_the_datamove_bits_describe_the_direction_encoding():
