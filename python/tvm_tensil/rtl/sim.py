@@ -58,9 +58,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("TVM_TENSIL_CACHE") or Path.home() / ".cache" / "tvm_tensil")
 
 
-# Verilator and C++ options of the simulation library (part of the build key).
-BUILD_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-fPIC -O3", "-LDFLAGS", "-shared",
-               "-MAKEFLAGS", "OPT_FAST=-O3")
+# Verilator and C++ options of the simulation library (part of the build key). The model is a shared
+# library, but nothing outside it replaces its functions: -fno-semantic-interposition lets the
+# compiler call and inline them directly (+8% cycles/s measured back to back on ResNet-20, pynqz1).
+BUILD_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-fPIC -O3 -fno-semantic-interposition",
+               "-LDFLAGS", "-shared", "-MAKEFLAGS", "OPT_FAST=-O3")
 # Profile-guided optimisation (docs/verilator.md): the first build is instrumented, runs the training
 # workload (rtl/training.py) and the second is compiled with what it recorded. The core is one very
 # large function per clock edge, and without a profile its speed depends on how the compiler happens
