@@ -44,7 +44,7 @@ import numba
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
-from ..isa.instructions import Direction, Opcode
+from ..isa.instructions import DataMoveBit, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag
 from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
@@ -56,6 +56,9 @@ DEFAULT_AXI_BITS = 64
 _SIMD, _MATMUL, _LOADWEIGHTS = int(Opcode.SIMD), int(Opcode.MATMUL), int(Opcode.LOADWEIGHTS)
 _DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
 _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
+_SIMD_READ, _SIMD_WRITE = int(SIMDFlag.READ), int(SIMDFlag.WRITE)
+_MATMUL_ZEROES, _LOADWEIGHTS_ZEROES = int(MatMulFlag.ZEROES), int(LoadWeightsFlag.ZEROES)
+_TO_DRAM, _DRAM1 = int(DataMoveBit.TO_DRAM), int(DataMoveBit.DRAM1)  # DataMove directions 0-3
 
 
 # What an instruction is, for the critical-path split: ``KINDS[_KIND_OF[opcode, flags]]``.
@@ -204,16 +207,16 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         held = me  # whom the cycles from the previous dispatch to this one are charged to
         start = ready
         if op == _SIMD:
-            banks = (((1 << (a1[i] >= half)) if fl & 1 else 0) | ((1 << (a0[i] >= half)) if fl & 2 else 0))
+            banks = (((1 << (a1[i] >= half)) if fl & _SIMD_READ else 0) | ((1 << (a0[i] >= half)) if fl & _SIMD_WRITE else 0))
             if end[_O] > start:
                 start, held = end[_O], owner[_O]
             if banks & c_banks and end[_C] > start:
                 start, held = end[_C], owner[_C]
-            if fl & 1 and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
+            if fl & _SIMD_READ and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
             s_banks = (s_banks if simd_end > start else 0) | banks
             s_owner = me
-            last_simd_write = a0[i] if fl & 2 else -1
+            last_simd_write = a0[i] if fl & _SIMD_WRITE else -1
             last_simd_time = start
             simd_end = start + simd_drain
             busy[op] += 1
@@ -227,15 +230,15 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             busy[op] += 1
         elif op == _MATMUL or op == _LOADWEIGHTS or op == _DATAMOVE:
             k = lw_size[i] if op == _LOADWEIGHTS else size[i]
-            zeros = (op == _MATMUL and (fl & 2) != 0) or (op == _LOADWEIGHTS and (fl & 1) != 0)
-            to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & 1) != 0
+            zeros = (op == _MATMUL and (fl & _MATMUL_ZEROES) != 0) or (op == _LOADWEIGHTS and (fl & _LOADWEIGHTS_ZEROES) != 0)
+            to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & _TO_DRAM) != 0
             writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
             lo, hi = _local_range(a0[i], s0[i], k, depth)
             banks = 0
             if op == _LOADWEIGHTS:
                 eng = _W
             elif op == _DATAMOVE and fl < _ACC_TO_LOCAL:
-                eng = (_D1W if to_dram else _D1R) if fl & 2 else (_D0W if to_dram else _D0R)
+                eng = (_D1W if to_dram else _D1R) if fl & _DRAM1 else (_D0W if to_dram else _D0R)
             else:
                 eng = _C if op == _MATMUL else _O
                 banks = _acc_banks(a1[i], s1[i], k, half)

@@ -89,6 +89,13 @@ _DIRECTION_MEMORY = {
 }
 
 
+class DataMoveBit(IntFlag):
+    """The bits of a DataMove direction between DRAM and local memory (directions 0-3)."""
+
+    TO_DRAM = 1  # local -> DRAM (else DRAM -> local)
+    DRAM1 = 2  # DRAM1 (else DRAM0)
+
+
 class MatMulFlag(IntFlag):
     """MatMul flag bits."""
 
@@ -240,6 +247,17 @@ def _check_flag(name: str, field: str, value) -> None:
         raise InvalidInstruction(name, field, f"{value!r} is not a boolean flag")
 
 
+def _as_member(instruction: "Instruction", field: str, enum) -> None:
+    """A plain value of an enum field becomes the member, once, at construction (the instructions are
+    frozen); a value that is no member stays as given for ``check`` to name."""
+    value = getattr(instruction, field)
+    if not isinstance(value, enum):
+        try:
+            object.__setattr__(instruction, field, enum(value))
+        except (ValueError, TypeError):
+            pass
+
+
 def _pack_operand(address: int, stride: int, address_bits: int) -> int:
     return address | (stride << address_bits)
 
@@ -339,17 +357,16 @@ class DataMove(Instruction):
     opcode: ClassVar[Opcode] = Opcode.DATAMOVE
     name: ClassVar[str] = "DataMove"
 
+    def __post_init__(self) -> None:
+        _as_member(self, "direction", Direction)
+
     def check(self, layout) -> None:
         if not isinstance(self.direction, Direction):
-            try:
-                Direction(self.direction)
-            except (ValueError, TypeError):
-                raise InvalidInstruction(
-                    self.name, "direction",
-                    f"{self.direction!r} is not a DataMove direction; allowed: "
-                    + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
-                ) from None
-            object.__setattr__(self, "direction", Direction(self.direction))
+            raise InvalidInstruction(
+                self.name, "direction",
+                f"{self.direction!r} is not a DataMove direction; allowed: "
+                + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
+            )
         memory = self.direction.memory
         _check_size(layout, self.name, self.size, ("local", memory))
         _check_address(layout, self.name, "local", "local", self.local, self.local_stride, self.size)
@@ -420,12 +437,12 @@ class SIMD(Instruction):
     opcode: ClassVar[Opcode] = Opcode.SIMD
     name: ClassVar[str] = "SIMD"
 
+    def __post_init__(self) -> None:
+        _as_member(self, "op", SIMDOp)
+
     def check(self, layout) -> None:
         if not isinstance(self.op, SIMDOp):
-            try:
-                object.__setattr__(self, "op", SIMDOp(self.op))
-            except (ValueError, TypeError):
-                raise InvalidInstruction(self.name, "op", f"{self.op!r} is not a SIMD op (0..15)") from None
+            raise InvalidInstruction(self.name, "op", f"{self.op!r} is not a SIMD op (0..15)")
         for f in ("read", "write", "accumulate"):
             _check_flag(self.name, f, getattr(self, f))
         r = layout.arch.simd_registers_depth
@@ -477,16 +494,16 @@ class Configure(Instruction):
     opcode: ClassVar[Opcode] = Opcode.CONFIGURE
     name: ClassVar[str] = "Configure"
 
+    def __post_init__(self) -> None:
+        _as_member(self, "register", ConfigRegister)
+
     def check(self, layout) -> None:
         if not isinstance(self.register, ConfigRegister):
-            try:
-                object.__setattr__(self, "register", ConfigRegister(self.register))
-            except (ValueError, TypeError):
-                raise InvalidInstruction(
-                    self.name, "register",
-                    f"{self.register!r} is not a configuration register; allowed: "
-                    + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
-                ) from None
+            raise InvalidInstruction(
+                self.name, "register",
+                f"{self.register!r} is not a configuration register; allowed: "
+                + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
+            )
         bits = layout.configure_value_bits
         _check_int(self.name, "value", self.value, 0, (1 << bits) - 1,
                    f"the value field holds {bits} bits")

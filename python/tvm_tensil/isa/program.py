@@ -20,7 +20,10 @@ from .instructions import (
     Direction,
     Instruction,
     InvalidInstruction,
+    LoadWeightsFlag,
+    MatMulFlag,
     Opcode,
+    SIMDFlag,
     decode_word,
 )
 from .layout import InstructionLayout
@@ -187,7 +190,7 @@ class Program:
         verdicts = {
             Opcode.NOOP: (fl != 0) | (f.raw0 != 0) | (f.raw1 != 0) | (o2 != 0),
         }
-        zeroes = (fl & 2) != 0
+        zeroes = (fl & MatMulFlag.ZEROES) != 0
         verdicts[Opcode.MATMUL] = (
             (fl > 3) | f.pad0 | f.pad1 | bad_s0 | bad_s1 | (count > min(L, A, size_max))
             | (~zeroes & run_bad(a0, s0, count, L)) | run_bad(a1, s1, count, A)
@@ -205,14 +208,14 @@ class Program:
         lw_count = f.raw1 + 1  # operand1 holds size - 1
         verdicts[Opcode.LOADWEIGHTS] = (
             (fl > 1) | f.pad0 | bad_s0 | (o2 != 0) | (lw_count > L)
-            | (((fl & 1) == 0) & run_bad(a0, s0, lw_count, L))
+            | (((fl & LoadWeightsFlag.ZEROES) == 0) & run_bad(a0, s0, lw_count, L))
         )
         rb = lay.simd_operand_bits
         sel = (1 << rb) - 1
         simd = (fl > 7) | f.pad0 | f.pad1 | (s0 != 0) | (s1 != 0) | ((o2 >> lay.simd_instruction_bits) != 0)
         for shift in (0, rb, 2 * rb):
             simd |= ((o2 >> shift) & sel) > arch.simd_registers_depth
-        simd |= (((fl & 1) != 0) & (a1 >= A)) | (((fl & 2) != 0) & (a0 >= A))
+        simd |= (((fl & SIMDFlag.READ) != 0) & (a1 >= A)) | (((fl & SIMDFlag.WRITE) != 0) & (a0 >= A))
         verdicts[Opcode.SIMD] = simd
         verdicts[Opcode.LOADLUT] = (fl != 0) | (o2 != 0) | f.pad0 | bad_s0 | (a0 >= L)
         verdicts[Opcode.CONFIGURE] = (fl != 0) | ~np.isin(f.raw0 & 0xF, [int(r) for r in ConfigRegister])

@@ -9,12 +9,12 @@ Regenerate after changing an enum (a test checks that the committed file is curr
 
 from __future__ import annotations
 
-from enum import IntFlag
 from pathlib import Path
 
 from ..isa.instructions import (
     CONFIG_RESET_VALUES,
     ConfigRegister,
+    DataMoveBit,
     Direction,
     LoadWeightsFlag,
     MatMulFlag,
@@ -24,13 +24,6 @@ from ..isa.instructions import (
 )
 
 PACKAGE = "tcu_isa_pkg"
-
-
-class DataMoveBit(IntFlag):
-    """The bits of a DataMove direction between DRAM and local memory (directions 0-3)."""
-
-    TO_DRAM = 1  # local -> DRAM (else DRAM -> local)
-    DRAM1 = 2  # DRAM1 (else DRAM0)
 
 
 # (enum, constant prefix, what it is, bits): values become `localparam logic [bits-1:0]`.

@@ -17,7 +17,16 @@ import time
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import CONFIG_RESET_VALUES, ConfigRegister, SIMDOp
+from ..isa.instructions import (
+    CONFIG_RESET_VALUES,
+    ConfigRegister,
+    Direction,
+    LoadWeightsFlag,
+    MatMulFlag,
+    Opcode,
+    SIMDFlag,
+    SIMDOp,
+)
 from ..isa.program import Program
 from ..numbers import SaturationCounter
 from .device import HostDramDevice, RunStats
@@ -109,12 +118,12 @@ class ReferenceEmulator(HostDramDevice):
 
         for pc in range(len(ops)):
             op = ops[pc]
-            if op == 0:  # NoOp
+            if op == Opcode.NOOP:
                 continue
             fl = fls[pc]
-            if op == 4:  # SIMD
+            if op == Opcode.SIMD:
                 sub = o2s[pc]
-                x = acc[a1s[pc]] if fl & 1 else zeros_vec
+                x = acc[a1s[pc]] if fl & SIMDFlag.READ else zeros_vec
                 d = sub & rmask
                 r = (sub >> rbits) & rmask
                 l_ = (sub >> (2 * rbits)) & rmask
@@ -124,49 +133,49 @@ class ReferenceEmulator(HostDramDevice):
                 result = simd_table[code](left, right, x)
                 if d and code:
                     regs[d - 1] = result
-                if fl & 2:
+                if fl & SIMDFlag.WRITE:
                     w = a0s[pc]
-                    acc[w] = plus(acc[w], result, sat_simd) if fl & 4 else result
+                    acc[w] = plus(acc[w], result, sat_simd) if fl & SIMDFlag.ACCUMULATE else result
                 continue
             cnt = o2s[pc] + 1
-            if op == 2:  # DataMove
+            if op == Opcode.DATAMOVE:
                 st0 = 1 << s0s[pc]
                 st1 = 1 << s1s[pc]
                 a0 = a0s[pc]
                 a1 = a1s[pc]
                 ls = slice(a0, a0 + (cnt - 1) * st0 + 1, st0)
                 os_ = slice(a1, a1 + (cnt - 1) * st1 + 1, st1)
-                if fl == 0:
+                if fl == Direction.DRAM0_TO_LOCAL:
                     local[ls] = widen(dram0[os_].astype(np.int64))
-                elif fl == 1:
+                elif fl == Direction.LOCAL_TO_DRAM0:
                     dram0[os_] = local[ls]
-                elif fl == 2:
+                elif fl == Direction.DRAM1_TO_LOCAL:
                     local[ls] = widen(dram1[os_].astype(np.int64))
-                elif fl == 3:
+                elif fl == Direction.LOCAL_TO_DRAM1:
                     dram1[os_] = local[ls]
-                elif fl == 12:
+                elif fl == Direction.ACC_TO_LOCAL:
                     local[ls] = acc[os_]
-                elif fl == 13:
+                elif fl == Direction.LOCAL_TO_ACC:
                     acc[os_] = local[ls]
-                else:  # 15: accumulate
+                else:  # Direction.LOCAL_TO_ACC_ACCUMULATE
                     acc[os_] = plus(acc[os_], local[ls], sat_dm)
-            elif op == 1:  # MatMul
+            elif op == Opcode.MATMUL:
                 st1 = 1 << s1s[pc]
                 a1 = a1s[pc]
                 dst = slice(a1, a1 + (cnt - 1) * st1 + 1, st1)
-                if fl & 2:  # zeroes: every product is 0, the output is the bias row exactly
+                if fl & MatMulFlag.ZEROES:  # every product is 0, the output is the bias row exactly
                     out = np.broadcast_to(weights[0], (cnt, n))
                 else:
                     st0 = 1 << s0s[pc]
                     a0 = a0s[pc]
                     out = matmul(local[a0 : a0 + (cnt - 1) * st0 + 1 : st0], weights[1:], weights[0], sat_mm)
-                if fl & 1:
+                if fl & MatMulFlag.ACCUMULATE:
                     acc[dst] = plus(acc[dst], out, sat_mm)
                 else:
                     acc[dst] = out
-            elif op == 3:  # LoadWeights: shift in, highest address first
+            elif op == Opcode.LOADWEIGHTS:  # shift in, highest address first
                 cnt = raw1s[pc] + 1
-                if fl & 1:
+                if fl & LoadWeightsFlag.ZEROES:
                     vecs = np.zeros((cnt, n), dtype=np.int64)
                 else:
                     st0 = 1 << s0s[pc]
@@ -177,7 +186,7 @@ class ReferenceEmulator(HostDramDevice):
                 else:
                     weights[cnt:] = weights[: n + 1 - cnt].copy()
                     weights[:cnt] = vecs
-            elif op == 15:  # Configure
+            elif op == Opcode.CONFIGURE:
                 args = raw0s[pc] | (raw1s[pc] << self.arch.layout.operand0_bits) | (
                     o2s[pc] << (self.arch.layout.operand0_bits + self.arch.layout.operand1_bits)
                 )
