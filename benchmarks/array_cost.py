@@ -23,9 +23,11 @@ FILES = ("tcu_mac.sv", "tcu_systolic_array.sv")
 
 
 def synthesize(sources: list[Path], work: Path) -> dict:
-    script = (f"read_verilog -sv {' '.join(map(str, sources))}\n"
-              "chparam -set ARRAY_SIZE 8 -set DATA_WIDTH 16 -set BINARY_POINT 8 tcu_systolic_array\n"
-              "synth_xilinx -top tcu_systolic_array -family xc7\nstat\n")
+    script = (
+        f"read_verilog -sv {' '.join(map(str, sources))}\n"
+        "chparam -set ARRAY_SIZE 8 -set DATA_WIDTH 16 -set BINARY_POINT 8 tcu_systolic_array\n"
+        "synth_xilinx -top tcu_systolic_array -family xc7\nstat\n"
+    )
     (work / "array.ys").write_text(script)
     subprocess.run([*find_yosys(), "-q", "-l", "array.log", "-s", "array.ys"], cwd=work, check=True)
     res = parse_stat((work / "array.log").read_text())
@@ -41,8 +43,9 @@ def main() -> None:
         base = Path(tmp) / "base"
         base.mkdir()
         for name in FILES:
-            text = subprocess.run(["git", "show", f"{args.base}:rtl/{name}"], cwd=HERE.parent, check=True,
-                                  capture_output=True, text=True).stdout
+            text = subprocess.run(
+                ["git", "show", f"{args.base}:rtl/{name}"], cwd=HERE.parent, check=True, capture_output=True, text=True
+            ).stdout
             (base / name).write_text(text)
         out[f"one weight set ({args.base})"] = synthesize([base / n for n in FILES], base)
         here = Path(tmp) / "here"

@@ -54,12 +54,18 @@ def fit(dev, arch) -> dict:
         "write": (lambda s: f"datamove local_to_dram0 local=0 dram0=0 size={s}", lambda s: s * bpv + wl),
         # The first MatMul after a load swaps weight sets once the load has landed: what it waits
         # beyond the weights engine's end.
-        "swap": (lambda s: f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}",
-                 lambda s: (n + 1) + fitted["lw"] + s + n + fitted["mm"]),
+        "swap": (
+            lambda s: f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}",
+            lambda s: (n + 1) + fitted["lw"] + s + n + fitted["mm"],
+        ),
         # A new load after that MatMul waits for its swapping vector to reach the array.
-        "lw_after_swap": (lambda s: f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size=1\n"
-                                    f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}",
-                          lambda s: 2 * ((n + 1) + fitted["lw"] + fitted["swap"]) + s + n + fitted["mm"]),
+        "lw_after_swap": (
+            lambda s: (
+                f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size=1\n"
+                f"loadweights local=0 size={n + 1}\nmatmul local=0 acc=0 size={s}"
+            ),
+            lambda s: 2 * ((n + 1) + fitted["lw"] + fitted["swap"]) + s + n + fitted["mm"],
+        ),
     }
     for key, (text, model) in cases.items():
         fitted[key] = round(statistics.median(measure(dev, arch, text(s)) - model(s) for s in sizes))
@@ -68,16 +74,19 @@ def fit(dev, arch) -> dict:
 
 def zoo_errors(arch_name: str) -> list[dict]:
     import tvm
+    import zoo
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
-    import zoo
     from tvm_tensil.runtime import bridge
 
     rows = []
-    for name, model, shape in [("mlp", zoo.mlp(batch=4), (4, 64)), ("small_cnn", zoo.small_cnn(), (1, 3, 16, 16)),
-                               ("resnet20v2", zoo.resnet20v2(), (1, 3, 32, 32))]:
+    for name, model, shape in [
+        ("mlp", zoo.mlp(batch=4), (4, 64)),
+        ("small_cnn", zoo.small_cnn(), (1, 3, 16, 16)),
+        ("resnet20v2", zoo.resnet20v2(), (1, 3, 32, 32)),
+    ]:
         ex = tvm_tensil.build(from_onnx(model, keep_params_in_input=False), target="tensil", arch=arch_name)
         report = tvm_tensil.last_report()
         x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
@@ -85,8 +94,14 @@ def zoo_errors(arch_name: str) -> list[dict]:
             relax.VirtualMachine(ex, tvm.cpu())["main"](x)
         measured = sum(s.cycles for s in bridge.last_run_stats(report).values())
         estimated = report.total_cycles
-        rows.append({"model": name, "estimated_cycles": estimated, "measured_cycles": measured,
-                     "error": round((estimated - measured) / measured, 4)})
+        rows.append(
+            {
+                "model": name,
+                "estimated_cycles": estimated,
+                "measured_cycles": measured,
+                "error": round((estimated - measured) / measured, 4),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -100,8 +115,14 @@ def main() -> None:
     fitted = fit(dev, arch)
     print("fitted overheads:", fitted, "in use:", {k: latency.COSTS[k] for k in fitted})
     rows = zoo_errors(args.arch)
-    out = {"arch": args.arch, "memory_timing": MEMORY_TIMING, "fitted_costs": fitted,
-           "costs_in_use": latency.COSTS, "models": rows, "date": time.strftime("%Y-%m-%d")}
+    out = {
+        "arch": args.arch,
+        "memory_timing": MEMORY_TIMING,
+        "fitted_costs": fitted,
+        "costs_in_use": latency.COSTS,
+        "models": rows,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     dest = HERE / "results" / "latency_calibration.json"
     dest.write_text(json.dumps(out, indent=2) + "\n")
 

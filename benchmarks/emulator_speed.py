@@ -84,11 +84,11 @@ def instruction_mix(arch_name: str, instructions: int, repeats: int) -> dict:
 
 def resnet20(arch_name: str, repeats: int) -> dict:
     import tvm
+    import zoo
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
-    import zoo
 
     mod = from_onnx(zoo.resnet20v2(softmax=False), keep_params_in_input=False)
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32"))
@@ -126,8 +126,11 @@ def first_call(cache_dir: str) -> dict:
     code = FIRST_CALL.format(bench=str(Path(__file__).parent))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"first_call_ms": row["emulator_first_call_ms"], "steady_ms": row["emulator_ms"],
-            "extra_ms": round(row["emulator_first_call_ms"] - row["emulator_ms"], 1)}
+    return {
+        "first_call_ms": row["emulator_first_call_ms"],
+        "steady_ms": row["emulator_ms"],
+        "extra_ms": round(row["emulator_first_call_ms"] - row["emulator_ms"], 1),
+    }
 
 
 def main() -> None:
@@ -152,8 +155,10 @@ def main() -> None:
         "instruction_mix": mix,
         "resnet20v2": nets,
         "first_call_resnet20v2_pynqz1": jit,
-        "machine": (f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}, "
-                    f"numpy {np.__version__}, numba {numba.__version__}"),
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}, "
+            f"numpy {np.__version__}, numba {numba.__version__}"
+        ),
         "date": time.strftime("%Y-%m-%d"),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

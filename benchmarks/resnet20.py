@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
@@ -72,14 +71,19 @@ def main() -> None:
             "instructions": sum(p["instructions"] for p in report.partitions.values()),
             "estimated_cycles": cycles,
             "estimated_ms": round(cycles / (arch.clock_mhz * 1e3), 3) if arch.clock_mhz else None,
-            "mac_bound_cycles": macs // (arch.array_size ** 2),
+            "mac_bound_cycles": macs // (arch.array_size**2),
             "published_ms": PUBLISHED_MS.get(name),
             "emulator_seconds": round(min(times), 2),
             "cpu_ops": [o["op"] for o in report.cpu_ops],
             "critical_path_by_kind": part["critical_path"],
             "critical_path_by_layer": [
-                {"op": "+".join(dict.fromkeys(o.removeprefix("relax.").removeprefix("nn.") for o in n["relax_ops"])),
-                 "output": n["output"], "cycles": n["cycles"]} for n in part["nodes"]],
+                {
+                    "op": "+".join(dict.fromkeys(o.removeprefix("relax.").removeprefix("nn.") for o in n["relax_ops"])),
+                    "output": n["output"],
+                    "cycles": n["cycles"],
+                }
+                for n in part["nodes"]
+            ],
         }
         row["mac_bound_ms_at_clock"] = round(row["mac_bound_cycles"] / (arch.clock_mhz * 1e3), 3)
         if not args.no_rtl:
@@ -93,30 +97,44 @@ def main() -> None:
             stats = bridge.last_run_stats(report).values()
             rtl = sum(s.cycles for s in stats)
             sim_s = sum(s.seconds for s in stats)
-            row.update({
-                "rtl_bit_exact_with_emulator": bool(np.array_equal(on_rtl, emulated)),
-                "rtl_cycles": rtl,
-                "rtl_ms_at_150mhz": round(rtl / 150e3, 3),
-                "rtl_ms_at_clock": round(rtl / (arch.clock_mhz * 1e3), 3),
-                "rtl_wall_seconds": round(wall, 2),
-                "sim_cycles_per_second": round(rtl / sim_s),
-                "latency_model_error": round((cycles - rtl) / rtl, 4),
-                "mac_utilisation": round(row["mac_bound_cycles"] / rtl, 3),
-            })
+            row.update(
+                {
+                    "rtl_bit_exact_with_emulator": bool(np.array_equal(on_rtl, emulated)),
+                    "rtl_cycles": rtl,
+                    "rtl_ms_at_150mhz": round(rtl / 150e3, 3),
+                    "rtl_ms_at_clock": round(rtl / (arch.clock_mhz * 1e3), 3),
+                    "rtl_wall_seconds": round(wall, 2),
+                    "sim_cycles_per_second": round(rtl / sim_s),
+                    "latency_model_error": round((cycles - rtl) / rtl, 4),
+                    "mac_utilisation": round(row["mac_bound_cycles"] / rtl, 3),
+                }
+            )
         results.append(row)
         print(json.dumps(row))
-    out = {"model": "resnet20v2 (random weights)", "macs": macs, "results": results,
-           "machine": f"{platform.machine()}, CPython {platform.python_version()}",
-           "date": time.strftime("%Y-%m-%d")}
+    out = {
+        "model": "resnet20v2 (random weights)",
+        "macs": macs,
+        "results": results,
+        "machine": f"{platform.machine()}, CPython {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+    }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     chart(results)
 
 
-KIND_LABELS = {"matmul": "MatMul", "load_weights": "LoadWeights", "dram0_to_local": "DRAM0 -> local",
-               "local_to_dram0": "local -> DRAM0", "dram1_to_local": "DRAM1 -> local (weights)",
-               "local_to_dram1": "local -> DRAM1", "acc_to_local": "acc -> local", "local_to_acc": "local -> acc",
-               "simd": "SIMD", "other": "other"}
+KIND_LABELS = {
+    "matmul": "MatMul",
+    "load_weights": "LoadWeights",
+    "dram0_to_local": "DRAM0 -> local",
+    "local_to_dram0": "local -> DRAM0",
+    "dram1_to_local": "DRAM1 -> local (weights)",
+    "local_to_dram1": "local -> DRAM1",
+    "acc_to_local": "acc -> local",
+    "local_to_acc": "local -> acc",
+    "simd": "SIMD",
+    "other": "other",
+}
 
 
 def chart(rows: list[dict]) -> None:
@@ -129,8 +147,9 @@ def chart(rows: list[dict]) -> None:
 
     kinds = [k for k in KIND_LABELS if any(k in r["critical_path_by_kind"] for r in rows)]
     colours = dict(zip(kinds, plt.get_cmap("tab10").colors))
-    fig, axes = plt.subplots(1 + len(rows), 1, figsize=(11, 3.2 + 2.6 * len(rows)),
-                             gridspec_kw={"height_ratios": [1.4] + [1] * len(rows)})
+    fig, axes = plt.subplots(
+        1 + len(rows), 1, figsize=(11, 3.2 + 2.6 * len(rows)), gridspec_kw={"height_ratios": [1.4] + [1] * len(rows)}
+    )
     ax = axes[0]
     for y, r in enumerate(rows):
         per_ms = 1 / (r["clock_mhz"] * 1e3)
@@ -139,11 +158,13 @@ def chart(rows: list[dict]) -> None:
             v = r["critical_path_by_kind"].get(k, 0) * per_ms
             ax.barh(y, v, left=left, color=colours[k], label=KIND_LABELS[k] if y == 0 else None)
             left += v
-        ax.plot([r["mac_bound_ms_at_clock"]] * 2, [y - 0.4, y + 0.4], "k--", lw=1,
-                label="MAC bound" if y == 0 else None)
+        ax.plot(
+            [r["mac_bound_ms_at_clock"]] * 2, [y - 0.4, y + 0.4], "k--", lw=1, label="MAC bound" if y == 0 else None
+        )
         if "rtl_ms_at_clock" in r:
-            ax.plot([r["rtl_ms_at_clock"]] * 2, [y - 0.45, y + 0.45], "r-", lw=2,
-                    label="RTL, measured" if y == 0 else None)
+            ax.plot(
+                [r["rtl_ms_at_clock"]] * 2, [y - 0.45, y + 0.45], "r-", lw=2, label="RTL, measured" if y == 0 else None
+            )
     ax.set_yticks(range(len(rows)), [f"{r['arch']} ({r['array']}, {r['clock_mhz']} MHz)" for r in rows], fontsize=8)
     ax.set_xlim(left=0)
     ax.set_xlabel("ms per inference at the preset's clock")

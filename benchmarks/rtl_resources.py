@@ -36,10 +36,16 @@ def main() -> None:
         res = synthesize(arch, workdir=HERE.parent / "build" / "synth" / name)
         seconds = time.perf_counter() - t0
         entry = {
-            "arch": arch.name, "array": f"{arch.array_size}x{arch.array_size}", "data_type": arch.data_type.name,
-            "local_depth": arch.local_depth, "accumulator_depth": arch.accumulator_depth,
-            "part": arch.part, "family": device.family if device else "xc7", "yosys": version,
-            "synthesis_seconds": round(seconds, 1), **res.to_dict(),
+            "arch": arch.name,
+            "array": f"{arch.array_size}x{arch.array_size}",
+            "data_type": arch.data_type.name,
+            "local_depth": arch.local_depth,
+            "accumulator_depth": arch.accumulator_depth,
+            "part": arch.part,
+            "family": device.family if device else "xc7",
+            "yosys": version,
+            "synthesis_seconds": round(seconds, 1),
+            **res.to_dict(),
         }
         if device:
             entry["capacity"] = {"lut": device.lut, "ff": device.ff, "dsp": device.dsp, "bram36": device.bram36}
@@ -47,9 +53,12 @@ def main() -> None:
             entry["fits"] = all(v <= 1.0 for v in entry["utilisation"].values())
         results[name] = entry
         util = entry.get("utilisation", {})
-        print(f"{name:<18} LUT {res.lut + res.lut_ram:>6} FF {res.ff:>6} DSP {res.dsp:>4} BRAM36 {res.bram36:>6g}"
-              + (f"  ({', '.join(f'{k} {v:.0%}' for k, v in util.items())} of {device.name})" if device else "")
-              + f"  [{seconds:.0f} s]", flush=True)
+        print(
+            f"{name:<18} LUT {res.lut + res.lut_ram:>6} FF {res.ff:>6} DSP {res.dsp:>4} BRAM36 {res.bram36:>6g}"
+            + (f"  ({', '.join(f'{k} {v:.0%}' for k, v in util.items())} of {device.name})" if device else "")
+            + f"  [{seconds:.0f} s]",
+            flush=True,
+        )
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2) + "\n")
 

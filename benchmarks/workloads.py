@@ -80,7 +80,7 @@ def run_one(name: str, size: int, arch: str, rtl: bool) -> dict:
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode or not lines:
         raise RuntimeError(f"{name} on {arch} failed:\n{out.stderr[-3000:]}")
-    row = json.loads(lines[-1][len("RESULT "):])
+    row = json.loads(lines[-1][len("RESULT ") :])
     mhz = row["clock_mhz"]
     row["estimated_ms"] = round(row["estimated_cycles"] / (mhz * 1e3), 2)
     row["mac_bound_ms"] = round(row["macs"] / row["array"] ** 2 / (mhz * 1e3), 2)
@@ -119,10 +119,19 @@ def accuracy(arch: str) -> list[dict]:
         saturated = sum(s.saturated for s in bridge.last_run_stats(tvm_tensil.last_report()).values())
         for i, (c, t) in enumerate(zip(cpu, tcu)):
             span = float(np.ptp(c))
-            rows.append({"net": net, "size": size, "arch": arch, "output": i, "range": round(span, 3),
-                         "max_error": round(float(np.abs(c - t).max()), 4),
-                         "max_error_of_range": round(float(np.abs(c - t).max()) / span, 4),
-                         "rms_error": round(float(np.sqrt(np.mean((c - t) ** 2))), 4), "saturated": saturated})
+            rows.append(
+                {
+                    "net": net,
+                    "size": size,
+                    "arch": arch,
+                    "output": i,
+                    "range": round(span, 3),
+                    "max_error": round(float(np.abs(c - t).max()), 4),
+                    "max_error_of_range": round(float(np.abs(c - t).max()) / span, 4),
+                    "rms_error": round(float(np.sqrt(np.mean((c - t) ** 2))), 4),
+                    "saturated": saturated,
+                }
+            )
     return rows
 
 
@@ -143,8 +152,14 @@ def chart(rows: list[dict]) -> None:
         ax.bar([x + width for x in xs], [r["published_ms"] or 0 for r in sel], width, label="Tensil, published")
         rtl = [(x, r["rtl_ms"]) for x, r in zip(xs, sel) if "rtl_ms" in r]
         if rtl:
-            ax.plot([x for x, _ in rtl], [v for _, v in rtl], "k_", markersize=14, markeredgewidth=2,
-                    label="this compiler, RTL cycles")
+            ax.plot(
+                [x for x, _ in rtl],
+                [v for _, v in rtl],
+                "k_",
+                markersize=14,
+                markeredgewidth=2,
+                label="this compiler, RTL cycles",
+            )
         ax.set_xticks(xs, [r["arch"].replace("_", "\n", 1) for r in sel], fontsize=7)
         ax.set_title(f"{net} ({sel[0]['size']}x{sel[0]['size']})", fontsize=9)
         ax.set_ylabel("ms per inference")
@@ -177,12 +192,18 @@ def main() -> None:
             rows.append(run_one(net, NETS[net], arch, rtl))
             print(json.dumps(rows[-1]), flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "results": rows,
-        "accuracy_fp16bp8": [row for a in args.arch for row in accuracy(a)],
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d"),
-    }, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "results": rows,
+                "accuracy_fp16bp8": [row for a in args.arch for row in accuracy(a)],
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
+                "date": time.strftime("%Y-%m-%d"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     chart(rows)
 
 

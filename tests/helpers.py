@@ -8,8 +8,9 @@ from tvm_tensil.isa import assemble
 from tvm_tensil.model import ConstsEntry, TensilModel, TensorEntry
 
 
-def dense_relu_model(arch: Architecture, weights: np.ndarray, bias: np.ndarray, batch: int,
-                     name: str = "dense_relu") -> TensilModel:
+def dense_relu_model(
+    arch: Architecture, weights: np.ndarray, bias: np.ndarray, batch: int, name: str = "dense_relu"
+) -> TensilModel:
     """y = relu(x @ weights + bias) for x of shape (batch, N), written in Tensil assembly."""
     n = arch.array_size
     dt = arch.data_type

@@ -53,8 +53,13 @@ class Net:
 
 def random_steps(seed: int) -> tuple[dict, list]:
     rng = np.random.default_rng(seed)
-    top = {"batch": int(rng.choice([1, 1, 2])), "c": int(rng.integers(1, 13)), "hw": int(rng.choice([6, 8, 11, 16])),
-           "head": str(rng.choice(["gap_gemm", "flatten_gemm", "none"])), "classes": int(rng.integers(2, 13))}
+    top = {
+        "batch": int(rng.choice([1, 1, 2])),
+        "c": int(rng.integers(1, 13)),
+        "hw": int(rng.choice([6, 8, 11, 16])),
+        "head": str(rng.choice(["gap_gemm", "flatten_gemm", "none"])),
+        "classes": int(rng.integers(2, 13)),
+    }
     steps = []
     for i in range(int(rng.integers(2, 7))):
         kind = str(rng.choice(STEP_KINDS))
@@ -107,8 +112,14 @@ class _Builder:
         w = rng.standard_normal((cout, x.c // g, k, k)) * math.sqrt(2.0 / fan_in)
         b = rng.standard_normal(cout) * 0.1
         ins = [x.name, self.const(w), self.const(b)]
-        y = self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pads[0], pads[1], pads[2], pads[3]],
-                    group=g)
+        y = self.op(
+            "Conv",
+            ins,
+            kernel_shape=[k, k],
+            strides=[stride, stride],
+            pads=[pads[0], pads[1], pads[2], pads[3]],
+            group=g,
+        )
         scale = np.ones(cout)
         shift = b
         if bn if bn is not None else rng.random() < 0.5:
@@ -121,7 +132,7 @@ class _Builder:
         sq = float(np.max(np.sum(folded.reshape(cout, -1) ** 2, axis=1)))
         terms = x.c // g * k * k
         self.depth = max(self.depth, terms)
-        ms = sq * x.ms + float(np.max(shift ** 2))
+        ms = sq * x.ms + float(np.max(shift**2))
         var = sq * x.var + (terms + 1 + terms * x.ms * 1) / 12  # products, bias, weight quantisation
         out = T(y, cout, oh, ow, ms, var)
         return self.act(out, act if act is not None else str(rng.choice(["relu", "relu", "leaky", "clip", "none"])))
@@ -151,7 +162,7 @@ class _Builder:
         if kind == "AveragePool":
             attrs["count_include_pad"] = int(rng.integers(0, 2))
             shift = (k * k - 1).bit_length()
-            var = x.var + (2 ** shift) ** 2 / 12 + 2 / 12  # terms at scale 2^-shift, scaled back
+            var = x.var + (2**shift) ** 2 / 12 + 2 / 12  # terms at scale 2^-shift, scaled back
         return T(self.op(kind, [x.name], **attrs), x.c, oh, ow, x.ms, var)
 
     def residual(self, x: T, rng) -> T:
@@ -174,8 +185,16 @@ class _Builder:
         """YOLOv5's SPPF: three chained 5x5 max-pools (the same composite three times), concat."""
         outs = [x]
         for _ in range(3):
-            outs.append(T(self.op("MaxPool", [outs[-1].name], kernel_shape=[5, 5], strides=[1, 1], pads=[2] * 4),
-                          x.c, x.h, x.w, x.ms, x.var))
+            outs.append(
+                T(
+                    self.op("MaxPool", [outs[-1].name], kernel_shape=[5, 5], strides=[1, 1], pads=[2] * 4),
+                    x.c,
+                    x.h,
+                    x.w,
+                    x.ms,
+                    x.var,
+                )
+            )
         return T(self.op("Concat", [o.name for o in outs], axis=1), 4 * x.c, x.h, x.w, x.ms, x.var)
 
     def csp(self, x: T, rng) -> T:
@@ -188,16 +207,27 @@ class _Builder:
             parts = [self.name("split") for _ in range(2)]
             self.nodes.append(helper.make_node("Split", [x.name, split], parts, axis=1))
         else:
-            parts = [self.op("Slice", [x.name, self.const(np.array([lo]), np.int64),
-                                       self.const(np.array([hi]), np.int64), self.const(np.array([1]), np.int64)])
-                     for lo, hi in ((0, first), (first, x.c))]
+            parts = [
+                self.op(
+                    "Slice",
+                    [
+                        x.name,
+                        self.const(np.array([lo]), np.int64),
+                        self.const(np.array([hi]), np.int64),
+                        self.const(np.array([1]), np.int64),
+                    ],
+                )
+                for lo, hi in ((0, first), (first, x.c))
+            ]
         keep = T(parts[0], first, x.h, x.w, x.ms, x.var)
-        y = self.conv(T(parts[1], x.c - first, x.h, x.w, x.ms, x.var), rng, k=3, stride=1, groups="1",
-                      pads=[1, 1, 1, 1])
+        y = self.conv(
+            T(parts[1], x.c - first, x.h, x.w, x.ms, x.var), rng, k=3, stride=1, groups="1", pads=[1, 1, 1, 1]
+        )
         if (y.h, y.w) != (x.h, x.w):
             return y
-        return T(self.op("Concat", [y.name, keep.name], axis=1), y.c + first, x.h, x.w, max(y.ms, x.ms),
-                 max(y.var, x.var))
+        return T(
+            self.op("Concat", [y.name, keep.name], axis=1), y.c + first, x.h, x.w, max(y.ms, x.ms), max(y.var, x.var)
+        )
 
     def upsample(self, x: T) -> T:
         """Nearest 2x upsampling (YOLO's second head)."""
@@ -217,7 +247,7 @@ class _Builder:
             x = T(self.op("Flatten", [x.name]), x.c * x.h * x.w, 1, 1, x.ms, x.var)
         w = rng.standard_normal((classes, x.c)) * math.sqrt(1.0 / x.c)
         y = self.op("Gemm", [x.name, self.const(w), self.const(rng.standard_normal(classes) * 0.1)], transB=1)
-        sq = float(np.max(np.sum(w ** 2, axis=1)))
+        sq = float(np.max(np.sum(w**2, axis=1)))
         self.depth = max(self.depth, x.c)
         return T(y, classes, 1, 1, sq * x.ms, sq * x.var + (2 * x.c + 1) / 12)
 
@@ -249,10 +279,16 @@ def build_net(top: dict, steps: list) -> Net:
     x = b.head(x, np.random.default_rng(top["classes"]), top["head"], top["classes"])
     outputs = list({o.name: o for o in outputs if o.name != x.name}.values()) + [x]
     if outputs[-1].name == "x":  # nothing at all: one conv so the net computes something
-        outputs[-1] = b.conv(x, np.random.default_rng(0), k=1, stride=1, cout=3, groups="1", pads=[0] * 4,
-                             act="none", bn=False)
-    g = helper.make_graph(b.nodes, "random_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                          [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None) for o in outputs], b.inits)
+        outputs[-1] = b.conv(
+            x, np.random.default_rng(0), k=1, stride=1, cout=3, groups="1", pads=[0] * 4, act="none", bn=False
+        )
+    g = helper.make_graph(
+        b.nodes,
+        "random_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, None) for o in outputs],
+        b.inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     m = onnx.shape_inference.infer_shapes(m)
@@ -277,7 +313,7 @@ def shrink(top: dict, steps: list, fails) -> list:
     while changed:
         changed = False
         for i in range(len(steps)):
-            trial = steps[:i] + steps[i + 1:]
+            trial = steps[:i] + steps[i + 1 :]
             try:
                 still = fails(build_net(top, trial))
             except Exception:  # noqa: BLE001 - a trial that breaks differently is not this failure

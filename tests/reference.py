@@ -11,7 +11,7 @@ def conv2d_nhwc(x, w, bias, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1
     dh, dw = dilation
     pt, pl, pb, pr = padding
     xp = np.zeros((n, h + pt + pb, wd + pl + pr, ci))
-    xp[:, pt:pt + h, pl:pl + wd] = x
+    xp[:, pt : pt + h, pl : pl + wd] = x
     oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
     ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
     out = np.zeros((n, oh, ow, co))
@@ -19,9 +19,13 @@ def conv2d_nhwc(x, w, bias, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1
     for g in range(groups):
         for y in range(kh):
             for x_ in range(kw):
-                patch = xp[:, y * dh: y * dh + (oh - 1) * sh + 1: sh, x_ * dw: x_ * dw + (ow - 1) * sw + 1: sw,
-                           g * cig:(g + 1) * cig]
-                out[..., g * cog:(g + 1) * cog] += patch @ w[g * cog:(g + 1) * cog, :, y, x_].T
+                patch = xp[
+                    :,
+                    y * dh : y * dh + (oh - 1) * sh + 1 : sh,
+                    x_ * dw : x_ * dw + (ow - 1) * sw + 1 : sw,
+                    g * cig : (g + 1) * cig,
+                ]
+                out[..., g * cog : (g + 1) * cog] += patch @ w[g * cog : (g + 1) * cog, :, y, x_].T
     return out + (0 if bias is None else bias)
 
 

@@ -14,12 +14,14 @@ def sweep_arch(n: int, width: int, regs: int = 1):
     programs hit the same addresses often, and the dumps stay short."""
     from tvm_tensil.arch import Architecture
 
-    return Architecture(DATA_TYPES_BY_WIDTH[width], n, 256, 256, 64, 32, simd_registers_depth=regs,
-                        stride0_depth=4, stride1_depth=4)
+    return Architecture(
+        DATA_TYPES_BY_WIDTH[width], n, 256, 256, 64, 32, simd_registers_depth=regs, stride0_depth=4, stride1_depth=4
+    )
 
 
-def run_cocotb(toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None,
-               extra_env: dict | None = None) -> None:
+def run_cocotb(
+    toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None, extra_env: dict | None = None
+) -> None:
     """Build ``toplevel`` with ``parameters`` and run the cocotb tests in ``test_file``."""
     from cocotb_tools.runner import get_runner
 

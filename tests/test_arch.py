@@ -17,7 +17,13 @@ def test_spec_presets_have_the_public_values():
     }
     for name, (n, dram, local, acc) in expect.items():
         a = PRESETS[name]
-        assert (a.array_size, a.dram0_depth, a.dram1_depth, a.local_depth, a.accumulator_depth) == (n, dram, dram, local, acc)
+        assert (a.array_size, a.dram0_depth, a.dram1_depth, a.local_depth, a.accumulator_depth) == (
+            n,
+            dram,
+            dram,
+            local,
+            acc,
+        )
         assert a.data_type == FP16BP8 and a.simd_registers_depth == 1
         assert (a.stride0_depth, a.stride1_depth, a.number_of_threads, a.thread_queue_depth) == (8, 8, 1, 8)
 
@@ -49,9 +55,11 @@ def test_the_layout_table_in_the_docs_is_current():
     for name, a in PRESETS.items():
         lay = a.layout
         mb = (a.dram0_depth + a.dram1_depth) * a.vector_bytes / 2**20
-        row = (f"| {name} | {a.array_size}x{a.array_size} | {a.local_depth} | {a.accumulator_depth} | "
-               f"2^{a.dram0_depth.bit_length() - 1} | 2^{a.dram1_depth.bit_length() - 1} | "
-               f"{lay.operand0_bits} / {lay.operand1_bits} / {lay.operand2_bits} | {lay.instruction_bytes} | {mb:g} MB |")
+        row = (
+            f"| {name} | {a.array_size}x{a.array_size} | {a.local_depth} | {a.accumulator_depth} | "
+            f"2^{a.dram0_depth.bit_length() - 1} | 2^{a.dram1_depth.bit_length() - 1} | "
+            f"{lay.operand0_bits} / {lay.operand1_bits} / {lay.operand2_bits} | {lay.instruction_bytes} | {mb:g} MB |"
+        )
         assert row in text, f"docs/isa.md: the layout row of {name} should read {row}"
 
 
@@ -89,7 +97,10 @@ def _base():
         ({"array_size": 300}, "key 'array_size': 300 is out of range; allowed: integers 2..256"),
         ({"array_size": "8"}, "key 'array_size': '8' is not an integer"),
         ({"array_size": 8.0}, "key 'array_size': 8.0 is not an integer"),
-        ({"data_type": "FP16"}, "key 'data_type': 'FP16' is not a data type; allowed: FP8BP4, FP16BP8, FP18BP10, FP32BP16"),
+        (
+            {"data_type": "FP16"},
+            "key 'data_type': 'FP16' is not a data type; allowed: FP8BP4, FP16BP8, FP18BP10, FP32BP16",
+        ),
         ({"local_depth": 1 << 17}, "key 'local_depth'"),
         ({"simd_registers_depth": 17}, "key 'simd_registers_depth'"),
         ({"number_of_threads": 2}, "multi-threaded TCUs are not supported"),

@@ -27,8 +27,9 @@ def test_asm_disasm_round_trip(tmp_path, capsys):
     assert (tmp_path / "p.tprog").read_bytes()[8:] == bytes.fromhex("0001200000070011")
     capsys.readouterr()
     assert main(["disasm", str(tmp_path / "p.tprog"), "--arch", "pynqz1"]) == 0
-    assert capsys.readouterr().out == ("loadweights local=0x0010 size=9\n"
-                                       "matmul accumulate local=0x0100 acc=0x0020 size=8\n")
+    assert capsys.readouterr().out == (
+        "loadweights local=0x0010 size=9\nmatmul accumulate local=0x0100 acc=0x0020 size=8\n"
+    )
 
 
 def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
@@ -51,14 +52,28 @@ def test_emulate_subprocess(tmp_path):
     x = rng.integers(-32, 32, (3, 8)) / 16
     np.save(tmp_path / "x.npy", x)
     r = subprocess.run(
-        [sys.executable, "-m", "tvm_tensil.cli", "emulate", str(path), "--input", str(tmp_path / "x.npy"),
-         "-o", str(tmp_path / "out")], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tvm_tensil.cli",
+            "emulate",
+            str(path),
+            "--input",
+            str(tmp_path / "x.npy"),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert "saturated scalars: 0" in r.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.maximum(x @ w + b, 0))
     bad = subprocess.run(
         [sys.executable, "-m", "tvm_tensil.cli", "emulate", str(path), "--input", "x=/nonexistent.npy"],
-        capture_output=True, text=True)
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "cannot load input 'x'" in bad.stderr
 
 
@@ -66,9 +81,15 @@ def test_version_and_python_m(tmp_path):
     """``python -m tvm_tensil`` is the command; ``--version`` is the installed distribution's."""
     from importlib.metadata import version
 
-    r = subprocess.run([sys.executable, "-m", "tvm_tensil", "--version"], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil", "--version"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert r.returncode == 0 and r.stdout.strip() == f"tvm-tensil {version('tvm-tensil')}"
-    r = subprocess.run([sys.executable, "-m", "tvm_tensil", "arch", "pynqz1"], capture_output=True, text=True,
-                       cwd=tmp_path, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil", "arch", "pynqz1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 0 and "pynqz1" in r.stdout

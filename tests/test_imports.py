@@ -7,8 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tvm_tensil
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(tvm_tensil.__path__, "tvm_tensil.")
-                 if m.name != "tvm_tensil.__main__")  # __main__ runs the CLI
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(tvm_tensil.__path__, "tvm_tensil.") if m.name != "tvm_tensil.__main__"
+)  # __main__ runs the CLI
 
 
 def test_every_module_imports_alone():

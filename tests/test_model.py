@@ -9,7 +9,12 @@ from helpers import dense_relu_model
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.isa import assemble
 from tvm_tensil.model import (
-    ModelError, TensilModel, TensorEntry, tensor_to_vectors, vectors_for_shape, vectors_to_tensor,
+    ModelError,
+    TensilModel,
+    TensorEntry,
+    tensor_to_vectors,
+    vectors_for_shape,
+    vectors_to_tensor,
 )
 from tvm_tensil.runtime import Emulator, SaturationWarning
 

@@ -63,13 +63,13 @@ def test_mac_random_wide(name):
 def test_rounding_ties_go_to_even():
     dt = FP16BP8
     half = 1 << 7  # 0.5 in the product's dropped bits
-    assert dt.mac(1, half, 0) == 0      # 0.5 lsb -> 0 (even)
-    assert dt.mac(3, half, 0) == 2      # 1.5 lsb -> 2 (even)
-    assert dt.mac(5, half, 0) == 2      # 2.5 lsb -> 2 (even)
-    assert dt.mac(-1, half, 0) == 0     # -0.5 lsb -> 0
-    assert dt.mac(-3, half, 0) == -2    # -1.5 lsb -> -2
-    assert dt.mac(1, half, 1) == 2      # 1 + 0.5 -> 2 (parity includes z)
-    assert dt.mac(1, half, 2) == 2      # 2 + 0.5 -> 2
+    assert dt.mac(1, half, 0) == 0  # 0.5 lsb -> 0 (even)
+    assert dt.mac(3, half, 0) == 2  # 1.5 lsb -> 2 (even)
+    assert dt.mac(5, half, 0) == 2  # 2.5 lsb -> 2 (even)
+    assert dt.mac(-1, half, 0) == 0  # -0.5 lsb -> 0
+    assert dt.mac(-3, half, 0) == -2  # -1.5 lsb -> -2
+    assert dt.mac(1, half, 1) == 2  # 1 + 0.5 -> 2 (parity includes z)
+    assert dt.mac(1, half, 2) == 2  # 2 + 0.5 -> 2
     assert dt.mac(1, half + 1, 0) == 1  # just above the tie rounds up
 
 

@@ -19,7 +19,9 @@ async def measure(dut):
     arch = arch_from_env()
     lay = arch.layout
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False)
+    source = AxiStreamSource(
+        AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False
+    )
     for b in (0, 1):
         AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst_n, reset_active_level=False, size=1 << 22)
     dut.rst_n.value = 0
@@ -39,29 +41,30 @@ async def measure(dut):
         "local_to_acc_256": "datamove local_to_acc local=0x0 acc=0x0 size=256",
         # A DRAM load into one half of local memory beside a MatMul on the other: they overlap.
         "dram0_to_local_4KiB_beside_matmul_256": f"datamove dram0_to_local local=0x1000 dram0=0x0 size={vectors_4k}\n"
-                                                 "matmul local=0x0 acc=0x0 size=256",
+        "matmul local=0x0 acc=0x0 size=256",
         # The MatMul reads what the load writes: it waits (read-after-write interlock).
         "dram0_to_local_4KiB_then_dependent_matmul": f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}\n"
-                                                     f"matmul local=0x0 acc=0x0 size={vectors_4k}",
+        f"matmul local=0x0 acc=0x0 size={vectors_4k}",
         # ReLU as compiled: each vector read and written in place, no dependency between them.
-        "simd_x64_independent": "\n".join(f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}"
-                                           for i in range(64)),
+        "simd_x64_independent": "\n".join(
+            f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}" for i in range(64)
+        ),
         # Each instruction reads what the previous one wrote: the hazard interlock stalls.
         "simd_x64_dependent": "\n".join(["simd max read write dest=out left=in right=r1 acc_write=0 acc_read=0"] * 64),
         # A LoadWeights between two MatMuls fills the array's other weight set beside the first one:
         # the second MatMul streams right behind the first.
         "loadweights_beside_matmul_256": f"matmul local=0x0 acc=0x0 size=256\nloadweights local=0x300 size={n + 1}\n"
-                                         "matmul local=0x100 acc=0x100 size=256",
+        "matmul local=0x100 acc=0x100 size=256",
         # The two DRAM engines: a DRAM1 load beside a DRAM0 load.
-        "dram1_to_local_4KiB_beside_dram0_to_local_4KiB":
-            f"datamove dram0_to_local local=0x0 dram0=0x0 size={vectors_4k}\n"
-            f"datamove dram1_to_local local=0x1000 dram1=0x0 size={vectors_4k}",
+        "dram1_to_local_4KiB_beside_dram0_to_local_4KiB": f"datamove dram0_to_local local=0x0 dram0=0x0 "
+        f"size={vectors_4k}\n"
+        f"datamove dram1_to_local local=0x1000 dram1=0x0 size={vectors_4k}",
         # SIMD on the lower accumulator bank beside a MatMul writing the upper one.
-        "simd_x256_beside_matmul_512": f"matmul local=0x0 acc={half} size=512\n" + "\n".join(
-            f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}" for i in range(256)),
+        "simd_x256_beside_matmul_512": f"matmul local=0x0 acc={half} size=512\n"
+        + "\n".join(f"simd max read write dest=out left=in right=r1 acc_write={i} acc_read={i}" for i in range(256)),
         # An accumulators -> local move from the lower bank beside a MatMul writing the upper one.
         "acc_to_local_256_beside_matmul_512": f"matmul local=0x0 acc={half} size=512\n"
-                                              "datamove acc_to_local local=0x400 acc=0x0 size=256",
+        "datamove acc_to_local local=0x400 acc=0x0 size=256",
     }
     beat = int(os.environ["S_AXIS_BYTES"])
     results = {}

@@ -6,22 +6,34 @@ the emulator, the Verilated RTL, boards).
 """
 
 from . import numbers
-from .arch import Architecture, ArchitectureError, PRESETS, load_arch
-from .model import TensilModel, ModelError
-from .runtime import device, get_device, Emulator
+from .arch import PRESETS, Architecture, ArchitectureError, load_arch
+from .model import ModelError, TensilModel
+from .runtime import Emulator, device, get_device
 from .runtime import bridge as _bridge  # registers the functions compiled models call
 
 try:  # one version source: the installed distribution's (pyproject.toml)
-    from importlib.metadata import PackageNotFoundError as _NotInstalled, version as _version
+    from importlib.metadata import PackageNotFoundError as _NotInstalled
+    from importlib.metadata import version as _version
 
     __version__ = _version("tvm-tensil")
 except _NotInstalled:  # pragma: no cover - a checkout that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
-    "numbers", "Architecture", "ArchitectureError", "PRESETS", "load_arch",
-    "TensilModel", "ModelError", "device", "get_device", "Emulator",
-    "build", "partition_for_tensil", "last_report", "last_run_stats",
+    "numbers",
+    "Architecture",
+    "ArchitectureError",
+    "PRESETS",
+    "load_arch",
+    "TensilModel",
+    "ModelError",
+    "device",
+    "get_device",
+    "Emulator",
+    "build",
+    "partition_for_tensil",
+    "last_report",
+    "last_run_stats",
 ]
 
 # The TVM-facing parts load TVM (about 2 s): import them on first use.

@@ -118,7 +118,7 @@ class Architecture:
         if self.part is not None and not (isinstance(self.part, str) and self.part.strip()):
             raise ArchitectureError(
                 f"{self._where()}key '{EXTENSION_KEY}.part': {self.part!r} is not an FPGA part "
-                "name; give a string such as \"xc7z020clg400-1\""
+                'name; give a string such as "xc7z020clg400-1"'
             )
         if self.axi_data_width is not None and self.axi_data_width not in _AXI_WIDTHS:
             raise ArchitectureError(
@@ -197,8 +197,7 @@ class Architecture:
         where = f"{source}: " if source else ""
         if not isinstance(d, dict):
             raise ArchitectureError(
-                f"{where}an architecture is a JSON object with keys {', '.join(TARCH_KEYS)}; "
-                f"got {type(d).__name__}"
+                f"{where}an architecture is a JSON object with keys {', '.join(TARCH_KEYS)}; got {type(d).__name__}"
             )
         allowed = set(TARCH_KEYS) | {EXTENSION_KEY}
         for key in d:
@@ -222,8 +221,7 @@ class Architecture:
         for key in ext:
             if key not in EXTENSION_FIELDS:
                 raise ArchitectureError(
-                    f"{where}unknown key '{EXTENSION_KEY}.{key}'; allowed: "
-                    f"{', '.join(EXTENSION_FIELDS)}"
+                    f"{where}unknown key '{EXTENSION_KEY}.{key}'; allowed: {', '.join(EXTENSION_FIELDS)}"
                 )
         kwargs = {k: d[k] for k in TARCH_KEYS}
         kwargs.update(ext)
@@ -246,9 +244,7 @@ class Architecture:
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ArchitectureError(
-                f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
-            ) from None
+            raise ArchitectureError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
         return cls.from_dict(d, source=str(path))
 
     def replace(self, **changes: Any) -> "Architecture":
@@ -272,8 +268,7 @@ class Architecture:
         lines.append(f"  vector bytes         {self.vector_bytes}")
         bram = self.bram36_estimate()
         lines.append(
-            f"  BRAM36 estimate      {bram['total']} (local {bram['local']}, "
-            f"accumulators {bram['accumulators']})"
+            f"  BRAM36 estimate      {bram['total']} (local {bram['local']}, accumulators {bram['accumulators']})"
         )
         lines.append(lay.describe())
         return "\n".join(lines)
@@ -284,21 +279,16 @@ def _check_data_type(value: Any, where: str) -> DataType:
         return data_type(value)
     except ValueError:
         raise ArchitectureError(
-            f"{where}key 'data_type': {value!r} is not a data type; allowed: "
-            f"{', '.join(DATA_TYPES)}"
+            f"{where}key 'data_type': {value!r} is not a data type; allowed: {', '.join(DATA_TYPES)}"
         ) from None
 
 
 def _check_int(value: Any, key: str, lo: int, hi: int, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ArchitectureError(
-            f"{where}key '{key}': {value!r} is not an integer; allowed: integers {lo}..{hi}"
-        )
+        raise ArchitectureError(f"{where}key '{key}': {value!r} is not an integer; allowed: integers {lo}..{hi}")
     if not lo <= value <= hi:
         extra = " (multi-threaded TCUs are not supported)" if key == "number_of_threads" else ""
-        raise ArchitectureError(
-            f"{where}key '{key}': {value} is out of range; allowed: integers {lo}..{hi}{extra}"
-        )
+        raise ArchitectureError(f"{where}key '{key}': {value} is out of range; allowed: integers {lo}..{hi}{extra}")
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -308,6 +298,7 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 # -- presets --------------------------------------------------------------------------------
+
 
 def _load_presets() -> dict[str, Architecture]:
     out = {}

@@ -1,12 +1,12 @@
 """``tvm-tensil``: the command line.
 
-    tvm-tensil arch pynqz1                      # a preset or .tarch with its instruction layout
-    tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
-    tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
-    tvm-tensil emulate model.tmodel --input x=x.npy -o out/
-    tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
-    tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock   # a simulated board (device "sim-board")
-    tvm-tensil selftest --device pynq --arch pynqz1        # first thing to run on a new board
+tvm-tensil arch pynqz1                      # a preset or .tarch with its instruction layout
+tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
+tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
+tvm-tensil emulate model.tmodel --input x=x.npy -o out/
+tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
+tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock   # a simulated board (device "sim-board")
+tvm-tensil selftest --device pynq --arch pynqz1        # first thing to run on a new board
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ from .model import ModelError, TensilModel
 from .rtl.synth import SynthesisError
 from .runtime import DeviceError, get_device
 
-_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError,
-                SynthesisError)
+_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError, SynthesisError)
 
 
 def _cmd_arch(args) -> int:
     if args.list:
         for name, arch in PRESETS.items():
             clock = f"{arch.clock_mhz:g} MHz" if arch.clock_mhz else ""
-            print(f"{name:<18} {arch.array_size:>3}x{arch.array_size:<3} {arch.data_type.name:<9} "
-                  f"{clock:<8} {arch.board or ''}")
+            print(
+                f"{name:<18} {arch.array_size:>3}x{arch.array_size:<3} {arch.data_type.name:<9} "
+                f"{clock:<8} {arch.board or ''}"
+            )
         return 0
     if not args.arch:
         raise ArchitectureError("give a preset name or a .tarch path (or --list)")
@@ -93,9 +94,7 @@ def _cmd_emulate(args) -> int:
         name, sep, path = spec.rpartition("=")
         if not sep:
             if len(names) != 1:
-                raise ModelError(
-                    f"model '{model.name}' has inputs {names}: give each as NAME=file.npy"
-                )
+                raise ModelError(f"model '{model.name}' has inputs {names}: give each as NAME=file.npy")
             name, path = names[0], spec
         try:
             inputs[name] = np.load(path, allow_pickle=False)
@@ -191,8 +190,11 @@ def _cmd_synth(args) -> int:
 
     arch = load_arch(args.arch)
     device = device_for_part(arch.part)
-    print(f"synthesising tcu_top for '{arch.name or args.arch}' with Yosys synth_xilinx "
-          f"({device.family if device else 'xc7'}); this takes minutes...", flush=True)
+    print(
+        f"synthesising tcu_top for '{arch.name or args.arch}' with Yosys synth_xilinx "
+        f"({device.family if device else 'xc7'}); this takes minutes...",
+        flush=True,
+    )
     res = synthesize(arch, workdir=args.workdir)
     used = {"LUT": res.lut + res.lut_ram, "FF": res.ff, "DSP": res.dsp, "BRAM36": res.bram36}
     util = res.utilisation(device) if device else {}
@@ -208,8 +210,14 @@ def _cmd_serve(args) -> int:
     from .driver.simboard import SimBoardServer
 
     arch = load_arch(args.arch)
-    server = SimBoardServer(arch, args.socket, memory_bytes=args.memory, read_latency=args.read_latency,
-                            write_latency=args.write_latency, stall_limit=args.stall_limit)
+    server = SimBoardServer(
+        arch,
+        args.socket,
+        memory_bytes=args.memory,
+        read_latency=args.read_latency,
+        write_latency=args.write_latency,
+        stall_limit=args.stall_limit,
+    )
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # clean up (socket file) on terminate
@@ -246,9 +254,11 @@ def _cmd_ip(args) -> int:
     from .rtl.toolchain import RTL_DIR
 
     here = RTL_DIR / "vivado"
-    print(f"wrote {params}\nthen, with Vivado:\n"
-          f"  vivado -mode batch -source {here / 'package_ip.tcl'} -tclargs {params} {out}\n"
-          f"  vivado -mode batch -source {here / 'block_design.tcl'} -tclargs {params} {out}")
+    print(
+        f"wrote {params}\nthen, with Vivado:\n"
+        f"  vivado -mode batch -source {here / 'package_ip.tcl'} -tclargs {params} {out}\n"
+        f"  vivado -mode batch -source {here / 'block_design.tcl'} -tclargs {params} {out}"
+    )
     return 0
 
 
@@ -281,8 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("emulate", help="run a .tmodel on float inputs from .npy files")
     e.add_argument("model", help=".tmodel file")
-    e.add_argument("-i", "--input", action="append", metavar="[NAME=]FILE.npy",
-                   help="an input; NAME= may be left out for single-input models")
+    e.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        metavar="[NAME=]FILE.npy",
+        help="an input; NAME= may be left out for single-input models",
+    )
     e.add_argument("-o", "--output-dir", default=".", help="where to write <output>.npy files")
     e.add_argument("--device", default="emulator", help="device to run on (default: emulator)")
     e.set_defaults(func=_cmd_emulate)
@@ -304,12 +319,24 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--arch", required=True, help="preset name or .tarch path")
     v.add_argument("--socket", required=True, help="Unix socket path to listen on")
     v.add_argument("--memory", type=int, help="bytes of board memory (default: both DRAM windows)")
-    v.add_argument("--read-latency", type=int, default=MEMORY_TIMING["read_latency"],
-                   help="DRAM read latency in cycles (default %(default)s)")
-    v.add_argument("--write-latency", type=int, default=MEMORY_TIMING["write_latency"],
-                   help="DRAM write response latency in cycles (default %(default)s)")
-    v.add_argument("--stall-limit", type=int, default=1_000_000,
-                   help="cycles without progress before a run is reported hung (default 1000000)")
+    v.add_argument(
+        "--read-latency",
+        type=int,
+        default=MEMORY_TIMING["read_latency"],
+        help="DRAM read latency in cycles (default %(default)s)",
+    )
+    v.add_argument(
+        "--write-latency",
+        type=int,
+        default=MEMORY_TIMING["write_latency"],
+        help="DRAM write response latency in cycles (default %(default)s)",
+    )
+    v.add_argument(
+        "--stall-limit",
+        type=int,
+        default=1_000_000,
+        help="cycles without progress before a run is reported hung (default 1000000)",
+    )
     v.add_argument("--once", action="store_true", help="exit when the first client disconnects (private servers)")
     v.set_defaults(func=_cmd_serve)
 

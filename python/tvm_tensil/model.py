@@ -63,6 +63,7 @@ class ConstsEntry:
 
 # -- tensor layout --------------------------------------------------------------------------
 
+
 def vectors_for_shape(shape: Sequence[int], array_size: int, channels_padded: int | None = None) -> int:
     """Vectors a tensor of ``shape`` (..., C) takes in DRAM (``channels_padded`` per pixel if given)."""
     shape = tuple(int(s) for s in shape)
@@ -71,8 +72,9 @@ def vectors_for_shape(shape: Sequence[int], array_size: int, channels_padded: in
     return math.prod(shape[:-1]) * math.ceil((channels_padded or shape[-1]) / array_size)
 
 
-def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | None = None,
-                      block_major: bool = False) -> np.ndarray:
+def tensor_to_vectors(
+    x: np.ndarray, array_size: int, channels_padded: int | None = None, block_major: bool = False
+) -> np.ndarray:
     """(..., C) -> (vectors, N): channel axis cut into blocks of N, zero padded
     (to ``channels_padded`` channels per pixel when given); ``block_major``: block by block."""
     x = np.asarray(x)
@@ -82,16 +84,15 @@ def tensor_to_vectors(x: np.ndarray, array_size: int, channels_padded: int | Non
     blocks = math.ceil((channels_padded or c) / array_size)
     flat = x.reshape(-1, c)
     if blocks * array_size != c:
-        flat = np.concatenate(
-            [flat, np.zeros((flat.shape[0], blocks * array_size - c), dtype=flat.dtype)], axis=1
-        )
+        flat = np.concatenate([flat, np.zeros((flat.shape[0], blocks * array_size - c), dtype=flat.dtype)], axis=1)
     if block_major:
         return flat.reshape(-1, blocks, array_size).transpose(1, 0, 2).reshape(-1, array_size)
     return flat.reshape(-1, array_size)
 
 
-def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
-                      channels_padded: int | None = None, block_major: bool = False) -> np.ndarray:
+def vectors_to_tensor(
+    v: np.ndarray, shape: Sequence[int], array_size: int, channels_padded: int | None = None, block_major: bool = False
+) -> np.ndarray:
     """(vectors, N) -> tensor of ``shape``, dropping channel padding (``block_major``: stored block
     by block)."""
     shape = tuple(int(s) for s in shape) or (1,)
@@ -101,8 +102,7 @@ def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
     want = vectors_for_shape(shape[:-1] + (blocks * array_size,), array_size)
     if v.shape != (want, array_size):
         raise ModelError(
-            f"{v.shape[0]} vectors do not hold a tensor of shape {shape} "
-            f"({want} vectors of {array_size} expected)"
+            f"{v.shape[0]} vectors do not hold a tensor of shape {shape} ({want} vectors of {array_size} expected)"
         )
     if block_major:
         v = v.reshape(blocks, -1, array_size).transpose(1, 0, 2)
@@ -110,6 +110,7 @@ def vectors_to_tensor(v: np.ndarray, shape: Sequence[int], array_size: int,
 
 
 # -- the model ------------------------------------------------------------------------------
+
 
 def _int(d: dict, key: str, where: str, lo: int = 0) -> int:
     v = d.get(key)
@@ -195,7 +196,7 @@ class TensilModel:
         # An output over an input (or another output) would be overwritten while being read.
         ranges = [("input", e) for e in self.inputs] + [("output", e) for e in self.outputs]
         for i, (kind_a, a) in enumerate(ranges):
-            for kind_b, b in ranges[i + 1:]:
+            for kind_b, b in ranges[i + 1 :]:
                 if "output" in (kind_a, kind_b) and a.base < b.base + b.size and b.base < a.base + a.size:
                     raise ModelError(
                         f"model '{self.name}': {kind_a} '{a.name}' (DRAM0 {a.base}..{a.base + a.size - 1}) and "
@@ -207,9 +208,7 @@ class TensilModel:
         d: dict[str, Any] = {
             "name": self.name,
             "prog": {"file_name": f"{self.name}.tprog", "size": len(self.program.data)},
-            "consts": [
-                {"file_name": e.file_name, "base": e.base, "size": e.size} for e, _ in self.consts
-            ],
+            "consts": [{"file_name": e.file_name, "base": e.base, "size": e.size} for e, _ in self.consts],
             "inputs": [{"name": e.name, "base": e.base, "size": e.size} for e in self.inputs],
             "outputs": [{"name": e.name, "base": e.base, "size": e.size} for e in self.outputs],
             "arch": self.arch.to_dict(plain=True),

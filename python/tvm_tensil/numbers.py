@@ -136,8 +136,7 @@ class DataType:
         """Little-endian storage bytes -> int64 values (sign-extended from w bits)."""
         if len(data) % self.storage_bytes:
             raise ValueError(
-                f"{len(data)} bytes is not a whole number of {self.storage_bytes}-byte "
-                f"{self.name} scalars"
+                f"{len(data)} bytes is not a whole number of {self.storage_bytes}-byte {self.name} scalars"
             )
         raw = np.frombuffer(data, dtype=self.storage).astype(np.int64)
         return self.sign_extend(raw)
@@ -200,9 +199,7 @@ class DataType:
         w = np.asarray(weights, dtype=np.int64)
         bias = np.asarray(bias, dtype=np.int64)
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0] or bias.shape != (w.shape[1],):
-            raise ValueError(
-                f"matmul shapes do not fit: x {x.shape}, weights {w.shape}, bias {bias.shape}"
-            )
+            raise ValueError(f"matmul shapes do not fit: x {x.shape}, weights {w.shape}, bias {bias.shape}")
         k, n_in = x.shape
         n_out = w.shape[1]
         out = np.empty((k, n_out), dtype=np.int64)
@@ -267,6 +264,4 @@ def data_type(name: str | DataType) -> DataType:
     try:
         return DATA_TYPES[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown data type {name!r}; allowed: {', '.join(DATA_TYPES)}"
-        ) from None
+        raise ValueError(f"unknown data type {name!r}; allowed: {', '.join(DATA_TYPES)}") from None

@@ -45,21 +45,36 @@ class OnnxBuilder:
         return out
 
     # -- layers ----------------------------------------------------------------------------------
-    def conv(self, x: str, cin: int, cout: int, k: int = 3, stride: int = 1, pad: int | None = None,
-             bias: bool = True, group: int = 1, scale: float | None = None, **attrs) -> str:
+    def conv(
+        self,
+        x: str,
+        cin: int,
+        cout: int,
+        k: int = 3,
+        stride: int = 1,
+        pad: int | None = None,
+        bias: bool = True,
+        group: int = 1,
+        scale: float | None = None,
+        **attrs,
+    ) -> str:
         pad = k // 2 if pad is None else pad
         fan_in = cin // group * k * k
         w = self.rng.standard_normal((cout, cin // group, k, k)) * (scale or np.sqrt(2.0 / fan_in))
         ins = [x, self.const(w)]
         if bias:
             ins.append(self.const(self.rng.standard_normal(cout) * 0.05, "b"))
-        return self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
-                       group=group, **attrs)
+        return self.op("Conv", ins, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=group, **attrs)
 
     def bn(self, x: str, c: int) -> str:
         r = self.rng
-        ins = [x, self.const(r.uniform(0.8, 1.2, c), "g"), self.const(r.standard_normal(c) * 0.05, "be"),
-               self.const(r.standard_normal(c) * 0.05, "m"), self.const(r.uniform(0.8, 1.2, c), "v")]
+        ins = [
+            x,
+            self.const(r.uniform(0.8, 1.2, c), "g"),
+            self.const(r.standard_normal(c) * 0.05, "be"),
+            self.const(r.standard_normal(c) * 0.05, "m"),
+            self.const(r.uniform(0.8, 1.2, c), "v"),
+        ]
         return self.op("BatchNormalization", ins, epsilon=1e-5)
 
     def gemm(self, x: str, cin: int, cout: int, scale: float | None = None) -> str:
@@ -76,9 +91,12 @@ class OnnxBuilder:
         """The model; output shapes come from ONNX shape inference."""
         outputs = [output] if isinstance(output, str) else list(output)
         g = helper.make_graph(
-            self.nodes, "zoo",
+            self.nodes,
+            "zoo",
             [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
-            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], self.inits)
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            self.inits,
+        )
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 8
         m = onnx.shape_inference.infer_shapes(m)
@@ -90,15 +108,17 @@ class OnnxBuilder:
         return m
 
 
-def mlp(batch: int = 4, features: int = 64, hidden: int = 32, classes: int = 10, seed: int = 0,
-        grid: bool = False) -> onnx.ModelProto:
+def mlp(
+    batch: int = 4, features: int = 64, hidden: int = 32, classes: int = 10, seed: int = 0, grid: bool = False
+) -> onnx.ModelProto:
     b = OnnxBuilder(seed, grid)
     h = b.op("Relu", [b.gemm("x", features, hidden)])
     return b.model({"x": [batch, features]}, b.gemm(h, hidden, classes))
 
 
-def small_cnn(size: int = 16, channels: int = 3, classes: int = 10, seed: int = 0, softmax: bool = True,
-              grid: bool = False) -> onnx.ModelProto:
+def small_cnn(
+    size: int = 16, channels: int = 3, classes: int = 10, seed: int = 0, softmax: bool = True, grid: bool = False
+) -> onnx.ModelProto:
     b = OnnxBuilder(seed, grid)
     h = "x"
     c = channels
@@ -242,8 +262,15 @@ def mobilenetv2(size: int = 224, seed: int = 0, classes: int = 1000, softmax: bo
 
     x = cbr("x", 3, 32, k=3, stride=2)
     cin = 32
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                       (6, 160, 3, 2), (6, 320, 1, 1)):
+    for t, c, n, s in (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
         for i in range(n):
             stride = s if i == 0 else 1
             hidden = cin * t
@@ -263,8 +290,10 @@ def mobilenetv2(size: int = 224, seed: int = 0, classes: int = 1000, softmax: bo
 def count_macs(model: onnx.ModelProto) -> int:
     """Multiply-accumulates of the convolutions and Gemms (shape inference included)."""
     m = onnx.shape_inference.infer_shapes(model)
-    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
-              for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output)}
+    shapes = {
+        vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output)
+    }
     inits = {i.name: list(i.dims) for i in m.graph.initializer}
     macs = 0
     for node in m.graph.node:

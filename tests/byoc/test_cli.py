@@ -6,13 +6,13 @@ import sys
 
 import numpy as np
 import onnx
-
 import zoo
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tvm_tensil.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_compile_run_and_emulate_the_model_files(tmp_path):
@@ -55,8 +55,16 @@ def test_run_on_the_rtl_device_prints_cycles_and_latency(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     outs = {}
     for dev in ("emulator", "verilator"):
-        r = cli("run", str(tmp_path / "out" / "mlp.so"), "--input", str(tmp_path / "x.npy"), "--device", dev,
-                "-o", str(tmp_path / f"{dev}.npy"))
+        r = cli(
+            "run",
+            str(tmp_path / "out" / "mlp.so"),
+            "--input",
+            str(tmp_path / "x.npy"),
+            "--device",
+            dev,
+            "-o",
+            str(tmp_path / f"{dev}.npy"),
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         outs[dev] = np.load(tmp_path / f"{dev}.npy")
     assert " cycles = " in r.stdout and "ms at 150 MHz" in r.stdout, r.stdout

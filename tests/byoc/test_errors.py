@@ -4,10 +4,10 @@ import re
 
 import numpy as np
 import pytest
+import zoo
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_tensil
-import zoo
 from tvm_tensil.arch import ArchitectureError
 
 
@@ -39,8 +39,9 @@ def test_weights_too_big_for_dram1_stay_on_the_cpu_with_the_reason():
     x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
     cpu, tcu, report = _cpu_and_tcu(mod, tiny, x)
     assert report.partitions == {}
-    assert any("vectors of DRAM1 for its weights, the architecture has 32 (dram1_depth)" in o["reason"]
-               for o in report.cpu_ops)
+    assert any(
+        "vectors of DRAM1 for its weights, the architecture has 32 (dram1_depth)" in o["reason"] for o in report.cpu_ops
+    )
     np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
 
 
@@ -52,9 +53,13 @@ def test_wrong_arch_name():
 
 def test_unsupported_dtype_stays_on_cpu_with_the_reason():
     from onnx import TensorProto, helper
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8])])
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8])],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     mod = from_onnx(model, keep_params_in_input=False)
     tvm_tensil.build(mod, target="tensil")
@@ -78,10 +83,13 @@ def test_saturation_at_run_time_is_reported():
     np.testing.assert_array_equal(out.numpy(), np.full((1, 8), 32767 / 256, "float32"))
 
 
-@pytest.mark.parametrize("target, message", [
-    ("cuda", "target 'cuda' (kind cuda) cannot host a Tensil build"),
-    ("no-such-target", "target 'no-such-target' is not a TVM target"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("cuda", "target 'cuda' (kind cuda) cannot host a Tensil build"),
+        ("no-such-target", "target 'no-such-target' is not a TVM target"),
+    ],
+)
 def test_a_target_that_cannot_host_the_build_is_refused(target, message):
     mod = from_onnx(zoo.mlp(), keep_params_in_input=False)
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -6,13 +6,12 @@ import textwrap
 
 import numpy as np
 import tvm
+import zoo
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_tensil
-import zoo
 from tvm_tensil.numbers import FP32BP16
-
 
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 
@@ -22,8 +21,7 @@ def _logit_errors(compare, model, inputs):
     cpu32, tcu32, report32, _ = compare(model, inputs, arch=FP32)
     cpu16, tcu16, report16, _ = compare(model, inputs)
     span = float(cpu32.max() - cpu32.min())
-    return (float(np.max(np.abs(tcu32 - cpu32))) / span, float(np.max(np.abs(tcu16 - cpu16))) / span,
-            report16)
+    return (float(np.max(np.abs(tcu32 - cpu32))) / span, float(np.max(np.abs(tcu16 - cpu16))) / span, report16)
 
 
 def test_mlp(compare):
@@ -35,8 +33,9 @@ def test_mlp(compare):
 
 def test_small_cnn(compare):
     rng = np.random.default_rng(1)
-    logic, rounding, report = _logit_errors(compare, zoo.small_cnn(softmax=False),
-                                            {"x": rng.standard_normal((1, 3, 16, 16))})
+    logic, rounding, report = _logit_errors(
+        compare, zoo.small_cnn(softmax=False), {"x": rng.standard_normal((1, 3, 16, 16))}
+    )
     assert report.cpu_ops == []  # the flatten runs in place
     assert len(report.partitions) == 1
     assert logic < 0.01 and rounding < 0.03
@@ -46,8 +45,9 @@ def test_resnet20v2_logits(compare):
     """Pre-softmax logits: a wrong residual input (a reused composite reading the first call's
     arguments) showed as 17% of the range here while the probabilities stayed within 0.1."""
     rng = np.random.default_rng(2)
-    logic, rounding, report = _logit_errors(compare, zoo.resnet20v2(softmax=False),
-                                            {"x": rng.standard_normal((1, 3, 32, 32))})
+    logic, rounding, report = _logit_errors(
+        compare, zoo.resnet20v2(softmax=False), {"x": rng.standard_normal((1, 3, 32, 32))}
+    )
     assert report.cpu_ops == []
     assert len(report.partitions) == 1
     offloaded = {op for p in report.partitions.values() for n in p["nodes"] for op in n["relax_ops"]}
@@ -70,7 +70,8 @@ def test_export_and_reload_in_a_fresh_process(tmp_path):
         import tvm_tensil
         from tvm import relax
         vm = relax.VirtualMachine(tvm.runtime.load_module({str(lib)!r}), tvm.cpu())
-        np.save({str(tmp_path / 'y.npy')!r}, vm["main"](tvm.runtime.tensor(np.load({str(tmp_path / 'x.npy')!r}))).numpy())
+        x = tvm.runtime.tensor(np.load({str(tmp_path / "x.npy")!r}))
+        np.save({str(tmp_path / "y.npy")!r}, vm["main"](x).numpy())
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -24,9 +24,32 @@ from tvm.relax.frontend.onnx import from_onnx
 import tvm_tensil
 from tvm_tensil.numbers import FP32BP16
 
-OPS = ["Conv", "Gemm", "MatMul", "Add", "Relu", "LeakyRelu", "Clip", "MaxPool", "AveragePool",
-       "GlobalAveragePool", "ReduceMean", "Concat", "Pad", "Resize", "BatchNormalization", "Flatten",
-       "Reshape", "Mul", "Sub", "Div", "Max", "Min", "Split", "Slice"]
+OPS = [
+    "Conv",
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Relu",
+    "LeakyRelu",
+    "Clip",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "ReduceMean",
+    "Concat",
+    "Pad",
+    "Resize",
+    "BatchNormalization",
+    "Flatten",
+    "Reshape",
+    "Mul",
+    "Sub",
+    "Div",
+    "Max",
+    "Min",
+    "Split",
+    "Slice",
+]
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 TABLE = Path(__file__).resolve().parents[2] / "build" / "onnx_node_cases.md"
 RESULTS: dict[str, dict[str, int]] = {}
@@ -69,7 +92,7 @@ def _close(got, want, case) -> bool:
     for e, t in zip(want, got):
         e = np.asarray(e, dtype=np.float64)
         span = float(np.ptp(e)) if e.size else 0.0
-        if not np.all(np.abs(t - e) <= 0.01 * span + case.atol + case.rtol * np.abs(e) + 2.0 ** -15):
+        if not np.all(np.abs(t - e) <= 0.01 * span + case.atol + case.rtol * np.abs(e) + 2.0**-15):
             return False
     return True
 
@@ -114,12 +137,16 @@ def test_onnx_node_cases(op):
 def table():
     """After the cases: the per-op table (docs/results.md) to build/onnx_node_cases.md."""
     yield
-    lines = ["| op | cases | on the TCU, right | on the CPU, right | on the TCU, as TVM's CPU build (which differs "
-             "from ONNX) | TVM's importer fails |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| op | cases | on the TCU, right | on the CPU, right | on the TCU, as TVM's CPU build (which differs "
+        "from ONNX) | TVM's importer fails |",
+        "|---|---|---|---|---|---|",
+    ]
     for op in OPS:
         if op in RESULTS:
             c = RESULTS[op]
-            lines.append(f"| {op} | {sum(c.values())} | {c['tcu']} | {c['cpu']} | {c['tvm differs']} | "
-                         f"{c['importer']} |")
+            lines.append(
+                f"| {op} | {sum(c.values())} | {c['tcu']} | {c['cpu']} | {c['tvm differs']} | {c['importer']} |"
+            )
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     TABLE.write_text("\n".join(lines) + "\n")

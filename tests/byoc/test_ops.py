@@ -9,7 +9,6 @@ A wrong tap, a transposed weight or an off-by-one in padding changes outputs by 
 
 import numpy as np
 import pytest
-
 from zoo import OnnxBuilder
 
 
@@ -29,19 +28,26 @@ def cpu_ops(report) -> list[str]:
     "cin, cout, k, stride, pads, dilation, group",
     [
         (3, 8, 3, 1, [1, 1, 1, 1], 1, 1),
-        (5, 12, 3, 2, [1, 1, 1, 1], 1, 1),         # partial channel blocks, stride 2
-        (8, 8, 5, 1, [2, 1, 0, 2], 1, 1),          # asymmetric padding (top, left, bottom, right)
-        (4, 6, 3, 1, [2, 2, 2, 2], 2, 1),          # dilation
-        (16, 16, 3, 1, [1, 1, 1, 1], 1, 16),       # depthwise
-        (8, 16, 1, 1, [0, 0, 0, 0], 1, 1),         # pointwise
+        (5, 12, 3, 2, [1, 1, 1, 1], 1, 1),  # partial channel blocks, stride 2
+        (8, 8, 5, 1, [2, 1, 0, 2], 1, 1),  # asymmetric padding (top, left, bottom, right)
+        (4, 6, 3, 1, [2, 2, 2, 2], 2, 1),  # dilation
+        (16, 16, 3, 1, [1, 1, 1, 1], 1, 16),  # depthwise
+        (8, 16, 1, 1, [0, 0, 0, 0], 1, 1),  # pointwise
     ],
 )
 def test_conv2d(compare, cin, cout, k, stride, pads, dilation, group):
     b = OnnxBuilder(seed=cin + cout + k, grid=True)
     rng = np.random.default_rng(k)
     w = rng.integers(-4, 4, (cout, cin // group, k, k)) / 16
-    y = b.op("Conv", ["x", b.const(w), b.const(rng.integers(-8, 8, cout) / 16)], kernel_shape=[k, k],
-             strides=[stride, stride], pads=pads, dilations=[dilation, dilation], group=group)
+    y = b.op(
+        "Conv",
+        ["x", b.const(w), b.const(rng.integers(-8, 8, cout) / 16)],
+        kernel_shape=[k, k],
+        strides=[stride, stride],
+        pads=pads,
+        dilations=[dilation, dilation],
+        group=group,
+    )
     m = b.model({"x": [1, cin, 9, 10]}, y)
     cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, cin, 9, 10))})
     np.testing.assert_array_equal(tcu, cpu)
@@ -61,8 +67,9 @@ def test_gemm_bias_relu_batch(compare):
 def test_matmul_without_bias_and_bias_add(compare):
     b = OnnxBuilder(seed=2, grid=True)
     rng = np.random.default_rng(2)
-    y = b.op("Add", [b.op("MatMul", ["x", b.const(rng.integers(-4, 4, (9, 7)) / 16)]),
-                     b.const(rng.integers(-8, 8, 7) / 16)])
+    y = b.op(
+        "Add", [b.op("MatMul", ["x", b.const(rng.integers(-4, 4, (9, 7)) / 16)]), b.const(rng.integers(-8, 8, 7) / 16)]
+    )
     cpu, tcu, report, _ = compare(b.model({"x": [2, 9]}, y), {"x": grid(rng, (2, 9))})
     np.testing.assert_array_equal(tcu, cpu)
     assert cpu_ops(report) == []
@@ -74,7 +81,7 @@ def test_batchnorm_folds_into_conv_with_bias(compare):
     y = b.op("Relu", [b.bn(b.conv("x", 4, 8), 8)])
     cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 8, 8]}, y), {"x": rng.standard_normal((1, 4, 8, 8))})
     # Random float weights: within the FP16BP8 error bound for 36-term dot products.
-    assert np.max(np.abs(tcu - cpu)) < 36 * 3 * 2 ** -9
+    assert np.max(np.abs(tcu - cpu)) < 36 * 3 * 2**-9
     nodes = [n for p in report.partitions.values() for n in p["nodes"]]
     assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
     assert cpu_ops(report) == []
@@ -85,7 +92,7 @@ def test_standalone_batchnorm_is_a_depthwise_scale(compare):
     rng = np.random.default_rng(4)
     y = b.bn("x", 6)
     cpu, tcu, report, _ = compare(b.model({"x": [1, 6, 5, 5]}, y), {"x": rng.standard_normal((1, 6, 5, 5))})
-    assert np.max(np.abs(tcu - cpu)) < 4 * 2 ** -8
+    assert np.max(np.abs(tcu - cpu)) < 4 * 2**-8
     assert cpu_ops(report) == []
 
 
@@ -110,7 +117,7 @@ def test_pools(compare, kind, k, s, pads):
     if kind == "MaxPool":
         np.testing.assert_array_equal(tcu, cpu)
     else:
-        assert np.max(np.abs(tcu - cpu)) <= np.max(np.abs(x)) * 2 ** -9 * k * k + 2 ** -8
+        assert np.max(np.abs(tcu - cpu)) <= np.max(np.abs(x)) * 2**-9 * k * k + 2**-8
     assert cpu_ops(report) == []
 
 
@@ -135,7 +142,7 @@ def test_global_average_never_overflows(compare, hw, lo, hi):
     cpu, tcu, report, _ = compare(b.model({"x": [1, 8, hw, hw]}, y), {"x": x})
     levels = max(0, (hw * hw - 1).bit_length())
     # Rounding the input, then one unit per level, times the final factor (< 2), plus its rounding.
-    bound = (0.5 + 2 * levels + 1) / 256 + np.max(np.abs(cpu)) * 2 ** -9
+    bound = (0.5 + 2 * levels + 1) / 256 + np.max(np.abs(cpu)) * 2**-9
     assert np.max(np.abs(tcu - cpu)) <= bound
     assert cpu_ops(report) == []
 
@@ -149,13 +156,12 @@ def test_average_pool_never_overflows(compare, k, lo, hi, pads):
     shift = (k * k - 1).bit_length()
     # Input rounding (half a unit); count products rounded (half a unit each) at scale 2^-shift,
     # scaled back by 2^shift / count: 2^(shift-1) units; the final product's rounding; the factor's.
-    bound = (0.5 + 2 ** (shift - 1) + 0.5) / 256 + np.max(np.abs(cpu)) * 2 ** -9
+    bound = (0.5 + 2 ** (shift - 1) + 0.5) / 256 + np.max(np.abs(cpu)) * 2**-9
     assert np.max(np.abs(tcu - cpu)) <= bound
     assert cpu_ops(report) == []
 
 
-@pytest.mark.parametrize("op, attrs, bound", [("Relu", {}, 0), ("LeakyRelu", {"alpha": 0.125}, 0),
-                                              ("Clip", None, 0)])
+@pytest.mark.parametrize("op, attrs, bound", [("Relu", {}, 0), ("LeakyRelu", {"alpha": 0.125}, 0), ("Clip", None, 0)])
 def test_activations(compare, op, attrs, bound):
     b = OnnxBuilder(seed=8, grid=True)
     rng = np.random.default_rng(8)
@@ -174,8 +180,9 @@ def test_softmax_stays_on_cpu_with_reason(compare):
     y = b.op("Softmax", [b.op("Relu", ["x"])], axis=1)
     cpu, tcu, report, _ = compare(b.model({"x": [2, 8]}, y), {"x": grid(rng, (2, 8))})
     np.testing.assert_allclose(tcu, cpu, atol=1e-6)
-    assert report.cpu_ops == [{"op": "relax.nn.softmax", "shape": [2, 8],
-                               "reason": "no Tensil pattern for relax.nn.softmax"}]
+    assert report.cpu_ops == [
+        {"op": "relax.nn.softmax", "shape": [2, 8], "reason": "no Tensil pattern for relax.nn.softmax"}
+    ]
 
 
 def test_grouped_conv_stays_on_cpu(compare):
@@ -194,8 +201,15 @@ def test_flatten_then_dense(compare, batch, hw):
     b = OnnxBuilder(seed=11, grid=True)
     rng = np.random.default_rng(11)
     c = 10
-    y = b.op("Gemm", [b.op("Flatten", ["x"]), b.const(rng.integers(-4, 4, (7, c * hw * hw)) / 16),
-                      b.const(rng.integers(-8, 8, 7) / 16)], transB=1)
+    y = b.op(
+        "Gemm",
+        [
+            b.op("Flatten", ["x"]),
+            b.const(rng.integers(-4, 4, (7, c * hw * hw)) / 16),
+            b.const(rng.integers(-8, 8, 7) / 16),
+        ],
+        transB=1,
+    )
     cpu, tcu, report, _ = compare(b.model({"x": [batch, c, hw, hw]}, y), {"x": grid(rng, (batch, c, hw, hw))})
     np.testing.assert_array_equal(tcu, cpu)
     assert cpu_ops(report) == []
@@ -224,6 +238,7 @@ def test_concat_channels(compare, channels):
 
 def _pad(b, x, pads, value=None):
     from onnx import numpy_helper
+
     name = b.name("pads")
     b.inits.append(numpy_helper.from_array(np.array(pads, dtype=np.int64), name))
     ins = [x, name]
@@ -256,6 +271,7 @@ def test_resize_nearest(compare, scales, mode):
     b = OnnxBuilder(seed=16, grid=True)
     rng = np.random.default_rng(16)
     from onnx import numpy_helper
+
     sname = b.name("scales")
     b.inits.append(numpy_helper.from_array(np.array([1, 1, *scales], dtype=np.float32), sname))
     y = b.op("Resize", ["x", "", sname], mode="nearest", coordinate_transformation_mode=mode)
@@ -271,11 +287,12 @@ def test_resize_bilinear(compare, scales, mode):
     b = OnnxBuilder(seed=17, grid=True)
     rng = np.random.default_rng(17)
     from onnx import numpy_helper
+
     sname = b.name("scales")
     b.inits.append(numpy_helper.from_array(np.array([1, 1, *scales], dtype=np.float32), sname))
     y = b.op("Resize", ["x", "", sname], mode="linear", coordinate_transformation_mode=mode)
     cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 4, 6]}, y), {"x": grid(rng, (1, 10, 4, 6))})
-    assert np.max(np.abs(tcu - cpu)) <= 4 * 2 ** -8
+    assert np.max(np.abs(tcu - cpu)) <= 4 * 2**-8
     assert cpu_ops(report) == []
 
 
@@ -297,7 +314,7 @@ def test_batchnorm_after_gemm_folds_into_the_dense(compare):
     rng = np.random.default_rng(19)
     y = b.op("Relu", [b.bn(b.gemm("x", 12, 16), 16)])
     cpu, tcu, report, _ = compare(b.model({"x": [4, 12]}, y), {"x": rng.standard_normal((4, 12))})
-    assert np.max(np.abs(tcu - cpu)) < 12 * 3 * 2 ** -9
+    assert np.max(np.abs(tcu - cpu)) < 12 * 3 * 2**-9
     nodes = [n for p in report.partitions.values() for n in p["nodes"]]
     assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
 

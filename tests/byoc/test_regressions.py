@@ -16,8 +16,13 @@ FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_f
 
 
 def _model(b, inputs, outputs, opset=17):
-    g = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
-                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs], b.inits)
+    g = helper.make_graph(
+        b.nodes,
+        "g",
+        [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        b.inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -62,8 +67,9 @@ def test_sppf_chained_max_pools_each_pool_the_previous_one():
 def test_batch_norm_in_training_mode_stays_on_the_cpu():
     b = OnnxBuilder(1)
     r = b.rng
-    ins = ["x"] + [b.const(v) for v in (r.uniform(0.8, 1.2, 8), r.standard_normal(8), r.standard_normal(8),
-                                        r.uniform(0.8, 1.2, 8))]
+    ins = ["x"] + [
+        b.const(v) for v in (r.uniform(0.8, 1.2, 8), r.standard_normal(8), r.standard_normal(8), r.uniform(0.8, 1.2, 8))
+    ]
     y = b.op("BatchNormalization", ins, epsilon=1e-5, training_mode=1)
     cpu, tcu, report = _both(_model(b, _float([2, 8, 4, 4]), [y]), _rand((2, 8, 4, 4)))
     assert [o["op"] for o in report.cpu_ops] == ["relax.nn.batch_norm"]
@@ -82,7 +88,10 @@ def test_elementwise_on_a_1d_tensor_does_not_abort():
 
 def test_int8_clip_with_constant_bounds_does_not_abort():
     b = OnnxBuilder(1)
-    b.inits += [helper.make_tensor("lo", TensorProto.INT8, [], [-5]), helper.make_tensor("hi", TensorProto.INT8, [], [7])]
+    b.inits += [
+        helper.make_tensor("lo", TensorProto.INT8, [], [-5]),
+        helper.make_tensor("hi", TensorProto.INT8, [], [7]),
+    ]
     y = b.op("Clip", ["x", "lo", "hi"])
     model = _model(b, {"x": (TensorProto.INT8, [1, 4, 3, 3])}, [y])
     x = np.arange(-18, 18, dtype=np.int8).reshape(1, 4, 3, 3)
@@ -148,8 +157,15 @@ def test_channel_split_and_slice_at_any_offset_are_exact(preset):
     exact, so values on a 1/16 grid come back unchanged in FP16BP8, and the whole net is offloaded."""
     b = OnnxBuilder(1)
     first, second = b.ops("Split", ["x", b.const(np.array([5, 22]), "s", np.int64)], 2, axis=1)
-    part = b.op("Slice", [second, b.const(np.array([3]), "b", np.int64), b.const(np.array([-2]), "e", np.int64),
-                          b.const(np.array([1]), "a", np.int64)])
+    part = b.op(
+        "Slice",
+        [
+            second,
+            b.const(np.array([3]), "b", np.int64),
+            b.const(np.array([-2]), "e", np.int64),
+            b.const(np.array([1]), "a", np.int64),
+        ],
+    )
     y = b.op("Concat", [part, first, part], axis=1)
     x = np.round(_rand((1, 27, 5, 6)) * 16) / 16
     cpu, tcu, report = _both(_model(b, _float([1, 27, 5, 6]), [y]), x, arch=preset)

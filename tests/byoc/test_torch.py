@@ -49,8 +49,11 @@ def test_small_cnn_through_torch_export():
     torch.manual_seed(1)
     x = torch.randn(1, 3, 16, 16)
     model = _small_cnn(softmax=True)
-    ex = tvm_tensil.build(from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False),
-                          target="tensil", arch="pynqz1")
+    ex = tvm_tensil.build(
+        from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False),
+        target="tensil",
+        arch="pynqz1",
+    )
     assert [o["op"] for o in tvm_tensil.last_report().cpu_ops] == ["relax.nn.softmax"]
     probs = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     assert np.isclose(probs.sum(), 1.0, atol=1e-5)
@@ -58,10 +61,14 @@ def test_small_cnn_through_torch_export():
     model = _small_cnn(softmax=False)
     with torch.no_grad():
         ref = model(x).numpy()
-        features = torch.flatten(torch.nn.functional.max_pool2d(torch.relu(model.b2(model.c2(
-            torch.nn.functional.max_pool2d(torch.relu(model.b1(model.c1(x))), 2)))), 2), 1).numpy()
-    ulp = 2.0 ** -FP16BP8.binary_point
-    sigma = ulp * np.sqrt((features.size + float(np.sum(features ** 2))) / 12)
+        features = torch.flatten(
+            torch.nn.functional.max_pool2d(
+                torch.relu(model.b2(model.c2(torch.nn.functional.max_pool2d(torch.relu(model.b1(model.c1(x))), 2)))), 2
+            ),
+            1,
+        ).numpy()
+    ulp = 2.0**-FP16BP8.binary_point
+    sigma = ulp * np.sqrt((features.size + float(np.sum(features**2))) / 12)
     mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
     fp32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
     for arch, bound in ((fp32, 0.01 * float(np.ptp(ref))), ("pynqz1", 8 * sigma)):
@@ -83,16 +90,23 @@ def test_trained_digits_cnn_keeps_its_accuracy():
     x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
         torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    )
     opt = torch.optim.Adam(net.parameters(), lr=0.01)
     xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train)
     for _ in range(30):
         for i in range(0, len(xt), 64):
             opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(xt[i:i + 64]), yt[i:i + 64]).backward()
+            torch.nn.functional.cross_entropy(net(xt[i : i + 64]), yt[i : i + 64]).backward()
             opt.step()
     net.eval()
     sample = torch.from_numpy(x_test)

@@ -54,10 +54,14 @@ def test_workloads_build_whole_and_run_for_the_benchmark_boards(preset, full):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    for net, size, shapes in (("resnet50v2", 224, [(1, 1000)]), ("yolov4_tiny", 416, [(1, 255, 13, 13), (1, 255, 26, 26)]),
-                              ("mobilenetv2", 224, [(1, 1000)])):
-        ex = tvm_tensil.build(from_onnx(getattr(zoo, net)(size=size), keep_params_in_input=False), target="tensil",
-                              arch=preset)
+    for net, size, shapes in (
+        ("resnet50v2", 224, [(1, 1000)]),
+        ("yolov4_tiny", 416, [(1, 255, 13, 13), (1, 255, 26, 26)]),
+        ("mobilenetv2", 224, [(1, 1000)]),
+    ):
+        ex = tvm_tensil.build(
+            from_onnx(getattr(zoo, net)(size=size), keep_params_in_input=False), target="tensil", arch=preset
+        )
         report = tvm_tensil.last_report()
         assert len(report.partitions) == 1, (net, str(report))
         assert {o["op"] for o in report.cpu_ops} <= {"relax.nn.softmax"}, (net, str(report))

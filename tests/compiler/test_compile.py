@@ -33,8 +33,21 @@ def conv_graph(x_shape, w, bias, strides=(1, 1), padding=(0, 0, 0, 0), dilation=
     oh = (h + padding[0] + padding[2] - (kh - 1) * dilation[0] - 1) // strides[0] + 1
     ow = (wd + padding[1] + padding[3] - (kw - 1) * dilation[1] - 1) // strides[1] + 1
     consts = [w] + ([bias] if bias is not None else [])
-    nodes = [Node("conv2d", ["x"], "y", dict(weight=0, bias=1 if bias is not None else None, strides=strides,
-                                               padding=padding, dilation=dilation, groups=groups))]
+    nodes = [
+        Node(
+            "conv2d",
+            ["x"],
+            "y",
+            dict(
+                weight=0,
+                bias=1 if bias is not None else None,
+                strides=strides,
+                padding=padding,
+                dilation=dilation,
+                groups=groups,
+            ),
+        )
+    ]
     tensors = {"x": Tensor("x", x_shape), "y": Tensor("y", (n, oh, ow, co))}
     last = "y"
     for i, (op, attrs) in enumerate(epilogue):
@@ -48,12 +61,12 @@ def conv_graph(x_shape, w, bias, strides=(1, 1), padding=(0, 0, 0, 0), dilation=
 @pytest.mark.parametrize(
     "x_shape, co, k, strides, padding, dilation",
     [
-        ((1, 6, 7, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),      # partial blocks both sides
-        ((2, 9, 8, 16), 16, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),    # batch 2, stride 2
-        ((1, 8, 8, 8), 12, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),     # pointwise fast path
-        ((1, 10, 9, 4), 8, (5, 3), (1, 2), (2, 0, 1, 1), (1, 1)),     # asymmetric kernel/pad/stride
-        ((1, 9, 9, 8), 8, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),      # dilation
-        ((1, 5, 5, 24), 20, (2, 2), (3, 3), (0, 0, 0, 0), (1, 1)),    # stride 3: per-vector runs
+        ((1, 6, 7, 3), 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # partial blocks both sides
+        ((2, 9, 8, 16), 16, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # batch 2, stride 2
+        ((1, 8, 8, 8), 12, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # pointwise fast path
+        ((1, 10, 9, 4), 8, (5, 3), (1, 2), (2, 0, 1, 1), (1, 1)),  # asymmetric kernel/pad/stride
+        ((1, 9, 9, 8), 8, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),  # dilation
+        ((1, 5, 5, 24), 20, (2, 2), (3, 3), (0, 0, 0, 0), (1, 1)),  # stride 3: per-vector runs
     ],
 )
 def test_conv2d_exact(x_shape, co, k, strides, padding, dilation):
@@ -86,9 +99,13 @@ def test_dense_as_pointwise_row():
     w = grid(rng, (10, 20), -4, 4)  # (in, out) matmul weight
     bias = grid(rng, 20)
     x = grid(rng, (5, 10))
-    g = Graph({"x": Tensor("x", (1, 1, 5, 10)), "y": Tensor("y", (1, 1, 5, 20))},
-              [Node("conv2d", ["x"], "y", dict(weight=0, bias=1, groups=1, layout="KM"))],
-              ["x"], ["y"], [w, bias])
+    g = Graph(
+        {"x": Tensor("x", (1, 1, 5, 10)), "y": Tensor("y", (1, 1, 5, 20))},
+        [Node("conv2d", ["x"], "y", dict(weight=0, bias=1, groups=1, layout="KM"))],
+        ["x"],
+        ["y"],
+        [w, bias],
+    )
     # The matmul weight layout is handled by the packer: give it the 4-D view instead.
     g.nodes[0].attrs.pop("layout")
     g.constants[0] = w.T[:, :, None, None]
@@ -105,9 +122,15 @@ def test_residual_add_relu_and_tiling_over_small_memories():
     x = grid(rng, x_shape)
     g = Graph(
         {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape), "r": Tensor("r", x_shape)},
-        [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
-         Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")],
-        ["x"], ["r"], [w])
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("relu", ["s"], "r"),
+        ],
+        ["x"],
+        ["r"],
+        [w],
+    )
     y, part, _ = run(g, {"x": x}, arch)
     ref = np.maximum(conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)) + x, 0)
     np.testing.assert_array_equal(y["r"], ref)
@@ -115,28 +138,39 @@ def test_residual_add_relu_and_tiling_over_small_memories():
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
-@pytest.mark.parametrize("kernel, strides, padding", [((2, 2), (2, 2), (0, 0, 0, 0)), ((3, 3), (2, 2), (1, 1, 1, 1)),
-                                                      ((3, 2), (1, 1), (1, 0, 1, 1))])
+@pytest.mark.parametrize(
+    "kernel, strides, padding",
+    [((2, 2), (2, 2), (0, 0, 0, 0)), ((3, 3), (2, 2), (1, 1, 1, 1)), ((3, 2), (1, 1), (1, 0, 1, 1))],
+)
 def test_pools(kind, kernel, strides, padding):
     rng = np.random.default_rng(4)
     x_shape = (1, 8, 9, 10)
     x = grid(rng, x_shape)
     ref = pool_nhwc(x, kernel, strides, padding, kind)
-    g = Graph({"x": Tensor("x", x_shape), "y": Tensor("y", (1, *ref.shape[1:]))},
-              [Node(f"{kind}_pool2d", ["x"], "y", dict(kernel=kernel, strides=strides, padding=padding))],
-              ["x"], ["y"], [])
+    g = Graph(
+        {"x": Tensor("x", x_shape), "y": Tensor("y", (1, *ref.shape[1:]))},
+        [Node(f"{kind}_pool2d", ["x"], "y", dict(kernel=kernel, strides=strides, padding=padding))],
+        ["x"],
+        ["y"],
+        [],
+    )
     y, _, _ = run(g, {"x": x})
     if kind == "max":
         np.testing.assert_array_equal(y["y"], ref)
     else:  # the divisor is a rounded reciprocal: within 1/count's rounding plus one lsb
-        assert np.max(np.abs(y["y"] - ref)) <= np.max(np.abs(x)) * 2 ** -9 * 9 + 2 ** -8
+        assert np.max(np.abs(y["y"] - ref)) <= np.max(np.abs(x)) * 2**-9 * 9 + 2**-8
 
 
 def test_global_avg_pool():
     rng = np.random.default_rng(5)
     x = grid(rng, (2, 8, 8, 20))
-    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", (2, 1, 1, 20))},
-              [Node("global_avg_pool", ["x"], "y", {})], ["x"], ["y"], [])
+    g = Graph(
+        {"x": Tensor("x", x.shape), "y": Tensor("y", (2, 1, 1, 20))},
+        [Node("global_avg_pool", ["x"], "y", {})],
+        ["x"],
+        ["y"],
+        [],
+    )
     y, _, _ = run(g, {"x": x})
     # 64 pixels: six halving levels, each within one lsb (1/256) of the exact mean of its pair.
     err = np.abs(y["y"] - x.mean(axis=(1, 2), keepdims=True))
@@ -149,18 +183,24 @@ def test_global_avg_pool_of_any_size_within_its_bound(hw):
     T / pixels in [1, 2) corrects the mean), chunks of pixels when a map exceeds local memory."""
     rng = np.random.default_rng(hw)
     x = rng.uniform(-100, 100, (1, hw, hw, 12))
-    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", (1, 1, 1, 12))},
-              [Node("global_avg_pool", ["x"], "y", {})], ["x"], ["y"], [])
+    g = Graph(
+        {"x": Tensor("x", x.shape), "y": Tensor("y", (1, 1, 1, 12))},
+        [Node("global_avg_pool", ["x"], "y", {})],
+        ["x"],
+        ["y"],
+        [],
+    )
     arch = ARCH.replace(local_depth=256, name="small_local")
     y, _, _ = run(g, {"x": x}, arch=arch)
     levels = (hw * hw - 1).bit_length()
     mean = x.mean(axis=(1, 2), keepdims=True)
-    bound = (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2 ** -9
+    bound = (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2**-9
     assert np.abs(y["y"] - mean).max() <= bound
 
 
-@pytest.mark.parametrize("local_depth, mode", [(4096, "resident"), (800, "input blocks"), (120, "blocks"),
-                                               (46, "one block")])
+@pytest.mark.parametrize(
+    "local_depth, mode", [(4096, "resident"), (800, "input blocks"), (120, "blocks"), (46, "one block")]
+)
 @pytest.mark.parametrize("padding", [(1, 1, 1, 1), (3, 3, 3, 3)])  # the second: no tap covers every pixel
 def test_weights_streamed_in_every_mode(local_depth, mode, padding, monkeypatch):
     """Resident weights, two slots of several input blocks, two slots of one block, one slot: the
@@ -200,11 +240,19 @@ def test_channel_affine_becomes_a_second_output(arch):
     scale, shift = rng.integers(-2, 3, (8, 1, 1, 1)).astype(float), grid(rng, (8,))  # products stay exact
     x = grid(rng, x_shape)
     t = {k: Tensor(k, x_shape) for k in ("x", "c", "s", "a", "r", "y")}
-    g = Graph(t, [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
-                  Node("add", ["c", "x"], "s"),
-                  Node("conv2d", ["s"], "a", dict(weight=1, bias=2, groups=8)), Node("relu", ["a"], "r"),
-                  Node("add", ["r", "s"], "y")],
-              ["x"], ["y"], [w, scale, shift])
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("conv2d", ["s"], "a", dict(weight=1, bias=2, groups=8)),
+            Node("relu", ["a"], "r"),
+            Node("add", ["r", "s"], "y"),
+        ],
+        ["x"],
+        ["y"],
+        [w, scale, shift],
+    )
     y, part, _ = run(g, {"x": x}, arch)
     s = conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)) + x
     np.testing.assert_array_equal(y["y"], np.maximum(s * scale.reshape(-1) + shift, 0) + s)
@@ -225,11 +273,19 @@ def test_a_whole_map_passes_to_the_next_conv_in_local_memory():
     x = grid(rng, x_shape, -4, 4)
     t = {k: Tensor(k, x_shape) for k in ("x", "a", "b", "c", "r", "y")}
     conv = dict(bias=None, padding=(1, 1, 1, 1), groups=1)
-    g = Graph(t, [Node("conv2d", ["x"], "a", dict(weight=0, **conv)),   # read only by the next conv
-                  Node("conv2d", ["a"], "b", dict(weight=1, **conv)),   # read by the next conv and the add
-                  Node("conv2d", ["b"], "c", dict(weight=2, **conv)), Node("relu", ["c"], "r"),
-                  Node("add", ["r", "b"], "y")],
-              ["x"], ["y"], [w1, w2, w3])
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "a", dict(weight=0, **conv)),  # read only by the next conv
+            Node("conv2d", ["a"], "b", dict(weight=1, **conv)),  # read by the next conv and the add
+            Node("conv2d", ["b"], "c", dict(weight=2, **conv)),
+            Node("relu", ["c"], "r"),
+            Node("add", ["r", "b"], "y"),
+        ],
+        ["x"],
+        ["y"],
+        [w1, w2, w3],
+    )
     y, part, _ = run(g, {"x": x})
     a = conv2d_nhwc(x, w1, None, padding=(1, 1, 1, 1))
     b = conv2d_nhwc(a, w2, None, padding=(1, 1, 1, 1))
@@ -255,9 +311,15 @@ def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     x = grid(rng, x_shape)
     g = Graph(
         {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape), "r": Tensor("r", x_shape)},
-        [Node("conv2d", ["x"], "c", dict(weight=0, bias=1, padding=(1, 1, 1, 1), groups=1)),
-         Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")],
-        ["x"], ["r"], [w, bias])
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=1, padding=(1, 1, 1, 1), groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("relu", ["s"], "r"),
+        ],
+        ["x"],
+        ["r"],
+        [w, bias],
+    )
     y, part, _ = run(g, {"x": x})
     np.testing.assert_array_equal(y["r"], np.maximum(conv2d_nhwc(x, w, bias, padding=(1, 1, 1, 1)) + x, 0))
     f = part.program.fields()
@@ -266,11 +328,18 @@ def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     banks = set((f.addr1[mm] >= half).tolist())
     assert banks == {False, True}, "every output block used the same accumulator half"
     # Some SIMD comes after a MatMul of another bank and before a later MatMul.
-    order = [(int(op), bool(a1 >= half) if op == int(Opcode.MATMUL) else bool(a0 >= half))
-             for op, a0, a1 in zip(f.opcode, f.addr0, f.addr1) if op in (int(Opcode.MATMUL), int(Opcode.SIMD))]
-    interleaved = any(order[i][0] == int(Opcode.SIMD) and order[i - 1][0] == int(Opcode.MATMUL)
-                      and order[i - 1][1] != order[i][1] and any(op == int(Opcode.MATMUL) for op, _ in order[i + 1:])
-                      for i in range(1, len(order)))
+    order = [
+        (int(op), bool(a1 >= half) if op == int(Opcode.MATMUL) else bool(a0 >= half))
+        for op, a0, a1 in zip(f.opcode, f.addr0, f.addr1)
+        if op in (int(Opcode.MATMUL), int(Opcode.SIMD))
+    ]
+    interleaved = any(
+        order[i][0] == int(Opcode.SIMD)
+        and order[i - 1][0] == int(Opcode.MATMUL)
+        and order[i - 1][1] != order[i][1]
+        and any(op == int(Opcode.MATMUL) for op, _ in order[i + 1 :])
+        for i in range(1, len(order))
+    )
     assert interleaved, "no epilogue was interleaved with the next block's MatMuls"
 
 
@@ -285,16 +354,32 @@ def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypat
     x_shape = (1, 6, 5, 16)  # 30 pixels (a 32-wide tree), two channel blocks on 8x8
     w = grid(rng, (16, 16, 3, 3), -2, 2)
     x = grid(rng, x_shape)
-    t = {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "r": Tensor("r", x_shape),
-         "y": Tensor("y", (1, 1, 1, 16))}
+    t = {
+        "x": Tensor("x", x_shape),
+        "c": Tensor("c", x_shape),
+        "r": Tensor("r", x_shape),
+        "y": Tensor("y", (1, 1, 1, 16)),
+    }
 
     def graph(outputs):
-        return Graph(t, [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
-                         Node("relu", ["c"], "r"), Node("global_avg_pool", ["r"], "y", {})], ["x"], outputs, [w])
+        return Graph(
+            t,
+            [
+                Node("conv2d", ["x"], "c", dict(weight=0, bias=None, padding=(1, 1, 1, 1), groups=1)),
+                Node("relu", ["c"], "r"),
+                Node("global_avg_pool", ["r"], "y", {}),
+            ],
+            ["x"],
+            outputs,
+            [w],
+        )
 
     y, part, _ = run(graph(["y"]), {"x": x})
     f = part.program.fields()
-    moved = lambda direction: int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == direction)] + 1).sum())  # noqa: E731
+
+    def moved(direction):
+        return int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == direction)] + 1).sum())
+
     assert moved(Direction.DRAM0_TO_LOCAL) == 30 * 2  # x only: the pool read r in local memory
     assert moved(Direction.LOCAL_TO_DRAM0) == 2  # the means only: nobody else reads r
     both, part2, _ = run(graph(["y", "r"]), {"x": x})
@@ -309,7 +394,7 @@ def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypat
     np.testing.assert_array_equal(both["y"], y["y"])
     mean = np.maximum(conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)), 0).mean(axis=(1, 2), keepdims=True)
     levels = (30 - 1).bit_length()
-    assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2 ** -9
+    assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2**-9
 
 
 def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monkeypatch):
@@ -325,9 +410,15 @@ def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monk
     x = grid(rng, x_shape)
     g = Graph(
         {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape), "r": Tensor("r", x_shape)},
-        [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
-         Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")],
-        ["x"], ["r"], [w])
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("relu", ["s"], "r"),
+        ],
+        ["x"],
+        ["r"],
+        [w],
+    )
     counts = {}
     for through_array in (False, True):
         monkeypatch.setattr(Scheduler, "_conv2d_best", lambda self, node: self._conv2d_plans(node, through_array))
@@ -335,8 +426,10 @@ def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monk
         np.testing.assert_array_equal(y["r"], np.maximum(conv2d_nhwc(x, w, None) + x, 0))
         assert [n["op"] for n in part.report["nodes"]] == ["conv2d"]
         f = part.program.fields()
-        counts[through_array] = (int(((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_ACC)).sum()),
-                                 int((f.opcode == Opcode.MATMUL).sum()))
+        counts[through_array] = (
+            int(((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_ACC)).sum()),
+            int((f.opcode == Opcode.MATMUL).sum()),
+        )
     (moves, matmuls), (moves_array, matmuls_array) = counts[False], counts[True]
     assert moves >= 2 and moves_array == 0  # one per output block and tile, or none
     assert matmuls_array == matmuls + moves  # instead of each move, a MatMul
@@ -346,9 +439,17 @@ def test_compiling_leaves_the_graph_as_it_was():
     """Fusion works on copies: the same graph compiles twice to the same program."""
     rng = np.random.default_rng(13)
     x_shape = (1, 4, 4, 8)
-    g = Graph({k: Tensor(k, x_shape) for k in ("x", "c", "s", "r")},
-              [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
-               Node("add", ["c", "x"], "s"), Node("relu", ["s"], "r")], ["x"], ["r"], [grid(rng, (8, 8, 1, 1))])
+    g = Graph(
+        {k: Tensor(k, x_shape) for k in ("x", "c", "s", "r")},
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("relu", ["s"], "r"),
+        ],
+        ["x"],
+        ["r"],
+        [grid(rng, (8, 8, 1, 1))],
+    )
     before = [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes]
     first = compile_graph(g, ARCH, "t").program.data
     assert [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes] == before

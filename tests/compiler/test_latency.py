@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 import zoo
 
 
@@ -15,8 +14,11 @@ def test_the_estimate_is_within_one_percent_of_the_rtl(model):
     import tvm_tensil
     from tvm_tensil.runtime import bridge
 
-    onnx_model, shape = {"mlp": (zoo.mlp(batch=4), (4, 64)), "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
-                         "yolov4_tiny": (zoo.yolov4_tiny(size=32), (1, 3, 32, 32))}[model]
+    onnx_model, shape = {
+        "mlp": (zoo.mlp(batch=4), (4, 64)),
+        "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "yolov4_tiny": (zoo.yolov4_tiny(size=32), (1, 3, 32, 32)),
+    }[model]
     ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
     report = tvm_tensil.last_report()
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
@@ -64,7 +66,9 @@ def test_the_critical_path_charges_each_wait_to_what_it_waited_for():
             assert cycles == sum(node.get(kind, 0) for node in path["by_node"])
         matmul = 100 + arch.array_size + COSTS["mm"]
         if waits:  # the load's dispatch cycle and its whole duration, then the MatMul
-            assert path["by_node"] == [{"dram0_to_local": 1 + dram_move_cycles(arch, Direction.DRAM0_TO_LOCAL, 100)},
-                                       {"matmul": matmul}]
+            assert path["by_node"] == [
+                {"dram0_to_local": 1 + dram_move_cycles(arch, Direction.DRAM0_TO_LOCAL, 100)},
+                {"matmul": matmul},
+            ]
         else:  # side by side: the load outlasts the MatMul, so the program ends with it
             assert path["by_kind"]["matmul"] == 1

@@ -25,10 +25,16 @@ def emit_all(lir: LIR) -> list:
     lir.noop()
     lir.datamove(Direction.DRAM1_TO_LOCAL, 0, 7, 3, step=3)  # step 3 is not encodable: one per vector
     return [
-        DataMove(Direction.DRAM0_TO_LOCAL, 16, 1000, 9, 1, 2), DataMove(Direction.LOCAL_TO_ACC_ACCUMULATE, 3, 5, 3),
-        LoadWeights(0, 9), LoadWeights(0, 9, 0, True), MatMul(16, 40, 7, 0, 1, True, False), MatMul(0, 0, 4, 0, 0, False, True),
-        SIMD(SIMDOp.MAX, 1, 0, 1, 7, 6, True, True, True), SIMD(SIMDOp.ZERO, 1),
-        Configure(ConfigRegister.SAMPLE_INTERVAL, 1000), NoOp(),
+        DataMove(Direction.DRAM0_TO_LOCAL, 16, 1000, 9, 1, 2),
+        DataMove(Direction.LOCAL_TO_ACC_ACCUMULATE, 3, 5, 3),
+        LoadWeights(0, 9),
+        LoadWeights(0, 9, 0, True),
+        MatMul(16, 40, 7, 0, 1, True, False),
+        MatMul(0, 0, 4, 0, 0, False, True),
+        SIMD(SIMDOp.MAX, 1, 0, 1, 7, 6, True, True, True),
+        SIMD(SIMDOp.ZERO, 1),
+        Configure(ConfigRegister.SAMPLE_INTERVAL, 1000),
+        NoOp(),
         *[DataMove(Direction.DRAM1_TO_LOCAL, i, 7 + 3 * i, 1) for i in range(3)],
     ]
 

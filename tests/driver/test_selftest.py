@@ -10,8 +10,12 @@ from tvm_tensil.runtime import Emulator
 
 
 def test_selftest_passes_on_the_simulated_board_from_the_command_line():
-    r = subprocess.run([sys.executable, "-m", "tvm_tensil.cli", "selftest", "--device", "sim-board",
-                        "--arch", "pynqz1"], capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "selftest", "--device", "sim-board", "--arch", "pynqz1"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.count("[PASS]") == 5 and "self-test passed" in r.stdout, r.stdout
 

@@ -27,8 +27,11 @@ def start_server(arch, *extra):
     tarch = os.path.join(folder, "arch.tarch")
     with open(tarch, "w") as f:
         f.write(arch.to_json())
-    proc = subprocess.Popen([sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock, *extra],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock, *extra],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not os.path.exists(sock):
         assert proc.poll() is None, proc.stderr.read()
@@ -62,9 +65,14 @@ def test_driver_layout_preamble_padding_and_probe(server):
     for buf in driver.dram:
         assert buf.physical_address % (1 << 16) == 0 and buf.physical_address > 0
     assert driver.dram[1].physical_address >= driver.dram[0].physical_address + driver.dram[0].array.size
-    program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 3, 2),
-                                         MatMul(0, 0, 2, accumulate=False),
-                                         DataMove(Direction.LOCAL_TO_DRAM1, 0, 9, 2)], ARCH.layout)
+    program = Program.from_instructions(
+        [
+            DataMove(Direction.DRAM0_TO_LOCAL, 0, 3, 2),
+            MatMul(0, 0, 2, accumulate=False),
+            DataMove(Direction.LOCAL_TO_DRAM1, 0, 9, 2),
+        ],
+        ARCH.layout,
+    )
     stream = driver.stream_bytes_for(program)
     assert len(stream) % transport.stream_bytes == 0
     words = Program(stream, ARCH.layout).instructions()
@@ -73,8 +81,10 @@ def test_driver_layout_preamble_padding_and_probe(server):
     assert head[1] == (4, driver.dram[1].physical_address >> 16)  # DRAM1 offset
     assert words[3:6] == program.instructions()
     last = ARCH.dram0_depth - 1
-    assert words[6:8] == [DataMove(Direction.DRAM0_TO_LOCAL, ARCH.local_depth - 1, last, 1),
-                          DataMove(Direction.LOCAL_TO_DRAM0, ARCH.local_depth - 1, last - 1, 1)]
+    assert words[6:8] == [
+        DataMove(Direction.DRAM0_TO_LOCAL, ARCH.local_depth - 1, last, 1),
+        DataMove(Direction.LOCAL_TO_DRAM0, ARCH.local_depth - 1, last - 1, 1),
+    ]
     assert all(type(w).__name__ == "NoOp" for w in words[8:])
     # The probe's two vectors are the driver's; the rest of DRAM0 is the user's.
     with pytest.raises(DriverError, match="last two hold the completion probe"):
@@ -170,12 +180,14 @@ def test_a_server_for_another_architecture_is_refused(server):
 @pytest.mark.parametrize("model", ["small_cnn", "resnet20v2"])
 def test_models_run_bit_identical_through_the_simulated_board(model):
     """Driver -> shared memory -> server process -> Verilated core, against the in-process emulator."""
-    from helpers import outputs_on_devices
-
     import zoo
 
-    onnx_model, shape = {"small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
-                         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
+    from helpers import outputs_on_devices
+
+    onnx_model, shape = {
+        "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
+    }[model]
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "sim-board"), seed=3)
     assert np.array_equal(outs["emulator"], outs["sim-board"])
 

@@ -6,7 +6,16 @@ import pytest
 
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.isa import (
-    SIMD, AsmError, DataMove, Direction, MatMul, Program, SIMDOp, assemble, disassemble, format_instruction,
+    SIMD,
+    AsmError,
+    DataMove,
+    Direction,
+    MatMul,
+    Program,
+    SIMDOp,
+    assemble,
+    disassemble,
+    format_instruction,
 )
 from tvm_tensil.isa.fuzz import random_program
 
@@ -68,7 +77,10 @@ def test_random_programs_round_trip(name):
         ("simd read write dest=out", "give exactly one op"),
         ("simd add dest=x1", "dest: 'x1' is not 'out' or a register"),
         ("matmul local=0 acc=0 size=0", "line 1: pc 0: MatMul: field 'size'"),
-        ("noop\nnoop\ndatamove local_to_dram1 local=0 dram1=0x100000 size=1", "line 3: pc 2: DataMove: field 'address'"),
+        (
+            "noop\nnoop\ndatamove local_to_dram1 local=0 dram1=0x100000 size=1",
+            "line 3: pc 2: DataMove: field 'address'",
+        ),
         ("configure timeout", "missing operand 'value'"),
         ("matmul accumulate accumulate local=0 acc=0 size=1", "'accumulate' given twice"),
     ],

@@ -7,15 +7,31 @@ import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.isa import (
-    SIMD, ConfigRegister, Configure, DataMove, Direction, InvalidInstruction, LoadWeights,
-    MatMul, NoOp, Program, SIMDOp, decode_word,
+    SIMD,
+    ConfigRegister,
+    Configure,
+    DataMove,
+    Direction,
+    InvalidInstruction,
+    LoadWeights,
+    MatMul,
+    NoOp,
+    Program,
+    SIMDOp,
+    decode_word,
 )
 from tvm_tensil.isa.fuzz import random_instruction
 
 
 def arch(**kw):
-    base = dict(data_type="FP16BP8", array_size=8, dram0_depth=1 << 20, dram1_depth=1 << 20,
-                local_depth=8192, accumulator_depth=2048)
+    base = dict(
+        data_type="FP16BP8",
+        array_size=8,
+        dram0_depth=1 << 20,
+        dram1_depth=1 << 20,
+        local_depth=8192,
+        accumulator_depth=2048,
+    )
     base.update(kw)
     return Architecture(**base)
 
@@ -24,13 +40,27 @@ ARCHS = {
     "pynqz1": PRESETS["pynqz1"],
     "ultra96v2": PRESETS["ultra96v2"],
     "zcu104": PRESETS["zcu104"],
-    "n2_tiny": arch(array_size=2, dram0_depth=128, dram1_depth=128, local_depth=128,
-                    accumulator_depth=128, stride0_depth=2, stride1_depth=2),
+    "n2_tiny": arch(
+        array_size=2,
+        dram0_depth=128,
+        dram1_depth=128,
+        local_depth=128,
+        accumulator_depth=128,
+        stride0_depth=2,
+        stride1_depth=2,
+    ),
     "n12": PRESETS["pynqz1_12x12"],
-    "n256_fp32_stride4": arch(array_size=256, data_type="FP32BP16", local_depth=4096,
-                              accumulator_depth=1024, stride0_depth=4, stride1_depth=4),
-    "fp32_stride4_regs4": arch(data_type="FP32BP16", stride0_depth=4, stride1_depth=4,
-                               simd_registers_depth=4, dram0_depth=1 << 32, dram1_depth=1 << 24),
+    "n256_fp32_stride4": arch(
+        array_size=256, data_type="FP32BP16", local_depth=4096, accumulator_depth=1024, stride0_depth=4, stride1_depth=4
+    ),
+    "fp32_stride4_regs4": arch(
+        data_type="FP32BP16",
+        stride0_depth=4,
+        stride1_depth=4,
+        simd_registers_depth=4,
+        dram0_depth=1 << 32,
+        dram1_depth=1 << 24,
+    ),
     "fp8_no_regs": arch(data_type="FP8BP4", simd_registers_depth=0, stride0_depth=1, stride1_depth=1),
 }
 
@@ -115,8 +145,31 @@ def test_vectorised_validation_agrees_with_decoder(name):
     n = 20000
     raw = rng.integers(0, 256, (n, lay.instruction_bytes), dtype=np.uint8)
     # Bias towards plausible words: valid opcodes, small fields, zero high bytes.
-    raw[:, -1] = rng.choice([0x00, 0x10, 0x11, 0x12, 0x13, 0x20, 0x21, 0x2C, 0x2D, 0x2F, 0x27,
-                             0x30, 0x31, 0x40, 0x43, 0x47, 0x48, 0x50, 0xF0, 0x90], n)
+    raw[:, -1] = rng.choice(
+        [
+            0x00,
+            0x10,
+            0x11,
+            0x12,
+            0x13,
+            0x20,
+            0x21,
+            0x2C,
+            0x2D,
+            0x2F,
+            0x27,
+            0x30,
+            0x31,
+            0x40,
+            0x43,
+            0x47,
+            0x48,
+            0x50,
+            0xF0,
+            0x90,
+        ],
+        n,
+    )
     raw[rng.random((n, lay.instruction_bytes)) < 0.6] = 0
     raw[:, -1] = np.where(rng.random(n) < 0.3, raw[:, -1], rng.choice([0x10, 0x20, 0x30, 0x40, 0xF0], n))
     prog = Program(raw.tobytes(), lay)
@@ -127,7 +180,9 @@ def test_vectorised_validation_agrees_with_decoder(name):
             ok = True
         except InvalidInstruction:
             ok = False
-        assert ok != mask[pc], f"pc {pc}: {prog.data[pc * lay.instruction_bytes:(pc + 1) * lay.instruction_bytes].hex()}"
+        assert ok != mask[pc], (
+            f"pc {pc}: {prog.data[pc * lay.instruction_bytes : (pc + 1) * lay.instruction_bytes].hex()}"
+        )
     assert 0.05 < mask.mean() < 0.95  # both kinds were exercised
 
 

@@ -7,7 +7,8 @@ from tvm_tensil.rtl.isa_package import PACKAGE, package_path, render
 
 def test_the_committed_package_is_current():
     assert package_path().read_text() == render(), (
-        "rtl/tcu_isa_pkg.sv is stale: regenerate it with python -m tvm_tensil.rtl.isa_package")
+        "rtl/tcu_isa_pkg.sv is stale: regenerate it with python -m tvm_tensil.rtl.isa_package"
+    )
 
 
 def test_every_enum_member_has_a_constant():

@@ -12,7 +12,11 @@ def test_parameters_follow_the_architecture_and_its_layout():
     arch = PRESETS["ultra96v2"]
     p = core_parameters(arch)
     lay = arch.layout
-    assert (p["ARRAY_SIZE"], p["LOCAL_DEPTH"], p["ACC_DEPTH"]) == (arch.array_size, arch.local_depth, arch.accumulator_depth)
+    assert (p["ARRAY_SIZE"], p["LOCAL_DEPTH"], p["ACC_DEPTH"]) == (
+        arch.array_size,
+        arch.local_depth,
+        arch.accumulator_depth,
+    )
     assert (p["DATA_WIDTH"], p["BINARY_POINT"]) == (arch.data_type.width, arch.data_type.binary_point)
     assert p["OPERAND0_BITS"] + p["OPERAND1_BITS"] + p["OPERAND2_BITS"] + 8 == lay.instruction_bits
     assert p["AXI_DATA_WIDTH"] == 128
@@ -31,8 +35,12 @@ def test_generated_files(tmp_path):
 
 
 def test_ip_command_writes_params_and_prints_the_vivado_steps(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tvm_tensil.cli", "ip", "--arch", "pynqz1", "-o", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "ip", "--arch", "pynqz1", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "params.tcl").exists()
     assert "package_ip.tcl" in r.stdout and "block_design.tcl" in r.stdout

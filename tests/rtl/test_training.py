@@ -20,16 +20,22 @@ def test_the_workload_fits_every_preset(name):
     kinds = {type(i).__name__ for i in prog}
     assert {"DataMove", "LoadWeights", "MatMul", "SIMD"} <= kinds
     directions = {i.direction for i in prog if type(i).__name__ == "DataMove"}
-    assert {Direction.DRAM0_TO_LOCAL, Direction.DRAM1_TO_LOCAL, Direction.ACC_TO_LOCAL,
-            Direction.LOCAL_TO_DRAM0} <= directions
+    assert {
+        Direction.DRAM0_TO_LOCAL,
+        Direction.DRAM1_TO_LOCAL,
+        Direction.ACC_TO_LOCAL,
+        Direction.LOCAL_TO_DRAM0,
+    } <= directions
 
 
 @pytest.mark.parametrize("arch", [TINY, NO_REGISTERS], ids=lambda a: a.name)
 def test_the_workload_gives_the_same_bits_on_the_core(arch):
     prog = training.program(arch, rounds=3)
     rng = np.random.default_rng(1)
-    banks = [arch.data_type.from_float(rng.uniform(-1, 1, (depth, arch.array_size)))
-             for depth in (arch.dram0_depth, arch.dram1_depth)]
+    banks = [
+        arch.data_type.from_float(rng.uniform(-1, 1, (depth, arch.array_size)))
+        for depth in (arch.dram0_depth, arch.dram1_depth)
+    ]
     devices = [Emulator(arch), get_device("verilator", arch)]
     for dev in devices:
         for bank, data in enumerate(banks):

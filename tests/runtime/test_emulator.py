@@ -10,7 +10,8 @@ import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.isa import DataMove, Direction, InvalidInstruction, Program, ProgramError, SIMDOp, assemble
-from tvm_tensil.runtime import Emulator as CompiledEmulator, ReferenceEmulator
+from tvm_tensil.runtime import Emulator as CompiledEmulator
+from tvm_tensil.runtime import ReferenceEmulator
 
 ARCH = PRESETS["pynqz1"]
 N = ARCH.array_size
@@ -23,8 +24,9 @@ def Emulator(request):  # noqa: N802 - stands for the class under test
 
 
 def small_arch(**kw):
-    base = dict(data_type="FP16BP8", array_size=8, dram0_depth=4096, dram1_depth=4096,
-                local_depth=1024, accumulator_depth=256)
+    base = dict(
+        data_type="FP16BP8", array_size=8, dram0_depth=4096, dram1_depth=4096, local_depth=1024, accumulator_depth=256
+    )
     base.update(kw)
     return Architecture(**base)
 
@@ -55,14 +57,17 @@ def test_matmul_with_bias_exact_values(Emulator):
     bias = rng.integers(-64, 64, N) / 16
     emu.write_dram(1, 0, fixed(np.vstack([bias, w])))
     emu.write_dram(0, 100, fixed(x))
-    run(emu, f"""
+    run(
+        emu,
+        f"""
         datamove dram1_to_local local=0 dram1=0 size={N + 1}
         loadweights local=0 size={N + 1}
         datamove dram0_to_local local=0x40 dram0=100 size={k}
         matmul local=0x40 acc=0 size={k}
         datamove acc_to_local local=0x80 acc=0 size={k}
         datamove local_to_dram0 local=0x80 dram0=500 size={k}
-    """)
+    """,
+    )
     got = emu.read_dram(0, 500, k) / ONE
     np.testing.assert_array_equal(got, x @ w + bias)
 
@@ -76,14 +81,17 @@ def test_matmul_accumulate_and_rounding(Emulator):
     w1, w2 = rng.integers(-600, 600, (2, N + 1, N))  # row 0 is the bias
     emu.write_dram(1, 0, np.vstack([w1, w2]))
     emu.write_dram(0, 0, np.vstack([x1, x2]))
-    run(emu, f"""
+    run(
+        emu,
+        f"""
         datamove dram1_to_local local=0 dram1=0 size={2 * (N + 1)}
         datamove dram0_to_local local=0x100 dram0=0 size={2 * k}
         loadweights local=0 size={N + 1}
         matmul local=0x100 acc=0 size={k}
         loadweights local={N + 1} size={N + 1}
         matmul accumulate local={0x100 + k} acc=0 size={k}
-    """)
+    """,
+    )
 
     def layer(x, w):
         out = np.zeros((k, N), dtype=np.int64)
@@ -133,7 +141,9 @@ def test_datamove_round_trip_all_directions(Emulator):
     a[0], b[0] = 32000, 2000  # these saturate on the accumulate
     emu.write_dram(0, 10, a)
     emu.write_dram(1, 20, b)
-    run(emu, """
+    run(
+        emu,
+        """
         datamove dram0_to_local local=0 dram0=10 size=12
         datamove local_to_acc local=0 acc=0 size=12
         datamove dram1_to_local local=0x20 dram1=20 size=12
@@ -142,7 +152,8 @@ def test_datamove_round_trip_all_directions(Emulator):
         datamove local_to_dram1 local=0x40 dram1=100 size=12
         datamove dram1_to_local local=0x60 dram1=100 size=12
         datamove local_to_dram0 local=0x60 dram0=200 size=12
-    """)
+    """,
+    )
     want = np.clip(a + b, -32768, 32767)  # saturating accumulate
     np.testing.assert_array_equal(emu.read_dram(0, 200, 12), want)
     np.testing.assert_array_equal(emu.read_dram(1, 100, 12), want)
@@ -155,10 +166,13 @@ def test_strided_moves(Emulator):
     emu = Emulator(small_arch())
     src = rng.integers(-100, 100, (64, N))
     emu.write_dram(0, 0, src)
-    run(emu, """
+    run(
+        emu,
+        """
         datamove dram0_to_local local=0x10:2 dram0=0x3:4 size=8
         datamove local_to_dram1 local=0x10:2 dram1=0x100:8 size=8
-    """)
+    """,
+    )
     np.testing.assert_array_equal(emu.local[0x10:0x20:2], src[3:35:4])
     np.testing.assert_array_equal(emu.local[0x11:0x20:2], 0)  # gaps untouched
     np.testing.assert_array_equal(emu.read_dram(1, 0x100, 57)[::8], src[3:35:4])
@@ -192,15 +206,30 @@ def test_partial_loadweights_shifts_rows(Emulator):
 
 def simd_reference(op, l, r, x):
     one = ONE
-    sat = lambda v: np.clip(v, -32768, 32767)
+
+    def sat(v):
+        return np.clip(v, -32768, 32767)
+
     def times(a, b):
         return np.array([mac_ref(int(p), int(q), 0) for p, q in zip(a, b)])
+
     return {
-        "noop": x, "zero": np.zeros_like(x), "move": l, "not": np.where(l == 0, one, 0),
-        "and": np.where((l != 0) & (r != 0), one, 0), "or": np.where((l != 0) | (r != 0), one, 0),
-        "increment": sat(l + one), "decrement": sat(l - one), "add": sat(l + r), "subtract": sat(l - r),
-        "multiply": times(l, r), "abs": sat(np.abs(l)), "greater_than": np.where(l > r, one, 0),
-        "greater_than_equal": np.where(l >= r, one, 0), "min": np.minimum(l, r), "max": np.maximum(l, r),
+        "noop": x,
+        "zero": np.zeros_like(x),
+        "move": l,
+        "not": np.where(l == 0, one, 0),
+        "and": np.where((l != 0) & (r != 0), one, 0),
+        "or": np.where((l != 0) | (r != 0), one, 0),
+        "increment": sat(l + one),
+        "decrement": sat(l - one),
+        "add": sat(l + r),
+        "subtract": sat(l - r),
+        "multiply": times(l, r),
+        "abs": sat(np.abs(l)),
+        "greater_than": np.where(l > r, one, 0),
+        "greater_than_equal": np.where(l >= r, one, 0),
+        "min": np.minimum(l, r),
+        "max": np.maximum(l, r),
     }[op]
 
 
@@ -213,8 +242,11 @@ def test_every_simd_op(op, Emulator):
     emu.acc[4] = 1000
     emu.registers[1] = reg
     # left = input, right = register 2; result to the output and register 1; accumulate into acc[4].
-    run(emu, f"simd {op} read write dest=r1 left=in right=r2 acc_write=7 acc_read=3\n"
-             f"simd {op} read write accumulate dest=out left=in right=r2 acc_write=4 acc_read=3")
+    run(
+        emu,
+        f"simd {op} read write dest=r1 left=in right=r2 acc_write=7 acc_read=3\n"
+        f"simd {op} read write accumulate dest=out left=in right=r2 acc_write=4 acc_read=3",
+    )
     want = simd_reference(op, x, reg, x)
     np.testing.assert_array_equal(emu.acc[7], want)
     np.testing.assert_array_equal(emu.acc[4], np.clip(1000 + want, -32768, 32767))
@@ -227,11 +259,14 @@ def test_every_simd_op(op, Emulator):
 def test_simd_without_read_sees_zeros_and_registers_chain(Emulator):
     emu = Emulator(small_arch())
     emu.acc[0] = 500
-    run(emu, """
+    run(
+        emu,
+        """
         simd increment dest=r1 left=in
         simd add write dest=r1 left=r1 right=r1 acc_write=1
         simd add read write dest=out left=in right=r1 acc_write=2 acc_read=0
-    """)
+    """,
+    )
     np.testing.assert_array_equal(emu.acc[1], 2 * ONE)
     np.testing.assert_array_equal(emu.acc[2], 500 + 2 * ONE)
 
@@ -241,7 +276,8 @@ def test_invalid_program_changes_nothing(Emulator):
     emu.write_dram(0, 0, np.full((4, N), 7))
     lay = emu.arch.layout
     good = Program.from_instructions(
-        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4), DataMove(Direction.LOCAL_TO_DRAM0, 0, 100, 4)], lay)
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4), DataMove(Direction.LOCAL_TO_DRAM0, 0, 100, 4)], lay
+    )
     bad_word = (0x2 << lay.opcode_shift) | (7 << lay.flags_shift)  # DataMove direction 7
     prog = Program(good.data + bad_word.to_bytes(lay.instruction_bytes, "little"), lay, "bad.tprog")
     with pytest.raises(InvalidInstruction, match=r"^pc 2: DataMove: field 'direction'") as e:
@@ -276,6 +312,7 @@ def test_configure_sets_registers(Emulator):
     emu = Emulator(small_arch())
     run(emu, "configure dram0_offset value=0x10\nconfigure sample_interval value=1000")
     from tvm_tensil.isa import ConfigRegister
+
     assert emu.config[ConfigRegister.DRAM0_OFFSET] == 0x10
     assert emu.config[ConfigRegister.SAMPLE_INTERVAL] == 1000
 
@@ -300,8 +337,9 @@ def test_fp32_and_large_array_matmul(Emulator):
 # -- the compiled emulator against the reference model, bit for bit ------------------------------
 
 DIFFERENTIAL_ARCHS = [
-    Architecture(dt, n, 256, 256, 128, 64, simd_registers_depth=2, stride0_depth=4, stride1_depth=4,
-                 name=f"diff_{dt}_{n}x{n}")
+    Architecture(
+        dt, n, 256, 256, 128, 64, simd_registers_depth=2, stride0_depth=4, stride1_depth=4, name=f"diff_{dt}_{n}x{n}"
+    )
     for dt, n in (("FP16BP8", 4), ("FP32BP16", 8), ("FP8BP4", 4), ("FP18BP10", 6))
 ]
 
@@ -332,10 +370,15 @@ def test_the_emulator_matches_the_reference_on_random_programs(arch, full):
         diff = compare(fast, ref, body, dram)
         assert diff is None, report(fast, ref, body, dram, diff)
         assert fast.last_stats.saturations == ref.last_stats.saturations, (
-            f"saturation counts differ: {fast.last_stats.saturations} vs {ref.last_stats.saturations}")
-    want = ({("MATMUL", f) for f in range(4)} | {("LOADWEIGHTS", f) for f in range(2)}
-            | {("DATAMOVE", int(d)) for d in D} | {("SIMD", f) for f in (0, 1, 2, 3, 6, 7)}
-            | {("simd op", op.name) for op in SIMDOp})
+            f"saturation counts differ: {fast.last_stats.saturations} vs {ref.last_stats.saturations}"
+        )
+    want = (
+        {("MATMUL", f) for f in range(4)}
+        | {("LOADWEIGHTS", f) for f in range(2)}
+        | {("DATAMOVE", int(d)) for d in D}
+        | {("SIMD", f) for f in (0, 1, 2, 3, 6, 7)}
+        | {("simd op", op.name) for op in SIMDOp}
+    )
     assert want <= seen, f"the random programs never drew {sorted(want - seen)}"
 
 
@@ -343,14 +386,16 @@ def test_the_emulator_matches_the_reference_on_random_programs(arch, full):
 @pytest.mark.parametrize("model", ["small_cnn", "resnet20v2"])
 def test_compiled_models_are_bit_identical_to_the_reference(model, data_type):
     """A whole compiled model, the same executable under both devices: outputs equal bit for bit."""
-    from helpers import outputs_on_devices
-
     import zoo
+
+    from helpers import outputs_on_devices
     from tvm_tensil.arch import load_arch
 
     arch = load_arch("pynqz1").replace(data_type=data_type, name=f"pynqz1_{data_type.lower()}")
-    onnx_model, shape = {"small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
-                         "resnet20v2": (zoo.resnet20v2(softmax=False), (1, 3, 32, 32))}[model]
+    onnx_model, shape = {
+        "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "resnet20v2": (zoo.resnet20v2(softmax=False), (1, 3, 32, 32)),
+    }[model]
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "reference"), arch=arch)
     assert np.array_equal(outs["emulator"], outs["reference"])
     assert np.ptp(outs["emulator"]) > 0  # a real output, not all zeros or all saturated

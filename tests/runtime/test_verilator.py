@@ -16,8 +16,19 @@ from tvm_tensil.runtime.differential import compare, random_programs, report, sh
 
 TINY = Architecture("FP16BP8", 4, 256, 256, 64, 32, stride0_depth=4, stride1_depth=4, name="diff_4x4")
 FULL_ARCHS = [
-    Architecture("FP32BP16", 8, 256, 256, 128, 64, simd_registers_depth=2, stride0_depth=8, stride1_depth=8,
-                 name="diff_8x8_fp32", axi_data_width=128),
+    Architecture(
+        "FP32BP16",
+        8,
+        256,
+        256,
+        128,
+        64,
+        simd_registers_depth=2,
+        stride0_depth=8,
+        stride1_depth=8,
+        name="diff_8x8_fp32",
+        axi_data_width=128,
+    ),
     Architecture("FP16BP8", 12, 512, 512, 128, 64, stride0_depth=4, stride1_depth=4, name="diff_12x12"),
 ]
 
@@ -76,8 +87,9 @@ def test_shrink_finds_the_shortest_failing_program():
 
 
 def test_stats_report_cycles_and_unit_activity(tiny):
-    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 32),
-                                      DataMove(Direction.LOCAL_TO_DRAM1, 0, 100, 32)], TINY.layout)
+    prog = Program.from_instructions(
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 32), DataMove(Direction.LOCAL_TO_DRAM1, 0, 100, 32)], TINY.layout
+    )
     tiny.reset()
     stats = tiny.execute(prog)
     assert stats.instructions == 2 and stats.vectors["datamove"] == 64
@@ -104,7 +116,9 @@ def test_saturation_is_reported_by_the_cores_flag(tiny):
 def test_a_hang_names_the_program_counter_and_the_waiting_unit():
     dev = get_device("verilator", TINY, read_latency=10**6, stall_limit=500)
     prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
-    with pytest.raises(DeviceError, match=r"hung \(no progress for 500 cycles\).*program counter 1 of 1.*DRAM0: 1 read bursts"):
+    with pytest.raises(
+        DeviceError, match=r"hung \(no progress for 500 cycles\).*program counter 1 of 1.*DRAM0: 1 read bursts"
+    ):
         dev.execute(prog)
     # The device reset itself: the next program (no DRAM reads) runs on a clean core.
     dev.write_dram(0, 10, np.full((4, 4), 5))
@@ -113,8 +127,9 @@ def test_a_hang_names_the_program_counter_and_the_waiting_unit():
 
 
 def test_an_address_outside_the_dram_buffer_is_an_error(tiny):
-    prog = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, 7),
-                                      DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
+    prog = Program.from_instructions(
+        [Configure(ConfigRegister.DRAM0_OFFSET, 7), DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout
+    )
     with pytest.raises(DeviceError, match="DRAM0 access at byte .* outside its buffer"):
         tiny.execute(prog)
 
@@ -147,13 +162,16 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 @pytest.mark.parametrize("model", ["mlp", "small_cnn", "resnet20v2"])
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
     """The same executable under both devices: outputs equal bit for bit, cycles reported."""
-    from helpers import outputs_on_devices
-
     import zoo
+
+    from helpers import outputs_on_devices
     from tvm_tensil.runtime import bridge
 
-    onnx_model, shape = {"mlp": (zoo.mlp(batch=2), (2, 64)), "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
-                         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32))}[model]
+    onnx_model, shape = {
+        "mlp": (zoo.mlp(batch=2), (2, 64)),
+        "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
+    }[model]
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
     assert np.array_equal(outs["emulator"], outs["verilator"])
     import tvm_tensil

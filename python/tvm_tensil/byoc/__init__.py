@@ -8,5 +8,13 @@ from . import codegen  # noqa: F401 - registers relax.ext.tensil
 from .driver import BuildReport, build, offload, tensil_pipeline, write_models
 from .patterns import Rejections, make_patterns, partition_for_tensil
 
-__all__ = ["BuildReport", "build", "offload", "tensil_pipeline", "write_models", "Rejections",
-           "make_patterns", "partition_for_tensil"]
+__all__ = [
+    "BuildReport",
+    "build",
+    "offload",
+    "tensil_pipeline",
+    "write_models",
+    "Rejections",
+    "make_patterns",
+    "partition_for_tensil",
+]

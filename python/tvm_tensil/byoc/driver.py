@@ -46,27 +46,36 @@ class BuildReport:
         return sum(p["cycles"]["total"] for p in self.partitions.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"arch": self.arch.to_dict(), "partitions": self.partitions, "cpu_ops": self.cpu_ops,
-                "estimated_cycles": self.total_cycles}
+        return {
+            "arch": self.arch.to_dict(),
+            "partitions": self.partitions,
+            "cpu_ops": self.cpu_ops,
+            "estimated_cycles": self.total_cycles,
+        }
 
     def __str__(self) -> str:
         a = self.arch
-        lines = [f"Tensil build for {a.name or 'custom architecture'} ({a.array_size}x{a.array_size} "
-                 f"{a.data_type.name})"]
+        lines = [
+            f"Tensil build for {a.name or 'custom architecture'} ({a.array_size}x{a.array_size} {a.data_type.name})"
+        ]
         for sym, p in self.partitions.items():
             mem = p["memory"]
-            lines.append(f"partition {sym}: {p['instructions']} instructions, ~{p['cycles']['total']} cycles "
-                         f"(latency model)")
-            lines.append(f"  memory: DRAM0 {mem['dram0_vectors']} vectors, DRAM1 {mem['dram1_vectors']}, "
-                         f"local {mem['local_vectors']}/{mem['local_depth']}, accumulators "
-                         f"{mem['accumulator_vectors']}/{mem['accumulator_depth']}")
+            lines.append(
+                f"partition {sym}: {p['instructions']} instructions, ~{p['cycles']['total']} cycles (latency model)"
+            )
+            lines.append(
+                f"  memory: DRAM0 {mem['dram0_vectors']} vectors, DRAM1 {mem['dram1_vectors']}, "
+                f"local {mem['local_vectors']}/{mem['local_depth']}, accumulators "
+                f"{mem['accumulator_vectors']}/{mem['accumulator_depth']}"
+            )
             for node in p["nodes"]:
                 ep = f" + {'+'.join(node['epilogue'])}" if node["epilogue"] else ""
-                lines.append(f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
-                             f"(from {', '.join(node['relax_ops'])})")
+                lines.append(
+                    f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
+                    f"(from {', '.join(node['relax_ops'])})"
+                )
             if p.get("weights_saturated"):
-                lines.append(f"  warning: {p['weights_saturated']} weights saturated at the "
-                             f"{a.data_type.name} range")
+                lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
         if self.cpu_ops:
             lines.append("on the CPU:")
             for op in self.cpu_ops:
@@ -91,8 +100,11 @@ def _namespace_symbols(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
 
 def _weights_not_constant(call) -> bool:
     """A conv or dense layer whose weights are a graph input (``keep_params_in_input=True``)."""
-    return (call.op.name in ("relax.nn.conv2d", "relax.matmul") and len(call.args) == 2
-            and isinstance(call.args[1], relax.Var))
+    return (
+        call.op.name in ("relax.nn.conv2d", "relax.matmul")
+        and len(call.args) == 2
+        and isinstance(call.args[1], relax.Var)
+    )
 
 
 def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
@@ -110,8 +122,10 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                 name = e.op.name
                 reason = rejections.reason(name, shape)
                 if reason is None and _weights_not_constant(e):
-                    reason = ("its weights are a graph input, not constants: import with "
-                              "from_onnx(model, keep_params_in_input=False) or pass params= to build()")
+                    reason = (
+                        "its weights are a graph input, not constants: import with "
+                        "from_onnx(model, keep_params_in_input=False) or pass params= to build()"
+                    )
                 ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}"})
 
         relax.analysis.post_order_visit(func.body, visit)
@@ -119,8 +133,11 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
 
 
 def _partitions(mod: tvm.IRModule):
-    return [(gv, f) for gv, f in mod.functions.items()
-            if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == TARGET]
+    return [
+        (gv, f)
+        for gv, f in mod.functions.items()
+        if isinstance(f, relax.Function) and f.attrs and f.attrs.get("Codegen") == TARGET
+    ]
 
 
 def _back_to_cpu(func: relax.Function) -> relax.Function:
@@ -137,6 +154,7 @@ def _back_to_cpu(func: relax.Function) -> relax.Function:
 
 def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> None:
     """Give every op of ``func`` the reason it stays on the CPU."""
+
     def record(expr):
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
             rejections.add(expr, reason, replace=True)
@@ -182,8 +200,13 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
 LAST_REPORT: BuildReport | None = None
 
 
-def build(mod: tvm.IRModule, target: str = TARGET, arch: "str | os.PathLike | Architecture" = "pynqz1",
-          params: dict | None = None, model_dir: "str | os.PathLike | None" = None):
+def build(
+    mod: tvm.IRModule,
+    target: str = TARGET,
+    arch: "str | os.PathLike | Architecture" = "pynqz1",
+    params: dict | None = None,
+    model_dir: "str | os.PathLike | None" = None,
+):
     """Compile a Relax module for the Tensil compute unit and the host CPU.
 
     Parameters
@@ -227,11 +250,15 @@ def _check_module(mod) -> None:
         return
     kind = type(mod).__module__.split(".")[0] + "." + type(mod).__name__
     if type(mod).__name__ == "ModelProto" or isinstance(mod, (str, os.PathLike)):
-        how = ("import the ONNX model first: mod = tvm.relax.frontend.onnx.from_onnx(onnx.load(path), "
-               "keep_params_in_input=False)")
+        how = (
+            "import the ONNX model first: mod = tvm.relax.frontend.onnx.from_onnx(onnx.load(path), "
+            "keep_params_in_input=False)"
+        )
     elif any(c.__module__.startswith("torch") for c in type(mod).__mro__):
-        how = ("export the PyTorch model first: mod = tvm.relax.frontend.torch.from_exported_program("
-               "torch.export.export(model, (x,)), keep_params_as_input=False)")
+        how = (
+            "export the PyTorch model first: mod = tvm.relax.frontend.torch.from_exported_program("
+            "torch.export.export(model, (x,)), keep_params_as_input=False)"
+        )
     else:
         how = "import the model with a TVM Relax frontend (tvm.relax.frontend.onnx or .torch)"
     raise TypeError(f"tvm_tensil.build takes a Relax IRModule, not {kind}: {how}")
@@ -245,13 +272,17 @@ def _host_target(target) -> "str | tvm.target.Target":
     try:
         host = tvm.target.Target(target)
     except Exception as e:  # noqa: BLE001 - TVM's own parse error, restated
-        raise ValueError(f"target {str(target)!r} is not a TVM target ({str(e).splitlines()[0][:120]}); "
-                         f"use target=\"{TARGET}\" (the TCU and the host's LLVM)") from None
+        raise ValueError(
+            f"target {str(target)!r} is not a TVM target ({str(e).splitlines()[0][:120]}); "
+            f'use target="{TARGET}" (the TCU and the host\'s LLVM)'
+        ) from None
     kind = host.kind.name
     if kind not in ("llvm", "c"):
-        raise ValueError(f"target {str(target)!r} (kind {kind}) cannot host a Tensil build: the ops the TCU "
-                         f"does not run go to the CPU; use target=\"{TARGET}\" or a CPU target such as "
-                         "{\"kind\": \"llvm\", \"mtriple\": \"aarch64-linux-gnu\"}")
+        raise ValueError(
+            f"target {str(target)!r} (kind {kind}) cannot host a Tensil build: the ops the TCU "
+            f'does not run go to the CPU; use target="{TARGET}" or a CPU target such as '
+            '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
+        )
     return host
 
 

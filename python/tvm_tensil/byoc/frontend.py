@@ -37,7 +37,9 @@ def channel_slice(call: relax.Call) -> tuple[int, int]:
     tensor and everything else; FrontendError naming what else it does."""
     shape = shape_of(call.args[0])
     axes, begin, end = ([int(v) for v in arg.fields] for arg in call.args[1:4])
-    strides = [int(v) for v in call.args[4].fields] if len(call.args) > 4 and call.args[4] is not None else [1] * len(axes)
+    strides = (
+        [int(v) for v in call.args[4].fields] if len(call.args) > 4 and call.args[4] is not None else [1] * len(axes)
+    )
     if len(shape) != 4:
         raise FrontendError(f"slice of a rank-{len(shape)} tensor (only NCHW channels)")
     kept = {1: (0, shape[1])}
@@ -105,7 +107,6 @@ class _Builder:
         self.tensors[name] = Tensor(name, to_internal(relax_shape))
         self.relax_shapes[name] = relax_shape
         return name
-
 
 
 class _Scope:
@@ -202,11 +203,20 @@ def _run_resize(call: relax.Call, probe: np.ndarray, out_shape) -> np.ndarray:
     x = relax.Var("x", ty=relax.TensorType(shape=probe.shape, dtype="float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
-        y = bb.emit(relax.op.image.resize2d(
-            x, tuple(int(v) for v in out_shape[2:]), roi=tuple(float(v) for v in a.roi), layout="NCHW",
-            method=str(a.method), coordinate_transformation_mode=str(a.coordinate_transformation_mode),
-            rounding_method=str(a.rounding_method), cubic_alpha=float(a.cubic_alpha),
-            cubic_exclude=int(a.cubic_exclude), extrapolation_value=float(a.extrapolation_value)))
+        y = bb.emit(
+            relax.op.image.resize2d(
+                x,
+                tuple(int(v) for v in out_shape[2:]),
+                roi=tuple(float(v) for v in a.roi),
+                layout="NCHW",
+                method=str(a.method),
+                coordinate_transformation_mode=str(a.coordinate_transformation_mode),
+                rounding_method=str(a.rounding_method),
+                cubic_alpha=float(a.cubic_alpha),
+                cubic_exclude=int(a.cubic_exclude),
+                extrapolation_value=float(a.extrapolation_value),
+            )
+        )
         bb.emit_func_output(y)
     vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
     return vm["main"](tvm.runtime.tensor(probe.astype(np.float32))).numpy()
@@ -256,14 +266,28 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return out
 
     if op == "relax.nn.conv2d":
-        return node("conv2d", [_operand(scope, call.args[0])], weight=b.const_index(call.args[1]), bias=None,
-                    strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
-                    padding=tuple(int(p) for p in a.padding), groups=int(a.groups))
+        return node(
+            "conv2d",
+            [_operand(scope, call.args[0])],
+            weight=b.const_index(call.args[1]),
+            bias=None,
+            strides=tuple(int(s) for s in a.strides),
+            dilation=tuple(int(d) for d in a.dilation),
+            padding=tuple(int(p) for p in a.padding),
+            groups=int(a.groups),
+        )
     if op == "relax.matmul":
         w = b.const_index(call.args[1])
         # A (K, M) matmul weight is a 1x1 conv weight (M, K, 1, 1); the packer transposes.
-        b.nodes.append(Node("conv2d", [_operand(scope, call.args[0])], out,
-                            dict(weight=w, bias=None, groups=1, layout="KM"), source_ops=[op]))
+        b.nodes.append(
+            Node(
+                "conv2d",
+                [_operand(scope, call.args[0])],
+                out,
+                dict(weight=w, bias=None, groups=1, layout="KM"),
+                source_ops=[op],
+            )
+        )
         return out
     if op == "relax.add":
         lhs, rhs = call.args
@@ -300,9 +324,15 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("clip", [_operand(scope, call.args[0])], lo=lo, hi=hi)
     if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         kind = "max_pool2d" if "max" in op else "avg_pool2d"
-        return node(kind, [_operand(scope, call.args[0])], kernel=tuple(int(k) for k in a.pool_size),
-                    strides=tuple(int(s) for s in a.strides), dilation=tuple(int(d) for d in a.dilation),
-                    padding=tuple(int(p) for p in a.padding), count_include_pad=bool(a.count_include_pad))
+        return node(
+            kind,
+            [_operand(scope, call.args[0])],
+            kernel=tuple(int(k) for k in a.pool_size),
+            strides=tuple(int(s) for s in a.strides),
+            dilation=tuple(int(d) for d in a.dilation),
+            padding=tuple(int(p) for p in a.padding),
+            count_include_pad=bool(a.count_include_pad),
+        )
     if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
         return node("global_avg_pool", [_operand(scope, call.args[0])])
     if op in ("relax.reshape", "relax.flatten"):

@@ -77,10 +77,11 @@ def _needs_registers(arch: Architecture, what: str) -> str | None:
 
 # -- check functions: one per op, each returns None (offload) or the reason it stays on the CPU --
 
+
 def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
     a = call.attrs
     x, w = call.args
-    if (err := _float32(x, w) or _rank(x, (4,))):
+    if err := _float32(x, w) or _rank(x, (4,)):
         return err
     if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
         return f"layout {a.data_layout}/{a.kernel_layout}: the TCU path takes NCHW/OIHW"
@@ -95,14 +96,13 @@ def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
     n = arch.array_size
     window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * math.ceil(ci / n)
     if window + 2 * (n + 1) + 1 > arch.local_depth:
-        return (f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; "
-                f"local_depth is {arch.local_depth}")
+        return f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; local_depth is {arch.local_depth}"
     return None
 
 
 def check_matmul(arch: Architecture, call: relax.Call) -> str | None:
     x, w = call.args
-    if (err := _float32(x, w)):
+    if err := _float32(x, w):
         return err
     if len(shape_of(x)) != 2 or len(shape_of(w)) != 2:
         return "matmul of other than a 2-D input and a 2-D constant weight"
@@ -129,7 +129,7 @@ def check_bias(arch: Architecture, add: relax.Call) -> str | None:
 
 def check_activation(arch: Architecture, call: relax.Call) -> str | None:
     op = call.op.name
-    if (err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, op)):
+    if err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, op):
         return err
     if op == "relax.clip":
         lo, hi = float(call.args[1].value), float(call.args[2].value)
@@ -143,7 +143,7 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_add(arch: Architecture, call: relax.Call) -> str | None:
     x, y = call.args
-    if (err := _float32(x, y) or _rank(x) or _rank(y)):
+    if err := _float32(x, y) or _rank(x) or _rank(y):
         return err
     if isinstance(y, tvm.ir.GenericConst) or isinstance(x, tvm.ir.GenericConst):
         xx, c = (x, y) if isinstance(y, tvm.ir.GenericConst) else (y, x)
@@ -157,7 +157,7 @@ def check_add(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_resize(arch: Architecture, call: relax.Call) -> str | None:
     a = call.attrs
-    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+    if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
         return err
     if a.layout != "NCHW":
         return f"resize layout {a.layout}"
@@ -171,7 +171,7 @@ def check_resize(arch: Architecture, call: relax.Call) -> str | None:
 def check_pad(arch: Architecture, call: relax.Call) -> str | None:
     a = call.attrs
     width = [int(v) for v in a.pad_width]
-    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+    if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
         return err
     if str(a.pad_mode) != "constant":
         return f"{a.pad_mode} padding (only constant)"
@@ -183,7 +183,7 @@ def check_pad(arch: Architecture, call: relax.Call) -> str | None:
 
 
 def check_slice(arch: Architecture, call: relax.Call) -> str | None:
-    if (err := _float32(call.args[0])):
+    if err := _float32(call.args[0]):
         return err
     try:
         channel_slice(call)
@@ -196,7 +196,7 @@ def check_concat(arch: Architecture, call: relax.Call) -> str | None:
     tup = call.args[0]
     if not isinstance(tup, relax.Tuple):
         return "concat of a tuple variable"
-    if (err := _float32(*tup.fields)):
+    if err := _float32(*tup.fields):
         return err
     shapes = [shape_of(t) for t in tup.fields]
     axis = int(call.attrs.axis) % len(shapes[0])
@@ -209,7 +209,7 @@ def check_concat(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_minmax(arch: Architecture, call: relax.Call) -> str | None:
     x, c = call.args
-    if (err := _float32(x, c) or _rank(x)):
+    if err := _float32(x, c) or _rank(x):
         return err
     if c.value.numpy().size != 1:
         return f"{call.op.name} with a non-scalar bound"
@@ -218,7 +218,7 @@ def check_minmax(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_pool(arch: Architecture, call: relax.Call) -> str | None:
     a = call.attrs
-    if (err := _float32(call.args[0]) or _rank(call.args[0], (4,))):
+    if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
         return err
     if a.layout != "NCHW" or a.out_layout != "NCHW":
         return f"pool layout {a.layout}"
@@ -230,14 +230,16 @@ def check_pool(arch: Architecture, call: relax.Call) -> str | None:
         # fraction bits for it (see docs/compiler.md, error bounds).
         shift = math.ceil(math.log2(kh * kw)) if kh * kw > 1 else 0
         if shift > arch.data_type.binary_point // 2:
-            return (f"average pool over {kh}x{kw} values: {arch.data_type.name} keeps too few fraction bits "
-                    f"to sum them exactly enough (at most {1 << (arch.data_type.binary_point // 2)} values)")
+            return (
+                f"average pool over {kh}x{kw} values: {arch.data_type.name} keeps too few fraction bits "
+                f"to sum them exactly enough (at most {1 << (arch.data_type.binary_point // 2)} values)"
+            )
     return _needs_registers(arch, "pooling")
 
 
 def check_global_pool(arch: Architecture, call: relax.Call) -> str | None:
     x = call.args[0]
-    if (err := _float32(x) or _rank(x, (4,))):
+    if err := _float32(x) or _rank(x, (4,)):
         return err
     out = shape_of(call)
     if call.op.name == "relax.nn.adaptive_avg_pool2d":
@@ -251,11 +253,12 @@ def check_global_pool(arch: Architecture, call: relax.Call) -> str | None:
 
 
 def check_reshape(arch: Architecture, call: relax.Call) -> str | None:
-    if (err := _float32(call.args[0])):
+    if err := _float32(call.args[0]):
         return err
     src, dst = shape_of(call.args[0]), shape_of(call)
     ok = (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2]) or (
-        len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2])
+        len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2]
+    )
     return None if ok else f"reshape {src} -> {dst} reorders data in the TCU layout"
 
 
@@ -277,8 +280,7 @@ def _checker(arch: Architecture, rejections: Rejections, root_check=None):
     def check(ctx: PatternCheckContext) -> bool:
         root = ctx.annotated_expr["root"]
         try:
-            parts = [(fn, ctx.annotated_expr[key]) for key, fn in _PART_CHECKS.items()
-                     if key in ctx.annotated_expr]
+            parts = [(fn, ctx.annotated_expr[key]) for key, fn in _PART_CHECKS.items() if key in ctx.annotated_expr]
             if root_check is not None:
                 parts.append((root_check, root))
             for fn, expr in parts:
@@ -327,18 +329,26 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     flat_mm = is_op("relax.matmul")(flat, is_const())
     check = _checker(arch, rejections)
     # Each base, then its fused forms: bias, relu, bias + relu.
-    for base_name, base, parts in (("conv2d", conv, {"conv": conv}), ("matmul", matmul, {"matmul": matmul}),
-                                   ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat})):
+    for base_name, base, parts in (
+        ("conv2d", conv, {"conv": conv}),
+        ("matmul", matmul, {"matmul": matmul}),
+        ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat}),
+    ):
         pats.append(FusionPattern(f"tensil.{base_name}", base, dict(parts, root=base), check))
-    for base_name, base, parts in (("conv2d", conv, {"conv": conv}), ("matmul", matmul, {"matmul": matmul}),
-                                   ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat})):
+    for base_name, base, parts in (
+        ("conv2d", conv, {"conv": conv}),
+        ("matmul", matmul, {"matmul": matmul}),
+        ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat}),
+    ):
         biased = is_op("relax.add")(base, is_const())
         relu = is_op("relax.nn.relu")(base)
         bias_relu = is_op("relax.nn.relu")(biased)
-        for suffix, pattern, ann in (("bias", biased, {"bias": biased}), ("relu", relu, {"relu": relu}),
-                                     ("bias_relu", bias_relu, {"bias": biased, "relu": bias_relu})):
-            pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(parts, **ann, root=pattern),
-                                      check))
+        for suffix, pattern, ann in (
+            ("bias", biased, {"bias": biased}),
+            ("relu", relu, {"relu": relu}),
+            ("bias_relu", bias_relu, {"bias": biased, "relu": bias_relu}),
+        ):
+            pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(parts, **ann, root=pattern), check))
     return pats
 
 
@@ -365,7 +375,6 @@ def partition_for_tensil(mod: tvm.IRModule, arch="pynqz1", rejections: Rejection
     rejections = rejections if rejections is not None else Rejections()
     mod = prepare_for_tensil(mod)
     patterns = make_patterns(arch, rejections)
-    mod = relax.transform.FuseOpsByPattern(list(reversed(patterns)), bind_constants=True,
-                                           annotate_codegen=False)(mod)
+    mod = relax.transform.FuseOpsByPattern(list(reversed(patterns)), bind_constants=True, annotate_codegen=False)(mod)
     mod = relax.transform.MergeCompositeFunctions()(mod)
     return mod

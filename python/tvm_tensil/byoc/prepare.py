@@ -84,8 +84,9 @@ def _rules():
         if s is None or bv is None:
             return expr
         shp = shape_of(m[x])
-        return relax.op.add(relax.op.multiply(m[x], _const(_broadcast_like(s, shp))),
-                            _const(_broadcast_like(bv * s, shp)))
+        return relax.op.add(
+            relax.op.multiply(m[x], _const(_broadcast_like(s, shp))), _const(_broadcast_like(bv * s, shp))
+        )
 
     rules.append((mul_add, r_mul_add))
 
@@ -118,9 +119,16 @@ def _rules():
         if s is None:
             return expr
         wv = _value(m[w]) * s.reshape(-1, 1, 1, 1)
-        return relax.op.nn.conv2d(m[x], _const(wv), strides=a.strides, padding=a.padding,
-                                  dilation=a.dilation, groups=a.groups, data_layout="NCHW",
-                                  kernel_layout="OIHW")
+        return relax.op.nn.conv2d(
+            m[x],
+            _const(wv),
+            strides=a.strides,
+            padding=a.padding,
+            dilation=a.dilation,
+            groups=a.groups,
+            data_layout="NCHW",
+            kernel_layout="OIHW",
+        )
 
     rules.append((mul_conv, r_mul_conv))
 
@@ -281,13 +289,26 @@ def _merge_pad_into_conv():
         p = m[pad].attrs
         width = [int(v) for v in p.pad_width]
         a = m[conv].attrs
-        if (str(p.pad_mode) != "constant" or float(p.pad_value) != 0.0 or len(width) != 8 or any(width[:4])
-                or a.data_layout != "NCHW"):
+        if (
+            str(p.pad_mode) != "constant"
+            or float(p.pad_value) != 0.0
+            or len(width) != 8
+            or any(width[:4])
+            or a.data_layout != "NCHW"
+        ):
             return expr
         top, bottom, left, right = width[4:]
         t, l, b, rr = (int(v) for v in a.padding)
-        return relax.op.nn.conv2d(m[x], m[w], strides=a.strides, padding=(t + top, l + left, b + bottom, rr + right),
-                                  dilation=a.dilation, groups=a.groups, data_layout="NCHW", kernel_layout="OIHW")
+        return relax.op.nn.conv2d(
+            m[x],
+            m[w],
+            strides=a.strides,
+            padding=(t + top, l + left, b + bottom, rr + right),
+            dilation=a.dilation,
+            groups=a.groups,
+            data_layout="NCHW",
+            kernel_layout="OIHW",
+        )
 
     return conv, r
 
@@ -315,8 +336,9 @@ def _inference_batch_norm():
             return expr
         scale = (gamma if a.scale else 1.0) / np.sqrt(var + float(a.epsilon))
         shift = (beta if a.center else 0.0) - mean * scale
-        return relax.op.add(relax.op.multiply(match[x], _const(_broadcast_like(scale, shp))),
-                            _const(_broadcast_like(shift, shp)))
+        return relax.op.add(
+            relax.op.multiply(match[x], _const(_broadcast_like(scale, shp))), _const(_broadcast_like(shift, shp))
+        )
 
     return pat, r
 
@@ -365,12 +387,14 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
 
 def prepare_for_tensil(mod: tvm.IRModule) -> tvm.IRModule:
     """Constant folding, batch-norm folding, affine folding (see the module docstring)."""
-    seq = tvm.transform.Sequential([
-        relax.transform.FoldConstant(),
-        relax.transform.CanonicalizeBindings(),
-        fold_affine,
-        relax.transform.FoldConstant(),
-        relax.transform.CanonicalizeBindings(),
-        relax.transform.DeadCodeElimination(),
-    ])
+    seq = tvm.transform.Sequential(
+        [
+            relax.transform.FoldConstant(),
+            relax.transform.CanonicalizeBindings(),
+            fold_affine,
+            relax.transform.FoldConstant(),
+            relax.transform.CanonicalizeBindings(),
+            relax.transform.DeadCodeElimination(),
+        ]
+    )
     return seq(mod)

@@ -42,8 +42,10 @@ class CompiledPartition:
             data = pack_consts(self.recipes, constants, self.arch)
             consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
         extras = {
-            kind: {name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
-                   for name, p in table.items()}
+            kind: {
+                name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
+                for name, p in table.items()
+            }
             for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
         }
         extras["report"] = self.report
@@ -86,8 +88,10 @@ class CompiledPartition:
 def fuse(graph: Graph) -> Graph:
     """Fold bias adds into the preceding conv and activations into their producer's epilogue. The
     caller's nodes are left as they were (fusing works on copies)."""
-    nodes = [replace(n, inputs=list(n.inputs), attrs=dict(n.attrs), epilogue=list(n.epilogue),
-                     source_ops=list(n.source_ops)) for n in graph.nodes]
+    nodes = [
+        replace(n, inputs=list(n.inputs), attrs=dict(n.attrs), epilogue=list(n.epilogue), source_ops=list(n.source_ops))
+        for n in graph.nodes
+    ]
     # Tensors that must keep their name: outputs, and the storage behind views.
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
 
@@ -102,12 +106,16 @@ def fuse(graph: Graph) -> Graph:
             nxt = sole_consumer(node.output)
             if nxt is None:
                 continue
-            if (node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.get("bias") is None
-                    and not node.epilogue):
+            if node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.get("bias") is None and not node.epilogue:
                 node.attrs["bias"] = nxt.attrs["bias"]
-            elif (node.op == "conv2d" and nxt.op == "add" and not node.epilogue and not node.attrs.get("residual")
-                  and len(set(nxt.inputs)) == 2
-                  and len({graph.tensors[t].shape for t in nxt.inputs + [nxt.output]}) == 1):
+            elif (
+                node.op == "conv2d"
+                and nxt.op == "add"
+                and not node.epilogue
+                and not node.attrs.get("residual")
+                and len(set(nxt.inputs)) == 2
+                and len({graph.tensors[t].shape for t in nxt.inputs + [nxt.output]}) == 1
+            ):
                 # A residual add: the conv's accumulators start from the other operand (the shortcut).
                 # The fused node takes the add's place, after the shortcut's producer.
                 node.attrs["residual"] = True
@@ -118,8 +126,16 @@ def fuse(graph: Graph) -> Graph:
                 nodes.remove(node)
                 changed = True
                 break
-            elif nxt.op in EPILOGUE_OPS and node.op in ("conv2d", "bias_add", "add", "max_pool2d",
-                                                           "avg_pool2d", "global_avg_pool", "concat", "slice"):
+            elif nxt.op in EPILOGUE_OPS and node.op in (
+                "conv2d",
+                "bias_add",
+                "add",
+                "max_pool2d",
+                "avg_pool2d",
+                "global_avg_pool",
+                "concat",
+                "slice",
+            ):
                 node.epilogue.append((nxt.op, dict(nxt.attrs)))
             else:
                 continue
@@ -129,8 +145,14 @@ def fuse(graph: Graph) -> Graph:
             changed = True
             break
     _fuse_second_outputs(graph, nodes, pinned)
-    used = ({t for n in nodes for t in n.inputs} | {t for n in nodes for t in outputs_of(n)} | set(graph.inputs)
-            | set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()})
+    used = (
+        {t for n in nodes for t in n.inputs}
+        | {t for n in nodes for t in outputs_of(n)}
+        | set(graph.inputs)
+        | set(graph.outputs)
+        | set(graph.views)
+        | {src for src, _ in graph.views.values()}
+    )
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
 
@@ -149,9 +171,13 @@ def _is_channel_affine(node: Node, graph: Graph) -> bool:
         return False
     c = graph.tensors[node.output].c
     w = np.shape(graph.constants[a["weight"]])
-    return (a.get("groups") == c == graph.tensors[node.inputs[0]].c and tuple(w[1:]) == (1, 1, 1)
-            and tuple(a.get("strides", (1, 1))) == (1, 1) and not any(a.get("padding", (0, 0, 0, 0)))
-            and a.get("layout", "OIHW") == "OIHW")
+    return (
+        a.get("groups") == c == graph.tensors[node.inputs[0]].c
+        and tuple(w[1:]) == (1, 1, 1)
+        and tuple(a.get("strides", (1, 1))) == (1, 1)
+        and not any(a.get("padding", (0, 0, 0, 0)))
+        and a.get("layout", "OIHW") == "OIHW"
+    )
 
 
 def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> None:
@@ -164,11 +190,18 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
             continue
         users = [n for n in nodes if node.output in n.inputs]
         for user in users:
-            if (_is_channel_affine(user, graph) and user.inputs == [node.output]
-                    and (len(users) > 1 or node.output in pinned)):
-                node.attrs["second"] = {"output": user.output, "weight": user.attrs["weight"],
-                                        "bias": user.attrs.get("bias"), "groups": user.attrs["groups"],
-                                        "epilogue": list(user.epilogue)}
+            if (
+                _is_channel_affine(user, graph)
+                and user.inputs == [node.output]
+                and (len(users) > 1 or node.output in pinned)
+            ):
+                node.attrs["second"] = {
+                    "output": user.output,
+                    "weight": user.attrs["weight"],
+                    "bias": user.attrs.get("bias"),
+                    "groups": user.attrs["groups"],
+                    "epilogue": list(user.epilogue),
+                }
                 node.source_ops += user.source_ops
                 nodes.remove(user)
                 break
@@ -208,9 +241,15 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
             # exist, but keep placing weights so that the error states the whole need.
             lir.discard()
             sched.lower(node)
-        per_node.append({"op": node.op, "output": node.output,
-                         "epilogue": [e[0] for e in node.epilogue],
-                         "relax_ops": node.source_ops, "instructions": len(lir) - start})
+        per_node.append(
+            {
+                "op": node.op,
+                "output": node.output,
+                "epilogue": [e[0] for e in node.epilogue],
+                "relax_ops": node.source_ops,
+                "instructions": len(lir) - start,
+            }
+        )
     sched.finish()
     consts.check()
     program = lir.program(name)
@@ -225,14 +264,21 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }
-    return CompiledPartition(name, arch, program, consts.recipes,
-                             {t: place[t] for t in graph.inputs}, {t: place[t] for t in graph.outputs},
-                             report)
+    return CompiledPartition(
+        name,
+        arch,
+        program,
+        consts.recipes,
+        {t: place[t] for t in graph.inputs},
+        {t: place[t] for t in graph.outputs},
+        report,
+    )
 
 
 def _lifetimes(graph: Graph, placed: set[str]) -> dict[str, tuple[int, int]]:
     """(first, last) node index of every intermediate's storage: written by node ``first``,
     last read (directly or through a view of it) by node ``last``."""
+
     def storage(t: str) -> str:
         while t in graph.views:
             t = graph.views[t][0]
@@ -269,8 +315,9 @@ def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architect
     n, h, w, c = src.shape
     if n > 1 and (h * w) & (h * w - 1):
         raise ScheduleError(f"flattening a batch of {n} {h}x{w} maps needs h*w to be a power of two")
-    vp = TensorPlacement(src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size,
-                         flattened_hw=h * w if n > 1 else 0)
+    vp = TensorPlacement(
+        src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size, flattened_hw=h * w if n > 1 else 0
+    )
     for node in graph.nodes:
         if view in node.inputs:
             if node.op != "conv2d" or node.attrs.get("layout") != "KM":
@@ -289,9 +336,14 @@ def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_v
         end1 = f.addr1 + (size - 1) * np.left_shift(1, f.stride1)
         local_ops = ((op == Opcode.MATMUL) & ((f.flags & MatMulFlag.ZEROES) == 0)) | (op == Opcode.DATAMOVE)
         simd = op == Opcode.SIMD
-        acc_ends = np.concatenate([
-            end1[op == Opcode.MATMUL], end1[(op == Opcode.DATAMOVE) & (f.flags >= Direction.ACC_TO_LOCAL)],
-            f.addr0[simd & ((f.flags & SIMDFlag.WRITE) != 0)], f.addr1[simd & ((f.flags & SIMDFlag.READ) != 0)]])
+        acc_ends = np.concatenate(
+            [
+                end1[op == Opcode.MATMUL],
+                end1[(op == Opcode.DATAMOVE) & (f.flags >= Direction.ACC_TO_LOCAL)],
+                f.addr0[simd & ((f.flags & SIMDFlag.WRITE) != 0)],
+                f.addr1[simd & ((f.flags & SIMDFlag.READ) != 0)],
+            ]
+        )
         if local_ops.any():
             local = max(local, int(end0[local_ops].max()) + 1)
         if acc_ends.size:

@@ -54,7 +54,7 @@ class Node:
 # The node kinds the scheduler lowers, with the attrs each takes.
 OPS = {
     "conv2d": "weight (O, I/groups, KH, KW), bias?, strides, dilation, padding (t, l, b, r), groups; "
-              "residual: a second input added to the result (a fused residual add)",
+    "residual: a second input added to the result (a fused residual add)",
     "add": "two tensors of one shape",
     "bias_add": "bias: a constant vector over channels",
     "relu": "",

@@ -48,8 +48,17 @@ from ..isa.instructions import DataMoveBit, Direction, LoadWeightsFlag, MatMulFl
 from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
-COSTS = {"mm": 7, "lw": 3, "move": 6, "simd_drain": 5, "simd_dependent": 5, "read": 5, "write": 7, "swap": -1,
-         "lw_after_swap": 3}
+COSTS = {
+    "mm": 7,
+    "lw": 3,
+    "move": 6,
+    "simd_drain": 5,
+    "simd_dependent": 5,
+    "read": 5,
+    "write": 7,
+    "swap": -1,
+    "lw_after_swap": 3,
+}
 DEFAULT_AXI_BITS = 64
 
 
@@ -62,15 +71,26 @@ _TO_DRAM, _DRAM1 = int(DataMoveBit.TO_DRAM), int(DataMoveBit.DRAM1)  # DataMove 
 
 
 # What an instruction is, for the critical-path split: ``KINDS[_KIND_OF[opcode, flags]]``.
-KINDS = ("matmul", "load_weights", "dram0_to_local", "local_to_dram0", "dram1_to_local", "local_to_dram1",
-         "acc_to_local", "local_to_acc", "simd", "other")
+KINDS = (
+    "matmul",
+    "load_weights",
+    "dram0_to_local",
+    "local_to_dram0",
+    "dram1_to_local",
+    "local_to_dram1",
+    "acc_to_local",
+    "local_to_acc",
+    "simd",
+    "other",
+)
 _KIND_OF = np.full((16, 16), KINDS.index("other"), dtype=np.int64)
 _KIND_OF[_MATMUL, :] = KINDS.index("matmul")
 _KIND_OF[_LOADWEIGHTS, :] = KINDS.index("load_weights")
 _KIND_OF[_SIMD, :] = KINDS.index("simd")
 for _d in Direction:
     _KIND_OF[_DATAMOVE, int(_d)] = KINDS.index(
-        "local_to_acc" if _d == Direction.LOCAL_TO_ACC_ACCUMULATE else _d.name.lower())
+        "local_to_acc" if _d == Direction.LOCAL_TO_ACC_ACCUMULATE else _d.name.lower()
+    )
 del _d
 
 
@@ -90,9 +110,12 @@ def critical_path(program: Program, arch: Architecture, node_starts=(), timing: 
     busy, state, blame = _run(program, arch, timing, starts, nodes)
     by_node = [{KINDS[k]: int(blame[i, k]) for k in range(len(KINDS)) if blame[i, k]} for i in range(nodes)]
     totals = blame.sum(axis=0)
-    return {"total": int(state[_FINISH]),
-            "by_kind": {KINDS[k]: int(totals[k]) for k in range(len(KINDS)) if totals[k]},
-            "by_node": by_node, "cycles": _cycles(busy, state)}
+    return {
+        "total": int(state[_FINISH]),
+        "by_kind": {KINDS[k]: int(totals[k]) for k in range(len(KINDS)) if totals[k]},
+        "by_node": by_node,
+        "cycles": _cycles(busy, state),
+    }
 
 
 def _cycles(busy: np.ndarray, state: np.ndarray) -> dict[str, int]:
@@ -117,11 +140,39 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
         else:
             pcs = np.arange(start, start + f.opcode.shape[0])
             node = np.maximum(np.searchsorted(node_starts, pcs, side="right") - 1, 0)
-        _simulate(f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1,
-                  busy, state, arch.array_size, bpv, arch.local_depth, t["read_latency"], t["write_latency"],
-                  t["max_reads"], c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"],
-                  c["read"], c["write"], c["swap"], c["lw_after_swap"], ib, bb, arch.accumulator_depth // 2,
-                  node, _KIND_OF, blame)
+        _simulate(
+            f.opcode,
+            f.flags,
+            f.operand2 + 1,
+            f.raw1 + 1,
+            f.addr0,
+            f.stride0,
+            f.addr1,
+            f.stride1,
+            busy,
+            state,
+            arch.array_size,
+            bpv,
+            arch.local_depth,
+            t["read_latency"],
+            t["write_latency"],
+            t["max_reads"],
+            c["mm"],
+            c["lw"],
+            c["move"],
+            c["simd_drain"],
+            c["simd_dependent"],
+            c["read"],
+            c["write"],
+            c["swap"],
+            c["lw_after_swap"],
+            ib,
+            bb,
+            arch.accumulator_depth // 2,
+            node,
+            _KIND_OF,
+            blame,
+        )
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
         ends.append((state[_SIMD_END], state[_S_OWNER]))
@@ -138,8 +189,19 @@ def beats_per_vector(arch: Architecture) -> int:
 def dram_move_cycles(arch: Architecture, direction: Direction, size: int) -> int:
     """Estimated cycles of one contiguous DRAM <-> local DataMove (what the scheduler paces by)."""
     t, c = MEMORY_TIMING, COSTS
-    return int(_dram_cycles(size, int(direction) & 1, 0, beats_per_vector(arch), t["read_latency"],
-                            t["write_latency"], t["max_reads"], c["read"], c["write"]))
+    return int(
+        _dram_cycles(
+            size,
+            int(direction) & 1,
+            0,
+            beats_per_vector(arch),
+            t["read_latency"],
+            t["write_latency"],
+            t["max_reads"],
+            c["read"],
+            c["write"],
+        )
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,33 +219,82 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 # (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
 # (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
 _C, _O, _W, _D0R, _D0W, _D1R, _D1W, _ENGINES = 0, 1, 2, 3, 4, 5, 6, 7
-(_DISPATCH, _FINISH, _SIMD_END, _S_OWNER, _LAST_SIMD_WRITE, _LAST_SIMD_TIME, _C_ISSUED,
- _LW_SINCE_MM, _MM_SINCE_LW, _SWAP_AT, _BUFFERED, _C_BANKS, _M_BANKS, _S_BANKS) = range(14)
-(_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO,
- _DRAM_HI) = (14 + k * _ENGINES for k in range(11))
+(
+    _DISPATCH,
+    _FINISH,
+    _SIMD_END,
+    _S_OWNER,
+    _LAST_SIMD_WRITE,
+    _LAST_SIMD_TIME,
+    _C_ISSUED,
+    _LW_SINCE_MM,
+    _MM_SINCE_LW,
+    _SWAP_AT,
+    _BUFFERED,
+    _C_BANKS,
+    _M_BANKS,
+    _S_BANKS,
+) = range(14)
+(_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO, _DRAM_HI) = (
+    14 + k * _ENGINES for k in range(11)
+)
 _STATE_SIZE = 14 + 11 * _ENGINES
 _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
 @numba.njit(cache=True, nogil=True)
-def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, depth, rl, wl, max_reads,
-              mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, ib, bb, half, node,
-              kind_of, blame):
+def _simulate(
+    ops,
+    flags,
+    size,
+    lw_size,
+    a0,
+    s0,
+    a1,
+    s1,
+    busy,
+    state,
+    n,
+    bpv,
+    depth,
+    rl,
+    wl,
+    max_reads,
+    mm,
+    lw,
+    move,
+    simd_drain,
+    simd_dependent,
+    read,
+    write,
+    swap,
+    lw_after_swap,
+    ib,
+    bb,
+    half,
+    node,
+    kind_of,
+    blame,
+):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
     track = node.shape[0] > 0
     nk = blame.shape[1]
-    end, owner = state[_END:_END + _ENGINES].copy(), state[_OWNER:_OWNER + _ENGINES].copy()
-    has, lo_, hi_ = state[_HAS:_HAS + _ENGINES].copy(), state[_LO:_LO + _ENGINES].copy(), state[_HI:_HI + _ENGINES].copy()
-    writes_ = state[_WRITES:_WRITES + _ENGINES].copy()
+    end, owner = state[_END : _END + _ENGINES].copy(), state[_OWNER : _OWNER + _ENGINES].copy()
+    has, lo_, hi_ = (
+        state[_HAS : _HAS + _ENGINES].copy(),
+        state[_LO : _LO + _ENGINES].copy(),
+        state[_HI : _HI + _ENGINES].copy(),
+    )
+    writes_ = state[_WRITES : _WRITES + _ENGINES].copy()
     # Each DRAM engine's last DRAM -> local move: the cycles its responses use local memory's port B
     # (from, to, one per `period` cycles; period 0: none).
-    stream_lo = state[_STREAM_LO:_STREAM_LO + _ENGINES].copy()
-    stream_hi = state[_STREAM_HI:_STREAM_HI + _ENGINES].copy()
-    stream_period = state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES].copy()
+    stream_lo = state[_STREAM_LO : _STREAM_LO + _ENGINES].copy()
+    stream_hi = state[_STREAM_HI : _STREAM_HI + _ENGINES].copy()
+    stream_period = state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES].copy()
     # Each DRAM engine's last DRAM range.
-    dram_lo, dram_hi = state[_DRAM_LO:_DRAM_LO + _ENGINES].copy(), state[_DRAM_HI:_DRAM_HI + _ENGINES].copy()
+    dram_lo, dram_hi = state[_DRAM_LO : _DRAM_LO + _ENGINES].copy(), state[_DRAM_HI : _DRAM_HI + _ENGINES].copy()
     dispatch, finish = state[_DISPATCH], state[_FINISH]
     simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
     last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
@@ -207,7 +318,9 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         held = me  # whom the cycles from the previous dispatch to this one are charged to
         start = ready
         if op == _SIMD:
-            banks = (((1 << (a1[i] >= half)) if fl & _SIMD_READ else 0) | ((1 << (a0[i] >= half)) if fl & _SIMD_WRITE else 0))
+            banks = ((1 << (a1[i] >= half)) if fl & _SIMD_READ else 0) | (
+                (1 << (a0[i] >= half)) if fl & _SIMD_WRITE else 0
+            )
             if end[_O] > start:
                 start, held = end[_O], owner[_O]
             if banks & c_banks and end[_C] > start:
@@ -230,7 +343,9 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             busy[op] += 1
         elif op == _MATMUL or op == _LOADWEIGHTS or op == _DATAMOVE:
             k = lw_size[i] if op == _LOADWEIGHTS else size[i]
-            zeros = (op == _MATMUL and (fl & _MATMUL_ZEROES) != 0) or (op == _LOADWEIGHTS and (fl & _LOADWEIGHTS_ZEROES) != 0)
+            zeros = (op == _MATMUL and (fl & _MATMUL_ZEROES) != 0) or (
+                op == _LOADWEIGHTS and (fl & _LOADWEIGHTS_ZEROES) != 0
+            )
             to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & _TO_DRAM) != 0
             writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
             lo, hi = _local_range(a0[i], s0[i], k, depth)
@@ -276,8 +391,14 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
             # Local memory hazards with the other engines.
             if not zeros:
                 for e in range(_ENGINES):
-                    if (e != eng and end[e] > start and has[e] != 0 and (writes or writes_[e] != 0)
-                            and lo <= hi_[e] and lo_[e] <= hi):
+                    if (
+                        e != eng
+                        and end[e] > start
+                        and has[e] != 0
+                        and (writes or writes_[e] != 0)
+                        and lo <= hi_[e]
+                        and lo_[e] <= hi
+                    ):
                         start, held = end[e], owner[e]
             # The engine's own timing.
             if op == _MATMUL:
@@ -302,8 +423,10 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
                 # While MatMuls stream, a move shares port B with the DRAM engines (after them).
                 done = start + k + move
                 if c_issued > start:
-                    done = max(done, _shared_port_reads(start, k, stream_lo, stream_hi, stream_period,
-                                                        _READERS | _WRITERS) + move)
+                    done = max(
+                        done,
+                        _shared_port_reads(start, k, stream_lo, stream_hi, stream_period, _READERS | _WRITERS) + move,
+                    )
                 cost = done - start
                 m_banks = banks
             else:
@@ -326,16 +449,16 @@ def _simulate(ops, flags, size, lw_size, a0, s0, a1, s1, busy, state, n, bpv, de
         buffered = min(capacity, buffered + bb * (start - dispatch)) - ib
         dispatch = start
         finish = max(finish, start + 1)
-    state[_END:_END + _ENGINES], state[_OWNER:_OWNER + _ENGINES] = end, owner
-    state[_HAS:_HAS + _ENGINES], state[_LO:_LO + _ENGINES], state[_HI:_HI + _ENGINES] = has, lo_, hi_
-    state[_WRITES:_WRITES + _ENGINES] = writes_
-    state[_STREAM_LO:_STREAM_LO + _ENGINES], state[_STREAM_HI:_STREAM_HI + _ENGINES] = stream_lo, stream_hi
-    state[_STREAM_PERIOD:_STREAM_PERIOD + _ENGINES] = stream_period
+    state[_END : _END + _ENGINES], state[_OWNER : _OWNER + _ENGINES] = end, owner
+    state[_HAS : _HAS + _ENGINES], state[_LO : _LO + _ENGINES], state[_HI : _HI + _ENGINES] = has, lo_, hi_
+    state[_WRITES : _WRITES + _ENGINES] = writes_
+    state[_STREAM_LO : _STREAM_LO + _ENGINES], state[_STREAM_HI : _STREAM_HI + _ENGINES] = stream_lo, stream_hi
+    state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES] = stream_period
     state[_DISPATCH], state[_FINISH], state[_SIMD_END], state[_S_OWNER] = dispatch, finish, simd_end, s_owner
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = last_simd_write, last_simd_time
     state[_C_ISSUED] = c_issued
     state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
-    state[_DRAM_LO:_DRAM_LO + _ENGINES], state[_DRAM_HI:_DRAM_HI + _ENGINES] = dram_lo, dram_hi
+    state[_DRAM_LO : _DRAM_LO + _ENGINES], state[_DRAM_HI : _DRAM_HI + _ENGINES] = dram_lo, dram_hi
     state[_BUFFERED] = buffered
     state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
 

@@ -53,8 +53,9 @@ class LIR:
         self._size_limit = 1 << lay.operand2_address_bits
         self._stride0 = {1 << e: e for e in range(arch.stride0_depth)}
         self._stride1 = {1 << e: e for e in range(arch.stride1_depth)}
-        self._run_limit = {m: min(self._size_limit, arch.depth("local"), arch.depth(m))
-                           for m in ("dram0", "dram1", "acc", "local")}
+        self._run_limit = {
+            m: min(self._size_limit, arch.depth("local"), arch.depth(m)) for m in ("dram0", "dram1", "acc", "local")
+        }
         self._simd_bits = lay.simd_operand_bits
         self._discarding = False
 
@@ -91,8 +92,9 @@ class LIR:
         return ((start, min(limit, size - start)) for start in range(0, size, limit))
 
     # -- instructions ---------------------------------------------------------------------------
-    def datamove(self, direction: Direction, local: int, address: int, size: int,
-                 local_step: int = 1, step: int = 1) -> None:
+    def datamove(
+        self, direction: Direction, local: int, address: int, size: int, local_step: int = 1, step: int = 1
+    ) -> None:
         if size <= 0:
             return
         ls, s = self._stride0.get(local_step), self._stride1.get(step)
@@ -102,11 +104,20 @@ class LIR:
             self._emit(_DATAMOVE, fl, local, ls if size > 1 else 0, address, s if size > 1 else 0, size - 1)
             return
         for i, n in self._runs(size, ls is not None and s is not None, limit):
-            self._emit(_DATAMOVE, fl, local + i * local_step, ls if n > 1 else 0, address + i * step,
-                       s if n > 1 else 0, n - 1)
+            self._emit(
+                _DATAMOVE, fl, local + i * local_step, ls if n > 1 else 0, address + i * step, s if n > 1 else 0, n - 1
+            )
 
-    def matmul(self, local: int, acc: int, size: int, local_step: int = 1, acc_step: int = 1,
-               accumulate: bool = False, zeroes: bool = False) -> None:
+    def matmul(
+        self,
+        local: int,
+        acc: int,
+        size: int,
+        local_step: int = 1,
+        acc_step: int = 1,
+        accumulate: bool = False,
+        zeroes: bool = False,
+    ) -> None:
         if size <= 0:
             return
         ls = 0 if zeroes else self._stride0.get(local_step)
@@ -117,21 +128,44 @@ class LIR:
             self._emit(_MATMUL, fl, 0 if zeroes else local, ls if size > 1 else 0, acc, s if size > 1 else 0, size - 1)
             return
         for i, n in self._runs(size, ls is not None and s is not None, limit):
-            self._emit(_MATMUL, fl, 0 if zeroes else local + i * local_step, ls if n > 1 else 0,
-                       acc + i * acc_step, s if n > 1 else 0, n - 1)
+            self._emit(
+                _MATMUL,
+                fl,
+                0 if zeroes else local + i * local_step,
+                ls if n > 1 else 0,
+                acc + i * acc_step,
+                s if n > 1 else 0,
+                n - 1,
+            )
 
     def load_weights(self, local: int, size: int, local_step: int = 1, zeroes: bool = False) -> None:
         ls = 0 if zeroes else self._stride0.get(local_step)
         if ls is None:  # cannot happen for the scheduler's contiguous blocks; keep it exact anyway
             raise ValueError(f"LoadWeights step {local_step} is not encodable")
-        self._emit(_LOADWEIGHTS, int(LoadWeightsFlag.ZEROES * zeroes), 0 if zeroes else local,
-                   ls if size > 1 else 0, size - 1, 0, 0)
+        self._emit(
+            _LOADWEIGHTS,
+            int(LoadWeightsFlag.ZEROES * zeroes),
+            0 if zeroes else local,
+            ls if size > 1 else 0,
+            size - 1,
+            0,
+            0,
+        )
 
-    def simd(self, op: SIMDOp, dest: int = 0, left: int = 0, right: int = 0,
-             write: int | None = None, read: int | None = None, accumulate: bool = False) -> None:
+    def simd(
+        self,
+        op: SIMDOp,
+        dest: int = 0,
+        left: int = 0,
+        right: int = 0,
+        write: int | None = None,
+        read: int | None = None,
+        accumulate: bool = False,
+    ) -> None:
         b = self._simd_bits
-        fl = int(SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None)
-                 | SIMDFlag.ACCUMULATE * accumulate)
+        fl = int(
+            SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None) | SIMDFlag.ACCUMULATE * accumulate
+        )
         self._emit(_SIMD, fl, write or 0, 0, read or 0, 0, dest | right << b | left << (2 * b) | int(op) << (3 * b))
 
     def simd_run(self, op: SIMDOp, first: int, count: int, dest: int = 0, left: int = 0, right: int = 0) -> None:
@@ -162,9 +196,15 @@ class LIR:
     def configure(self, register: ConfigRegister, value: int) -> None:
         lay = self.layout
         word = Configure(register, value).encode(lay)  # rare: the object checks the value
-        self._emit(_CONFIGURE, 0, word & ((1 << lay.operand0_bits) - 1), 0,
-                   (word >> lay.operand1_shift) & ((1 << lay.operand1_bits) - 1), 0,
-                   (word >> lay.operand2_shift) & ((1 << lay.operand2_bits) - 1))
+        self._emit(
+            _CONFIGURE,
+            0,
+            word & ((1 << lay.operand0_bits) - 1),
+            0,
+            (word >> lay.operand1_shift) & ((1 << lay.operand1_bits) - 1),
+            0,
+            (word >> lay.operand2_shift) & ((1 << lay.operand2_bits) - 1),
+        )
 
     def noop(self) -> None:
         self._emit(_NOOP, 0, 0, 0, 0, 0, 0)
@@ -208,16 +248,22 @@ class LIR:
         # Field widths (a value too wide would spill into the next field); Configure rows hold
         # whole operands.
         plain = op != _CONFIGURE
-        for values, bits, name in ((a0, lay.operand0_address_bits, "operand0 address"),
-                                   (s0, lay.stride0_bits, "operand0 stride"),
-                                   (a1, lay.operand1_address_bits, "operand1 address"),
-                                   (s1, lay.stride1_bits, "operand1 stride"),
-                                   (o2, lay.operand2_bits, "operand2")):
+        for values, bits, name in (
+            (a0, lay.operand0_address_bits, "operand0 address"),
+            (s0, lay.stride0_bits, "operand0 stride"),
+            (a1, lay.operand1_address_bits, "operand1 address"),
+            (s1, lay.stride1_bits, "operand1 stride"),
+            (o2, lay.operand2_bits, "operand2"),
+        ):
             bad = plain & ((values < 0) | (values >= (1 << bits)))
             if bad.any():
                 i = int(np.argmax(bad))
-                raise InvalidInstruction(Opcode(int(op[i])).name.title(), name,
-                                         f"{int(values[i])} does not fit its {bits} bits", pc=first_pc + i)
+                raise InvalidInstruction(
+                    Opcode(int(op[i])).name.title(),
+                    name,
+                    f"{int(values[i])} does not fit its {bits} bits",
+                    pc=first_pc + i,
+                )
         o0 = np.where(plain, a0 | (s0 << lay.operand0_address_bits), a0)
         o1 = np.where(plain, a1 | (s1 << lay.operand1_address_bits), a1)
         out = np.empty((rows.shape[0], lay.instruction_bytes), dtype=np.uint8)

@@ -84,8 +84,10 @@ class Dram0Allocator:
 
     def _check(self, need: int) -> None:
         if need > self.arch.dram0_depth:
-            raise MemoryError(f"the partition needs {need} vectors of DRAM0, the architecture has "
-                              f"{self.arch.dram0_depth} (dram0_depth)")
+            raise MemoryError(
+                f"the partition needs {need} vectors of DRAM0, the architecture has "
+                f"{self.arch.dram0_depth} (dram0_depth)"
+            )
 
     def alloc(self, shape: tuple[int, int, int, int], what: str, check: bool = True) -> TensorPlacement:
         """A place of its own, above everything allocated so far (``check=False``: the caller
@@ -96,8 +98,9 @@ class Dram0Allocator:
         self.top += p.size
         return p
 
-    def plan(self, tensors: dict[str, tuple[int, int, int, int]],
-             lifetimes: dict[str, tuple[int, int]]) -> dict[str, TensorPlacement]:
+    def plan(
+        self, tensors: dict[str, tuple[int, int, int, int]], lifetimes: dict[str, tuple[int, int]]
+    ) -> dict[str, TensorPlacement]:
         """Places for tensors live over [first, last] steps (inclusive), reusing dead ones' space."""
         n = self.arch.array_size
         sizes = {t: TensorPlacement(0, tuple(int(v) for v in tensors[t]), n).size for t in lifetimes}
@@ -123,7 +126,7 @@ class Dram0Allocator:
             else:
                 i = next(i for i, (f, _) in enumerate(free) if f == start)
                 fs = free[i][1]
-                free[i:i + 1] = [(start + size, fs - size)] if fs > size else []
+                free[i : i + 1] = [(start + size, fs - size)] if fs > size else []
             places[t] = TensorPlacement(start, tuple(int(v) for v in tensors[t]), n)
             active.append((lifetimes[t][1], t, start))
         self._check(top)
@@ -163,9 +166,16 @@ def _bias_rows(consts, bias: int, blocks: int, n: int) -> np.ndarray:
 
 
 @packer("conv_weights")
-def pack_conv_weights(consts, n: int, weight: int, groups: int, layout: str = "OIHW",
-                      flatten: Sequence[int] | None = None, bias: int | None = None,
-                      bias_tap: Sequence[int] | None = None) -> np.ndarray:
+def pack_conv_weights(
+    consts,
+    n: int,
+    weight: int,
+    groups: int,
+    layout: str = "OIHW",
+    flatten: Sequence[int] | None = None,
+    bias: int | None = None,
+    bias_tap: Sequence[int] | None = None,
+) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
     block then carry the bias, so the MatMul that starts each output block adds it.
@@ -268,8 +278,7 @@ def pack_diagonal_weights(consts, n: int, values: Sequence[float]) -> np.ndarray
 
 
 @packer("channel_vectors")
-def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None,
-                         fill: float = 0.0) -> np.ndarray:
+def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None, fill: float = 0.0) -> np.ndarray:
     """One vector per channel block: a constant (e.g. a bias) or ``fill`` everywhere."""
     blocks = math.ceil(channels / n)
     out = np.zeros(blocks * n)
@@ -323,11 +332,12 @@ class ConstTable:
         self._cache[key] = recipe
         return recipe
 
-
     def check(self) -> None:
         if self.top > self.arch.dram1_depth:
-            raise MemoryError(f"the partition needs {self.top} vectors of DRAM1 for its weights, the "
-                              f"architecture has {self.arch.dram1_depth} (dram1_depth)")
+            raise MemoryError(
+                f"the partition needs {self.top} vectors of DRAM1 for its weights, the "
+                f"architecture has {self.arch.dram1_depth} (dram1_depth)"
+            )
 
 
 def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None):
@@ -343,8 +353,9 @@ def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray],
         yield r, arch.data_type.from_float(block, sat)
 
 
-def pack_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture,
-                sat=None) -> np.ndarray:
+def pack_consts(
+    recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None
+) -> np.ndarray:
     """All of DRAM1's constants as (vectors, N) fixed-point integers."""
     total = max((r.base + r.size for r in recipes), default=0)
     out = np.zeros((total, arch.array_size), dtype=np.int64)
@@ -359,5 +370,3 @@ def count_saturated_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.n
     for _ in _packed_blocks(recipes, consts, arch, sat):
         pass
     return sat.count
-
-

@@ -81,8 +81,16 @@ class _Overlap:
         self.busy = 0  # cycles the DRAM engine is still expected to be busy
         self._cost: dict[tuple, int] = {}
 
-    def defer(self, direction: Direction, local: int, address: int, size: int, local_step: int = 1, step: int = 1,
-              urgent: bool = False) -> None:
+    def defer(
+        self,
+        direction: Direction,
+        local: int,
+        address: int,
+        size: int,
+        local_step: int = 1,
+        step: int = 1,
+        urgent: bool = False,
+    ) -> None:
         """A run, queued in pieces (a strided one whole)."""
         queue = self.urgent if urgent else self.pending
         if (local_step, step) != (1, 1):
@@ -117,8 +125,15 @@ class _Overlap:
 
 
 class Scheduler:
-    def __init__(self, arch: Architecture, graph: Graph, placements: dict[str, TensorPlacement],
-                 consts: ConstTable, lir: LIR, dram0=None):
+    def __init__(
+        self,
+        arch: Architecture,
+        graph: Graph,
+        placements: dict[str, TensorPlacement],
+        consts: ConstTable,
+        lir: LIR,
+        dram0=None,
+    ):
         self.arch = arch
         self.n = arch.array_size
         self.graph = graph
@@ -165,8 +180,15 @@ class Scheduler:
                 lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
             elif op == "leaky_relu":  # max(x, alpha * x), for 0 <= alpha <= 1
                 a = cvec[float(attrs["alpha"])]
-                lir.simd_runs(acc, count, [(SIMDOp.MOVE, 1, 0, 0, a, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None),
-                                           (SIMDOp.MAX, 0, 0, 1, "v", "v")])
+                lir.simd_runs(
+                    acc,
+                    count,
+                    [
+                        (SIMDOp.MOVE, 1, 0, 0, a, None),
+                        (SIMDOp.MULTIPLY, 1, 0, 1, "v", None),
+                        (SIMDOp.MAX, 0, 0, 1, "v", "v"),
+                    ],
+                )
             elif op == "clip":  # an infinite bound clips nothing beyond saturation
                 for bound, fn in ((attrs["hi"], SIMDOp.MIN), (attrs["lo"], SIMDOp.MAX)):
                     if not np.isfinite(bound):
@@ -207,9 +229,18 @@ class Scheduler:
             for r in range(tile.rows):
                 yield buf + b * count + r * tile.cols, place.address(tile.image, tile.y0 + r, tile.x0, b), tile.cols
 
-    def _plan_tiles(self, out_shape, window, in_blocks: int, local_free: int,
-                    acc_free: int, extra_acc_per_col: int = 0, store_blocks: int = 1, max_rows: int | None = None,
-                    in_w: int | None = None):
+    def _plan_tiles(
+        self,
+        out_shape,
+        window,
+        in_blocks: int,
+        local_free: int,
+        acc_free: int,
+        extra_acc_per_col: int = 0,
+        store_blocks: int = 1,
+        max_rows: int | None = None,
+        in_w: int | None = None,
+    ):
         """Largest tile (rows, cols) whose accumulator vectors and input slab fit.
 
         ``window`` = (kh, kw, sh, sw, dh, dw). The slab holds every input row and column the
@@ -226,8 +257,10 @@ class Scheduler:
             best = None
             for rows in range(min(oh, max_rows or oh), 0, -1):
                 vectors = rows * cols
-                if (vectors + extra_acc_per_col * cols <= acc_free
-                        and vectors * store_blocks + slab(rows, cols) <= local_free):
+                if (
+                    vectors + extra_acc_per_col * cols <= acc_free
+                    and vectors * store_blocks + slab(rows, cols) <= local_free
+                ):
                     best = rows
                     break
             if best:
@@ -246,8 +279,9 @@ class Scheduler:
                 for x0 in range(0, ow, cols):
                     yield Tile(img, y0, min(rows, oh - y0), x0, min(cols, ow - x0))
 
-    def _load_slab(self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None,
-                   whole_width: bool = False):
+    def _load_slab(
+        self, inp: TensorPlacement, tile: Tile, window, padding, slab: int, move=None, whole_width: bool = False
+    ):
         """Load the valid input rows/columns of ``tile``'s window, block-major (block ``b`` at
         ``slab + b * plane``); returns the slab geometry ``(y_lo, x_lo, cols, plane)``.
         ``move``: what issues each run (default: the LIR, now). ``whole_width`` (the tile spans
@@ -274,8 +308,14 @@ class Scheduler:
                 move(Direction.DRAM0_TO_LOCAL, slab + b * plane, inp.address(tile.image, y_lo, 0, b), plane)
                 continue
             for y in range(y_lo, y_hi + 1):
-                move(Direction.DRAM0_TO_LOCAL, slab + b * plane + (y - y_lo) * cols, inp.address(tile.image, y, x_lo, b),
-                     cols, 1, step)
+                move(
+                    Direction.DRAM0_TO_LOCAL,
+                    slab + b * plane + (y - y_lo) * cols,
+                    inp.address(tile.image, y, x_lo, b),
+                    cols,
+                    1,
+                    step,
+                )
         return y_lo, x_lo, cols, plane
 
     def _tap_runs(self, tile: Tile, inp_shape, window, padding, tap):
@@ -304,17 +344,28 @@ class Scheduler:
         if not second:
             self._conv2d_best(node)
             return
-        plain = Node(node.op, node.inputs, node.output, {k: v for k, v in node.attrs.items() if k != "second"},
-                     node.epilogue, node.source_ops)
-        affine = Node("conv2d", [node.output], second["output"],
-                      {"weight": second["weight"], "bias": second["bias"], "groups": second["groups"]},
-                      second["epilogue"])
+        plain = Node(
+            node.op,
+            node.inputs,
+            node.output,
+            {k: v for k, v in node.attrs.items() if k != "second"},
+            node.epilogue,
+            node.source_ops,
+        )
+        affine = Node(
+            "conv2d",
+            [node.output],
+            second["output"],
+            {"weight": second["weight"], "bias": second["bias"], "groups": second["groups"]},
+            second["epilogue"],
+        )
         fused_plan, plain_plan = self._conv2d(node, 1, None, emit=False), self._conv2d(plain, 1, None, emit=False)
         if fused_plan[1:] == plain_plan[1:]:  # the same tiles: the second output only saves DRAM traffic
             self._conv2d_best(node)
         elif self._tile_count(node, plain_plan) <= 4:
-            self._cheapest([lambda: self._conv2d_best(node),
-                            lambda: (self._conv2d_best(plain), self._conv2d_best(affine))])
+            self._cheapest(
+                [lambda: self._conv2d_best(node), lambda: (self._conv2d_best(plain), self._conv2d_best(affine))]
+            )
         else:
             self._conv2d_best(plain)
             self._conv2d_best(affine)
@@ -341,14 +392,18 @@ class Scheduler:
         plans = {}
         for buffers, max_rows in options:
             try:
-                plans.setdefault(self._conv2d(node, buffers, max_rows, emit=False, shortcut_matmul=shortcut_matmul),
-                                 (buffers, max_rows))
+                plans.setdefault(
+                    self._conv2d(node, buffers, max_rows, emit=False, shortcut_matmul=shortcut_matmul),
+                    (buffers, max_rows),
+                )
             except ScheduleError:
                 continue
         # Narrower bands overlap more but reload weights more often: stop at the first band count
         # that loses to the one before it.
-        self._cheapest([lambda b=b, m=m: self._conv2d(node, b, m, shortcut_matmul=shortcut_matmul)
-                        for b, m in plans.values()], stop_when_worse=True)
+        self._cheapest(
+            [lambda b=b, m=m: self._conv2d(node, b, m, shortcut_matmul=shortcut_matmul) for b, m in plans.values()],
+            stop_when_worse=True,
+        )
 
     def _cheapest(self, emitters, stop_when_worse: bool = False) -> None:
         """Emit the alternative the latency model finds fastest (each is emitted once to measure it;
@@ -392,8 +447,12 @@ class Scheduler:
         centre = (kh // 2, kw // 2)
         for t in sorted(range(len(taps)), key=lambda t: taps[t] != centre):
             ky, kx = taps[t]
-            if (0 <= ky * dh - pt and (oh - 1) * sh - pt + ky * dh < h
-                    and 0 <= kx * dw - pl and (ow - 1) * sw - pl + kx * dw < w):
+            if (
+                0 <= ky * dh - pt
+                and (oh - 1) * sh - pt + ky * dh < h
+                and 0 <= kx * dw - pl
+                and (ow - 1) * sw - pl + kx * dw < w
+            ):
                 return t
         return None
 
@@ -415,8 +474,9 @@ class Scheduler:
         n, oh, ow, _ = self.place[node.output].shape
         return n * _ceil_div(oh, rows) * _ceil_div(ow, cols)
 
-    def _conv2d(self, node: Node, buffers: int, max_rows: int | None = None, emit: bool = True,
-                shortcut_matmul: bool = False) -> tuple[int, int, int]:
+    def _conv2d(
+        self, node: Node, buffers: int, max_rows: int | None = None, emit: bool = True, shortcut_matmul: bool = False
+    ) -> tuple[int, int, int]:
         """Emit ``node`` with up to ``buffers`` slabs and store buffers and at most ``max_rows``
         output rows per tile; returns the plan it used: (buffers, rows, cols). With ``emit=False``,
         only the plan. ``shortcut_matmul``: a fused residual's shortcut enters each output block's
@@ -443,30 +503,55 @@ class Scheduler:
         bias = a.get("bias")
         fused_bias = {"bias": bias, "bias_tap": list(taps[cover])} if cover is not None and bias is not None else {}
         if a.get("weight") is None:
-            wrec = self.consts.add("identity_weights", self.graph.constants, channels=out.shape[3],
-                                   **({"bias": bias} if fused_bias else {}))
+            wrec = self.consts.add(
+                "identity_weights",
+                self.graph.constants,
+                channels=out.shape[3],
+                **({"bias": bias} if fused_bias else {}),
+            )
             depthwise = True
         else:
             depthwise = a["groups"] != 1
             extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
-            wrec = self.consts.add("conv_weights", self.graph.constants, weight=a["weight"],
-                                   groups=a["groups"], layout=layout, **extra, **fused_bias)
-        brec = None if cover is not None else self.consts.add(
-            "channel_vectors", self.graph.constants, channels=out.shape[3], values=bias)
+            wrec = self.consts.add(
+                "conv_weights",
+                self.graph.constants,
+                weight=a["weight"],
+                groups=a["groups"],
+                layout=layout,
+                **extra,
+                **fused_bias,
+            )
+        brec = (
+            None
+            if cover is not None
+            else self.consts.add("channel_vectors", self.graph.constants, channels=out.shape[3], values=bias)
+        )
         # A fused residual add: the shortcut tile is loaded into the store buffer (the same layout
         # as the output tile), and each output block's accumulators start from it.
         short = self.place[node.inputs[1]] if a.get("residual") else None
-        identity = self.consts.add("diagonal_weights", self.graph.constants, values=[1.0]) if (
-            short and shortcut_matmul) else None
+        identity = (
+            self.consts.add("diagonal_weights", self.graph.constants, values=[1.0])
+            if (short and shortcut_matmul)
+            else None
+        )
         # A fused second output (a channel affine + activation of this conv's result): each output
         # block's result, once gathered into the store buffer, goes through one more MatMul with
         # diagonal weights (bias in row 0) and its own epilogue into a second store buffer.
         second = a.get("second")
         out2 = self.place[second["output"]] if second else None
-        srec = self.consts.add("conv_weights", self.graph.constants, weight=second["weight"],
-                               groups=second["groups"], layout="OIHW",
-                               **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {})
-                               ) if second else None
+        srec = (
+            self.consts.add(
+                "conv_weights",
+                self.graph.constants,
+                weight=second["weight"],
+                groups=second["groups"],
+                layout="OIHW",
+                **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {}),
+            )
+            if second
+            else None
+        )
         store_cap = out.blocks * (2 if second else 1)  # store buffer vectors per tile pixel
         cbi, cbo = inp.blocks, out.blocks
         block = n + 1
@@ -474,7 +559,9 @@ class Scheduler:
 
         cvals = self._epilogue_constants(node.epilogue + (second["epilogue"] if second else []))
         acc_free = self.arch.accumulator_depth - len(cvals)
-        local_free = self.arch.local_depth - len(cvals) - (srec.size if srec else 0) - (identity.size if identity else 0)
+        local_free = (
+            self.arch.local_depth - len(cvals) - (srec.size if srec else 0) - (identity.size if identity else 0)
+        )
         # Weights come in groups, each group's next one loaded beside its MatMuls (``_weight_groups``).
         groups, slot, slots = None, 0, 0
         for mode in ("resident", "input blocks", "blocks", "one block"):
@@ -482,8 +569,16 @@ class Scheduler:
             if groups is not None:
                 staging = slot * max(slots, 1)
                 try:
-                    self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
-                                     store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
+                    self._plan_tiles(
+                        out.shape,
+                        window,
+                        cbi,
+                        local_free - staging,
+                        acc_free,
+                        store_blocks=store_cap,
+                        max_rows=max_rows,
+                        in_w=inp.shape[2],
+                    )
                     break
                 except ScheduleError:
                     if mode == "one block":
@@ -493,13 +588,29 @@ class Scheduler:
         # run beside this tile's MatMuls) or one of each.
         if buffers == 2:
             try:
-                rows, cols = self._plan_tiles(out.shape, window, cbi, (local_free - staging) // 2, acc_free,
-                                              store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
+                rows, cols = self._plan_tiles(
+                    out.shape,
+                    window,
+                    cbi,
+                    (local_free - staging) // 2,
+                    acc_free,
+                    store_blocks=store_cap,
+                    max_rows=max_rows,
+                    in_w=inp.shape[2],
+                )
             except ScheduleError:
                 buffers = 1
         if buffers == 1:
-            rows, cols = self._plan_tiles(out.shape, window, cbi, local_free - staging, acc_free,
-                                          store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2])
+            rows, cols = self._plan_tiles(
+                out.shape,
+                window,
+                cbi,
+                local_free - staging,
+                acc_free,
+                store_blocks=store_cap,
+                max_rows=max_rows,
+                in_w=inp.shape[2],
+            )
         tiles = list(self._tiles(out.shape, rows, cols))
         if len(tiles) == 1:
             buffers = 1
@@ -605,8 +716,12 @@ class Scheduler:
 
         def finish_second(acc0: int, count: int, cvec, tile: Tile, ob: int, store2: int) -> None:
             """The second output's epilogue and gather."""
-            later(lambda: (self._epilogue(acc0, count, second["epilogue"], cvec),
-                           self._gather(out2, tile, ob, acc0, store2)))
+            later(
+                lambda: (
+                    self._epilogue(acc0, count, second["epilogue"], cvec),
+                    self._gather(out2, tile, ob, acc0, store2),
+                )
+            )
 
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         sequence = [(i, ob, g) for i in range(len(tiles)) for ob in range(cbo) for g in range(len(groups[ob]))]
@@ -627,18 +742,25 @@ class Scheduler:
                     self._load_tile(short, tile, store)
             y_lo, x_lo, scols, plane = geometry
             # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
-            tap_runs = [[((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt)
-                         for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap)]
-                        for tap in taps]
+            tap_runs = [
+                [
+                    ((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt)
+                    for r, y, c0, x, cnt in self._tap_runs(tile, inp.shape, window, padding, tap)
+                ]
+                for tap in taps
+            ]
             if buffers == 2 and i + 1 < len(tiles):  # the next tile's slab, beside this tile's MatMuls
-                geometry = self._load_slab(inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer,
-                                           whole_width=full_rows)
+                geometry = self._load_slab(
+                    inp, tiles[i + 1], window, padding, slabs[(i + 1) % 2], overlap.defer, whole_width=full_rows
+                )
                 if short:
                     self._load_tile(short, tiles[i + 1], stores[(i + 1) % 2], overlap.defer)
             count = tile.rows * tile.cols
             for ob in range(cbo):
-                lir.comment(f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
-                            f"cols {tile.x0}+{tile.cols} block {ob}")
+                lir.comment(
+                    f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
+                    f"cols {tile.x0}+{tile.cols} block {ob}"
+                )
                 unit = (i * cbo + ob) % len(cvecs)  # the accumulator bank of this output block
                 acc0, cvec = unit * half, cvecs[unit]
                 if identity:  # the shortcut through the array: acc = shortcut * 1
@@ -721,7 +843,8 @@ class Scheduler:
         ``mode`` does not apply. ``groups[ob]`` lists output block ``ob``'s groups in use order, each
         ``(DRAM1 runs [(address, local offset, vectors)], loads [(input block or None for the bias,
         tap index, local offset)])``. Modes: "resident" (all weights stay in local memory for the
-        layer, at fixed offsets in ``slot = `` their size; ``slots = 0``), "input blocks" (as many input blocks' weights per
+        layer, at fixed offsets in ``slot = `` their size; ``slots = 0``), "input blocks" (as many input blocks'
+        weights per
         group as fit a quarter of local memory twice), "blocks" (one weight block per group), both
         in two alternating slots of ``slot`` vectors, and "one block" (a single slot)."""
         block = self.n + 1
@@ -755,7 +878,7 @@ class Scheduler:
             for ob in range(cbo):
                 obs_groups = []
                 for g0 in range(0, ibs_per_ob, per_group):
-                    chunk = ibs(ob)[g0:g0 + per_group]
+                    chunk = ibs(ob)[g0 : g0 + per_group]
                     first = idx(ob, chunk[0], 0)
                     runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
                     loads = [(ib, t, (idx(ob, ib, t) - first) * block) for ib in chunk for t in order]
@@ -767,8 +890,9 @@ class Scheduler:
             return groups, per_group * unit + (1 if brec else 0), 2
         for ob in range(cbo):
             obs_groups = [([(brec.base + ob, 0, 1)], [(None, 0, 0)])] if brec else []
-            obs_groups += [([(wrec.base + idx(ob, ib, t) * block, 0, block)], [(ib, t, 0)])
-                           for ib in ibs(ob) for t in order]
+            obs_groups += [
+                ([(wrec.base + idx(ob, ib, t) * block, 0, block)], [(ib, t, 0)]) for ib in ibs(ob) for t in order
+            ]
             groups.append(obs_groups)
         return groups, block, 2 if mode == "blocks" else 1
 
@@ -828,27 +952,36 @@ class Scheduler:
         if not is_max:
             counts = self._pool_counts(inp.shape, out.shape, window, padding, a.get("count_include_pad", False))
             shift = max(0, math.ceil(math.log2(kh * kw)))
-            scales = {c: 2.0 ** shift / c for c in sorted(set(counts.reshape(-1).tolist())) if 2 ** shift != c}
+            scales = {c: 2.0**shift / c for c in sorted(set(counts.reshape(-1).tolist())) if 2**shift != c}
         cvals = list(dict.fromkeys(self._epilogue_constants(node.epilogue) + list(scales.values())))
         wsize = 0 if is_max else self.n + 1
         acc_free = self.arch.accumulator_depth - len(cvals)
         local_free = self.arch.local_depth - len(cvals) - 1 - wsize
         # Max pooling stages each tap's run in accumulator scratch: one row of the tile.
-        rows, cols = self._plan_tiles(out.shape, window, cbi, local_free, acc_free, in_w=inp.shape[2],
-                                      extra_acc_per_col=1 if is_max else 0, store_blocks=out.blocks)
+        rows, cols = self._plan_tiles(
+            out.shape,
+            window,
+            cbi,
+            local_free,
+            acc_free,
+            in_w=inp.shape[2],
+            extra_acc_per_col=1 if is_max else 0,
+            store_blocks=out.blocks,
+        )
         cvec = self._const_vectors(cvals, acc_free)
         if is_max:
             init = self.consts.add("fill", self.graph.constants, values=[dt.min_float])
             lir.datamove(Direction.DRAM1_TO_LOCAL, 0, init.base, 1)
         else:
-            diag = self.consts.add("diagonal_weights", self.graph.constants, values=[2.0 ** -shift])
+            diag = self.consts.add("diagonal_weights", self.graph.constants, values=[2.0**-shift])
             lir.datamove(Direction.DRAM1_TO_LOCAL, 1, diag.base, wsize)
             lir.load_weights(1, wsize)  # the array keeps them for the whole layer
         store = 1 + wsize
         slab = store + rows * cols * out.blocks
         for tile in self._tiles(out.shape, rows, cols):
-            y_lo, x_lo, scols, plane = self._load_slab(inp, tile, window, padding, slab,
-                                                       whole_width=cols == out.shape[2])
+            y_lo, x_lo, scols, plane = self._load_slab(
+                inp, tile, window, padding, slab, whole_width=cols == out.shape[2]
+            )
             count = tile.rows * tile.cols
             scratch = count
             for b in range(out.blocks):
@@ -879,8 +1012,9 @@ class Scheduler:
                 self._gather(out, tile, b, 0, store)
             self._flush(out, tile, store)
 
-    def _pool_handover(self, node: Node, blocks: int, pixels: int, total: int, block: int, consts: int,
-                       acc_free: int) -> tuple[int, int] | None:
+    def _pool_handover(
+        self, node: Node, blocks: int, pixels: int, total: int, block: int, consts: int, acc_free: int
+    ) -> tuple[int, int] | None:
         """``(where the input is, base)`` when the previous conv left a global average pool's whole
         (single-image) input in local memory, block-major, and the pool's own vectors (the diagonal
         weights, then half the input for the first level's results) fit below or above everything
@@ -947,8 +1081,11 @@ class Scheduler:
                     lir.datamove(*move)
         base = 0 if held is None else held[1]
         data = base + block
-        fits = [1 << e for e in range(total.bit_length())
-                if (1 << e) <= 2 * acc_free and (1 << e) + total // (1 << e) <= room]
+        fits = [
+            1 << e
+            for e in range(total.bit_length())
+            if (1 << e) <= 2 * acc_free and (1 << e) + total // (1 << e) <= room
+        ]
         if not fits and held is None:
             raise ScheduleError(f"global average pool over {pixels} pixels does not fit local memory")
         chunk = fits[-1] if fits else 1
@@ -1011,8 +1148,15 @@ class Scheduler:
         if blocks > 1 and blocks * total <= room and blocks * max(1, total // 2) <= acc_free:
             for img in range(n_img):
                 lir.comment(f"global_avg_pool {node.output}: image {img}, {blocks} blocks together")
-                reduce(data, pixels, total, blocks, load=lambda b: lir.datamove(
-                    Direction.DRAM0_TO_LOCAL, data + b * total, inp.address(img, 0, 0, b), pixels))
+                reduce(
+                    data,
+                    pixels,
+                    total,
+                    blocks,
+                    load=lambda b: lir.datamove(
+                        Direction.DRAM0_TO_LOCAL, data + b * total, inp.address(img, 0, 0, b), pixels
+                    ),
+                )
                 finish(img, 0, blocks)
             return
 
@@ -1027,15 +1171,19 @@ class Scheduler:
                     if chunks > 1:
                         reduce(data, cnt, chunk)
                         lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
-                reduce(means if chunks > 1 else data, chunks if chunks > 1 else pixels,
-                       total // chunk if chunks > 1 else total)
+                reduce(
+                    means if chunks > 1 else data,
+                    chunks if chunks > 1 else pixels,
+                    total // chunk if chunks > 1 else total,
+                )
                 finish(img, b, 1)
 
     # -- concat -------------------------------------------------------------------------------------
     def concat(self, node: Node) -> None:
         offsets = np.cumsum([0] + [self.place[i].shape[3] for i in node.inputs])
-        self._select_channels(node, [(i, 0, int(offsets[i + 1] - offsets[i]), int(offsets[i]))
-                                     for i in range(len(node.inputs))])
+        self._select_channels(
+            node, [(i, 0, int(offsets[i + 1] - offsets[i]), int(offsets[i])) for i in range(len(node.inputs))]
+        )
 
     def slice(self, node: Node) -> None:
         self._select_channels(node, [(0, node.attrs["begin"], node.attrs["end"] - node.attrs["begin"], 0)])
@@ -1128,7 +1276,9 @@ class Scheduler:
                     loaded = sy
                 for ox0, sx0, step, count in runs:
                     for b in range(inp.blocks):
-                        lir.datamove(Direction.LOCAL_TO_DRAM0, b * w + sx0, out.address(img, oy, ox0, b), count, 1, step)
+                        lir.datamove(
+                            Direction.LOCAL_TO_DRAM0, b * w + sx0, out.address(img, oy, ox0, b), count, 1, step
+                        )
 
     # -- linear resize ------------------------------------------------------------------------------
     def resize_linear(self, node: Node) -> None:

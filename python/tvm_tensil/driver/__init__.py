@@ -89,8 +89,10 @@ class Driver:
         self.dram = [transport.allocate(arch.dram0_depth * vb), transport.allocate(arch.dram1_depth * vb)]
         for bank, buf in enumerate(self.dram):
             if buf.physical_address % WINDOW_ALIGN:
-                raise DriverError(f"DRAM{bank} window at {buf.physical_address:#x} is not 64 KiB aligned: "
-                                  "the transport must align its buffers (Configure offsets are 64 KiB units)")
+                raise DriverError(
+                    f"DRAM{bank} window at {buf.physical_address:#x} is not 64 KiB aligned: "
+                    "the transport must align its buffers (Configure offsets are 64 KiB units)"
+                )
         self._views = [self._vectors(b, d) for b, d in zip(self.dram, (arch.dram0_depth, arch.dram1_depth))]
         self._marker = 0
 
@@ -106,8 +108,10 @@ class Driver:
         reserved = 2 if bank == 0 and self.use_probe else 0  # DRAM0's last two: the probe's
         depth = self._views[bank].shape[0] - reserved
         if base < 0 or size < 0 or base + size > depth:
-            raise DriverError(f"DRAM{bank} access of {size} vectors at {base} is outside the window of "
-                              f"{depth} vectors" + (" (the last two hold the completion probe)" if reserved else ""))
+            raise DriverError(
+                f"DRAM{bank} access of {size} vectors at {base} is outside the window of "
+                f"{depth} vectors" + (" (the last two hold the completion probe)" if reserved else "")
+            )
 
     def write(self, bank: int, base: int, vectors: np.ndarray) -> None:
         try:
@@ -125,14 +129,19 @@ class Driver:
     # -- programs ----------------------------------------------------------------------------------
     def preamble(self) -> list:
         """Configure: the DRAM windows' offsets; no timeout flag (the driver has its own)."""
-        return [Configure(ConfigRegister.DRAM0_OFFSET, self.dram[0].physical_address // WINDOW_ALIGN),
-                Configure(ConfigRegister.DRAM1_OFFSET, self.dram[1].physical_address // WINDOW_ALIGN),
-                Configure(ConfigRegister.TIMEOUT, 0)]
+        return [
+            Configure(ConfigRegister.DRAM0_OFFSET, self.dram[0].physical_address // WINDOW_ALIGN),
+            Configure(ConfigRegister.DRAM1_OFFSET, self.dram[1].physical_address // WINDOW_ALIGN),
+            Configure(ConfigRegister.TIMEOUT, 0),
+        ]
 
     def probe(self) -> list:
         last = self.arch.dram0_depth - 1
         local = self.arch.local_depth - 1
-        return [DataMove(Direction.DRAM0_TO_LOCAL, local, last, 1), DataMove(Direction.LOCAL_TO_DRAM0, local, last - 1, 1)]
+        return [
+            DataMove(Direction.DRAM0_TO_LOCAL, local, last, 1),
+            DataMove(Direction.LOCAL_TO_DRAM0, local, last - 1, 1),
+        ]
 
     def stream_bytes_for(self, program: Program) -> bytes:
         """Preamble + program + probe, padded with whole NoOps to whole stream beats."""

@@ -44,13 +44,17 @@ class PynqTransport(Transport):
         try:
             import pynq
         except ImportError:
-            raise DriverError("the 'pynq' device needs the pynq package, which runs on the board: "
-                              "pip install 'tvm-tensil[board]' there (or use device 'sim-board' here)") from None
+            raise DriverError(
+                "the 'pynq' device needs the pynq package, which runs on the board: "
+                "pip install 'tvm-tensil[board]' there (or use device 'sim-board' here)"
+            ) from None
         self.pynq = pynq
         self.overlay = pynq.Overlay(bitstream) if bitstream else pynq.Overlay(pynq.PL.bitfile_name, download=False)
         if not hasattr(self.overlay, dma):
-            raise DriverError(f"the overlay has no AXI DMA named '{dma}' for the instruction stream; its IP: "
-                              f"{', '.join(sorted(self.overlay.ip_dict))}")
+            raise DriverError(
+                f"the overlay has no AXI DMA named '{dma}' for the instruction stream; its IP: "
+                f"{', '.join(sorted(self.overlay.ip_dict))}"
+            )
         self.dma = getattr(self.overlay, dma)
         self.stream_bytes = (arch.axi_data_width or 64) // 8
         self.poll = poll
@@ -74,8 +78,10 @@ class PynqTransport(Transport):
         deadline = time.monotonic() + timeout
         while not done():
             if time.monotonic() > deadline:
-                raise DriverError(f"the core did not complete within {timeout:g} s: check the bitstream "
-                                  "matches the architecture, and the DRAM ports reach DDR")
+                raise DriverError(
+                    f"the core did not complete within {timeout:g} s: check the bitstream "
+                    "matches the architecture, and the DRAM ports reach DDR"
+                )
             time.sleep(self.poll)
         self.dma.sendchannel.wait()
         self._program.freebuffer()

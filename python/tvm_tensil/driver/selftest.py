@@ -40,21 +40,32 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
     data = rng.integers(dt.min_int, dt.max_int + 1, (16, n))
     device.write_dram(0, 5, data)
     back = device.read_dram(0, 5, 16)
-    ok &= _check("DRAM round trip", np.array_equal(back, data),
-                 f"read back {back[0].tolist()} for {data[0].tolist()}: buffers or cache maintenance", log)
+    ok &= _check(
+        "DRAM round trip",
+        np.array_equal(back, data),
+        f"read back {back[0].tolist()} for {data[0].tolist()}: buffers or cache maintenance",
+        log,
+    )
 
     # 2. one move through the core
     lay = arch.layout
     device.reset()
     device.write_dram(0, 0, data)
-    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 16),
-                                      DataMove(Direction.LOCAL_TO_DRAM1, 0, 64, 16)], lay, name="selftest-move")
+    prog = Program.from_instructions(
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 16), DataMove(Direction.LOCAL_TO_DRAM1, 0, 64, 16)],
+        lay,
+        name="selftest-move",
+    )
     t0 = time.perf_counter()
     try:
         device.execute(prog)
         moved = device.read_dram(1, 64, 16)
-        ok &= _check("DataMove DRAM0 -> local -> DRAM1", np.array_equal(moved, data),
-                     "data did not arrive: check the DRAM ports reach DDR and the offsets", log)
+        ok &= _check(
+            "DataMove DRAM0 -> local -> DRAM1",
+            np.array_equal(moved, data),
+            "data did not arrive: check the DRAM ports reach DDR and the offsets",
+            log,
+        )
     except Exception as e:  # noqa: BLE001 - report and stop: later steps need this one
         _check("DataMove DRAM0 -> local -> DRAM1", False, f"{e}", log)
         return False
@@ -66,9 +77,14 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
     b = rng.standard_normal(n) * 0.5
     weights = dt.from_float(np.vstack([b, w]))  # bias row first: row 0 of LoadWeights
     xs = dt.from_float(x)
-    body = [DataMove(Direction.DRAM1_TO_LOCAL, 0, 0, n + 1), LoadWeights(0, n + 1),
-            DataMove(Direction.DRAM0_TO_LOCAL, 32, 0, 8), MatMul(32, 0, 8),
-            DataMove(Direction.ACC_TO_LOCAL, 48, 0, 8), DataMove(Direction.LOCAL_TO_DRAM0, 48, 16, 8)]
+    body = [
+        DataMove(Direction.DRAM1_TO_LOCAL, 0, 0, n + 1),
+        LoadWeights(0, n + 1),
+        DataMove(Direction.DRAM0_TO_LOCAL, 32, 0, 8),
+        MatMul(32, 0, 8),
+        DataMove(Direction.ACC_TO_LOCAL, 48, 0, 8),
+        DataMove(Direction.LOCAL_TO_DRAM0, 48, 16, 8),
+    ]
     prog = Program.from_instructions(body, lay, name="selftest-matmul")
     results = {}
     for dev in (device, Emulator(arch)):
@@ -79,11 +95,19 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
         results[dev.name] = dev.read_dram(0, 16, 8)
     got = dt.to_float(results[device.name])
     want = x @ w + b
-    tolerance = (n + 2) * 2.0 ** -dt.binary_point * (1 + np.abs(want).max())
-    ok &= _check("MatMul with bias vs numpy", bool(np.abs(got - want).max() <= tolerance),
-                 f"max error {np.abs(got - want).max():.4g} > {tolerance:.4g}", log)
-    ok &= _check("MatMul with bias vs emulator (bits)", np.array_equal(results[device.name], results["emulator"]),
-                 "the array's rounding differs from the spec's", log)
+    tolerance = (n + 2) * 2.0**-dt.binary_point * (1 + np.abs(want).max())
+    ok &= _check(
+        "MatMul with bias vs numpy",
+        bool(np.abs(got - want).max() <= tolerance),
+        f"max error {np.abs(got - want).max():.4g} > {tolerance:.4g}",
+        log,
+    )
+    ok &= _check(
+        "MatMul with bias vs emulator (bits)",
+        np.array_equal(results[device.name], results["emulator"]),
+        "the array's rounding differs from the spec's",
+        log,
+    )
 
     # 4. a compiled model
     if model and ok:

@@ -6,7 +6,8 @@ AXI ports from 0 (the "physical" address is the offset in the region); instructi
 completion travel over a Unix socket. ``SimBoardTransport`` is the driver's side.
 
 Protocol: the server greets each client with a JSON line (architecture, region size, stream width)
-that carries the region's file descriptor (SCM_RIGHTS; the file itself is already unlinked); a client sends ``{"op": "run", "bytes": n}`` and n bytes of instructions, or
+that carries the region's file descriptor (SCM_RIGHTS; the file itself is already unlinked); a client
+sends ``{"op": "run", "bytes": n}`` and n bytes of instructions, or
 ``{"op": "reset"}``; the server answers each with a JSON line (``{"ok": true, "cycles": ...}`` or
 ``{"ok": false, "error": ...}``).
 
@@ -81,9 +82,17 @@ def _recv_exact(conn: socket.socket, buf: bytearray, n: int) -> bytes | None:
 class SimBoardServer:
     """A Verilated core serving one client at a time over a Unix socket."""
 
-    def __init__(self, arch: Architecture, socket_path: str, memory_bytes: int | None = None,
-                 read_latency: int = MEMORY_TIMING["read_latency"], write_latency: int = MEMORY_TIMING["write_latency"],
-                 max_reads: int = MEMORY_TIMING["max_reads"], stall_limit: int = 1_000_000, log=None):
+    def __init__(
+        self,
+        arch: Architecture,
+        socket_path: str,
+        memory_bytes: int | None = None,
+        read_latency: int = MEMORY_TIMING["read_latency"],
+        write_latency: int = MEMORY_TIMING["write_latency"],
+        max_reads: int = MEMORY_TIMING["max_reads"],
+        stall_limit: int = 1_000_000,
+        log=None,
+    ):
         from ..rtl import sim
 
         self.arch = arch
@@ -158,8 +167,14 @@ class SimBoardServer:
             elif op == "run":
                 n = req.get("bytes")
                 if not isinstance(n, int) or n <= 0 or n > MAX_PROGRAM_BYTES or n % self.stream_bytes:
-                    _send(conn, {"ok": False, "error": f"'bytes' must be a positive multiple of the stream width "
-                                                       f"({self.stream_bytes}) up to {MAX_PROGRAM_BYTES}, got {n!r}"})
+                    _send(
+                        conn,
+                        {
+                            "ok": False,
+                            "error": f"'bytes' must be a positive multiple of the stream width "
+                            f"({self.stream_bytes}) up to {MAX_PROGRAM_BYTES}, got {n!r}",
+                        },
+                    )
                     return  # the byte stream is out of step: drop the client
                 data = _recv_exact(conn, buf, n)
                 if data is None:
@@ -189,15 +204,22 @@ class SimBoardServer:
         if rc == RunStatus.DONE and CoreFlag.ERROR in flags:
             pc = int(self.lib.tcu_sim_program_counter(self.core))
             self.new_core()
-            return {"ok": False, "cycles": cycles,
-                    "error": f"the core raised its error flag (an invalid opcode or DataMove direction) by "
-                             f"program counter {pc}; it was reset"}
+            return {
+                "ok": False,
+                "cycles": cycles,
+                "error": f"the core raised its error flag (an invalid opcode or DataMove direction) by "
+                f"program counter {pc}; it was reset",
+            }
         if rc == RunStatus.DONE:
             return {"ok": True, "cycles": cycles, "saturated": CoreFlag.SATURATED in flags}
         msg = self.lib.tcu_sim_message(self.core).decode()
         pc = int(self.lib.tcu_sim_program_counter(self.core))
         self.new_core()
-        return {"ok": False, "error": f"the core stopped at program counter {pc}: {msg}; it was reset", "cycles": cycles}
+        return {
+            "ok": False,
+            "error": f"the core stopped at program counter {pc}: {msg}; it was reset",
+            "cycles": cycles,
+        }
 
     def close(self) -> None:
         if self.core:
@@ -221,8 +243,9 @@ class SimBoardTransport(Transport):
 
     needs_probe = False  # the server answers when the core is idle; the driver may still use the probe
 
-    def __init__(self, arch: Architecture, socket_path: str | None = None, connect_timeout: float = 120.0,
-                 **server_options):
+    def __init__(
+        self, arch: Architecture, socket_path: str | None = None, connect_timeout: float = 120.0, **server_options
+    ):
         self.arch = arch
         self.process = None  # the server this transport started, stopped again by close()
         self._folder = None  # its socket and .tarch, removed by close()
@@ -239,8 +262,10 @@ class SimBoardTransport(Transport):
             line = _recv_line(self.conn, self._buf) if msg else None
         except (OSError, socket.timeout) as e:
             self.close()
-            raise DriverError(f"cannot reach the simulated board at {socket_path}: {e}. Start one with "
-                              f"`tvm-tensil serve --arch <arch> --socket {socket_path}`") from None
+            raise DriverError(
+                f"cannot reach the simulated board at {socket_path}: {e}. Start one with "
+                f"`tvm-tensil serve --arch <arch> --socket {socket_path}`"
+            ) from None
         if line is None or len(fds) != 1:
             self.close()
             raise DriverError(f"the simulated board at {socket_path} closed the connection before greeting")
@@ -248,8 +273,10 @@ class SimBoardTransport(Transport):
         server_arch = Architecture.from_dict(hello["arch"])
         if server_arch != arch:
             self.close()
-            raise DriverError(f"the simulated board at {socket_path} runs architecture "
-                              f"'{server_arch.name}', not '{arch.name}': start a server with --arch for this model")
+            raise DriverError(
+                f"the simulated board at {socket_path} runs architecture "
+                f"'{server_arch.name}', not '{arch.name}': start a server with --arch for this model"
+            )
         self.stream_bytes = hello["stream_bytes"]
         self.size = hello["size"]
         self._file = os.fdopen(fds[0], "r+b")
@@ -282,8 +309,10 @@ class SimBoardTransport(Transport):
         start = self._next
         end = start + _align(nbytes)
         if end > self.size:
-            raise DriverError(f"the simulated board's memory ({self.size} bytes) has no room for {nbytes} more "
-                              f"bytes; start the server with a larger --memory")
+            raise DriverError(
+                f"the simulated board's memory ({self.size} bytes) has no room for {nbytes} more "
+                f"bytes; start the server with a larger --memory"
+            )
         self._next = end
         return Buffer(self.memory[start : start + nbytes], start)
 
@@ -303,8 +332,10 @@ class SimBoardTransport(Transport):
             line = _recv_line(self.conn, self._buf)
         except socket.timeout:
             self.close()  # the server notices, abandons the run and resets the core
-            raise DriverError(f"the core did not complete within {timeout:g} s (the connection to the "
-                              "simulated board was closed; the next connection gets a fresh core)") from None
+            raise DriverError(
+                f"the core did not complete within {timeout:g} s (the connection to the "
+                "simulated board was closed; the next connection gets a fresh core)"
+            ) from None
         except OSError as e:
             raise DriverError(f"lost the simulated board at {self.socket_path}: {e}") from None
         finally:
@@ -315,8 +346,10 @@ class SimBoardTransport(Transport):
         if not reply.get("ok"):
             raise DriverError(f"simulated board: {reply.get('error')}")
         if not done():
-            raise DriverError("the simulated board reported completion but the completion probe did not land "
-                              "in DRAM0: a core or driver bug")
+            raise DriverError(
+                "the simulated board reported completion but the completion probe did not land "
+                "in DRAM0: a core or driver bug"
+            )
         return {"cycles": reply.get("cycles")}
 
     def reset(self) -> None:

@@ -63,8 +63,10 @@ _SYNTAX = {
     "matmul": (("accumulate", "zeroes"), ("local", "acc", "size")),
     "datamove": (tuple(d.mnemonic for d in Direction), ("local", "dram0", "dram1", "acc", "size")),
     "loadweights": (("zeroes",), ("local", "size")),
-    "simd": (("read", "write", "accumulate") + tuple(o.mnemonic for o in SIMDOp),
-             ("dest", "left", "right", "acc_write", "acc_read")),
+    "simd": (
+        ("read", "write", "accumulate") + tuple(o.mnemonic for o in SIMDOp),
+        ("dest", "left", "right", "acc_write", "acc_read"),
+    ),
     "loadlut": ((), ("local", "table")),
     "configure": (tuple(r.mnemonic for r in ConfigRegister), ("value",)),
 }
@@ -110,9 +112,7 @@ def parse_instruction(line: str, lineno: int | None = None) -> Instruction | Non
     tokens = code.split()
     mnemonic = tokens[0].lower()
     if mnemonic not in _MNEMONICS:
-        raise AsmError(
-            f"unknown mnemonic {tokens[0]!r}; expected one of {', '.join(_MNEMONICS)}", lineno
-        )
+        raise AsmError(f"unknown mnemonic {tokens[0]!r}; expected one of {', '.join(_MNEMONICS)}", lineno)
     allowed_flags, allowed_keys = _SYNTAX[mnemonic]
     flags: list[str] = []
     keys: dict[str, str] = {}
@@ -122,8 +122,7 @@ def parse_instruction(line: str, lineno: int | None = None) -> Instruction | Non
             k = k.lower()
             if k not in allowed_keys:
                 raise AsmError(
-                    f"{mnemonic}: unknown operand {k!r}; expected "
-                    f"{', '.join(allowed_keys) or 'none'}", lineno
+                    f"{mnemonic}: unknown operand {k!r}; expected {', '.join(allowed_keys) or 'none'}", lineno
                 )
             if k in keys:
                 raise AsmError(f"{mnemonic}: operand {k!r} given twice", lineno)
@@ -132,8 +131,8 @@ def parse_instruction(line: str, lineno: int | None = None) -> Instruction | Non
             t = tok.lower()
             if t not in allowed_flags:
                 raise AsmError(
-                    f"{mnemonic}: unknown word {tok!r}; expected "
-                    f"{', '.join(allowed_flags) or 'no flags'} or key=value", lineno
+                    f"{mnemonic}: unknown word {tok!r}; expected {', '.join(allowed_flags) or 'no flags'} or key=value",
+                    lineno,
                 )
             if t in flags:
                 raise AsmError(f"{mnemonic}: {t!r} given twice", lineno)
@@ -163,9 +162,7 @@ def _build(mnemonic: str, flags: list[str], keys: dict[str, str]) -> Instruction
         return MatMul(la, aa, size(), ls, as_, "accumulate" in flags, "zeroes" in flags)
     if mnemonic == "datamove":
         if len(flags) != 1:
-            raise ValueError(
-                "give exactly one direction: " + ", ".join(d.mnemonic for d in Direction)
-            )
+            raise ValueError("give exactly one direction: " + ", ".join(d.mnemonic for d in Direction))
         direction = Direction[flags[0].upper()]
         memory = direction.memory
         for other in ("dram0", "dram1", "acc"):
@@ -182,9 +179,15 @@ def _build(mnemonic: str, flags: list[str], keys: dict[str, str]) -> Instruction
             raise ValueError("give exactly one op: " + ", ".join(o.mnemonic for o in SIMDOp))
         regs = {k: _register(keys[k], k) if k in keys else 0 for k in ("dest", "left", "right")}
         return SIMD(
-            SIMDOp[ops[0].upper()], regs["dest"], regs["left"], regs["right"],
-            num("acc_write"), num("acc_read"),
-            "read" in flags, "write" in flags, "accumulate" in flags,
+            SIMDOp[ops[0].upper()],
+            regs["dest"],
+            regs["left"],
+            regs["right"],
+            num("acc_write"),
+            num("acc_read"),
+            "read" in flags,
+            "write" in flags,
+            "accumulate" in flags,
         )
     if mnemonic == "loadlut":
         la, ls = addr("local")
@@ -227,13 +230,23 @@ def format_instruction(inst: Instruction) -> str:
         return "noop"
     if isinstance(inst, MatMul):
         words = ["matmul"] + [f for f in ("accumulate", "zeroes") if getattr(inst, f)]
-        words += [_fmt_addr("local", inst.local, inst.local_stride),
-                  _fmt_addr("acc", inst.acc, inst.acc_stride), f"size={inst.size}"]
+        words += [
+            _fmt_addr("local", inst.local, inst.local_stride),
+            _fmt_addr("acc", inst.acc, inst.acc_stride),
+            f"size={inst.size}",
+        ]
         return " ".join(words)
     if isinstance(inst, DataMove):
         d = Direction(inst.direction)
-        return " ".join(["datamove", d.mnemonic, _fmt_addr("local", inst.local, inst.local_stride),
-                         _fmt_addr(d.memory, inst.address, inst.stride), f"size={inst.size}"])
+        return " ".join(
+            [
+                "datamove",
+                d.mnemonic,
+                _fmt_addr("local", inst.local, inst.local_stride),
+                _fmt_addr(d.memory, inst.address, inst.stride),
+                f"size={inst.size}",
+            ]
+        )
     if isinstance(inst, LoadWeights):
         words = ["loadweights"] + (["zeroes"] if inst.zeroes else [])
         words += [_fmt_addr("local", inst.local, inst.local_stride), f"size={inst.size}"]
@@ -241,9 +254,13 @@ def format_instruction(inst: Instruction) -> str:
     if isinstance(inst, SIMD):
         words = ["simd", SIMDOp(inst.op).mnemonic]
         words += [f for f in ("read", "write", "accumulate") if getattr(inst, f)]
-        words += [f"dest={_fmt_reg(inst.dest, 'out')}", f"left={_fmt_reg(inst.left, 'in')}",
-                  f"right={_fmt_reg(inst.right, 'in')}",
-                  f"acc_write={inst.acc_write:#06x}", f"acc_read={inst.acc_read:#06x}"]
+        words += [
+            f"dest={_fmt_reg(inst.dest, 'out')}",
+            f"left={_fmt_reg(inst.left, 'in')}",
+            f"right={_fmt_reg(inst.right, 'in')}",
+            f"acc_write={inst.acc_write:#06x}",
+            f"acc_read={inst.acc_read:#06x}",
+        ]
         return " ".join(words)
     if isinstance(inst, LoadLUT):
         return f"loadlut {_fmt_addr('local', inst.local, inst.local_stride)} table={inst.table}"

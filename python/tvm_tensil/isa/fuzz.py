@@ -23,9 +23,14 @@ from .instructions import (
     SIMDOp,
 )
 
-__all__ = ["random_instruction", "random_program", "power_on_preamble", "dump_epilogue",
-           "hand_written_programs", "every_simd_op_program"]
-
+__all__ = [
+    "random_instruction",
+    "random_program",
+    "power_on_preamble",
+    "dump_epilogue",
+    "hand_written_programs",
+    "every_simd_op_program",
+]
 
 
 def _run(rng: random.Random, arch: Architecture, size: int, memory: str, stride_depth: int) -> tuple[int, int]:
@@ -43,8 +48,9 @@ def _size(rng: random.Random, arch: Architecture, memories, max_size: int) -> in
     return rng.randint(1, limit)
 
 
-def random_instruction(rng: random.Random, arch: Architecture, max_size: int = 64,
-                       kinds: tuple[str, ...] | None = None) -> Instruction:
+def random_instruction(
+    rng: random.Random, arch: Architecture, max_size: int = 64, kinds: tuple[str, ...] | None = None
+) -> Instruction:
     """One random valid instruction (LoadLUT excluded: no TCU has lookup tables)."""
     kinds = kinds or ("noop", "matmul", "datamove", "loadweights", "simd", "configure")
     kind = rng.choice(kinds)
@@ -77,14 +83,25 @@ def random_instruction(rng: random.Random, arch: Architecture, max_size: int = 6
         read, write = rng.random() < 0.8, rng.random() < 0.8
         return SIMD(
             rng.choice(list(SIMDOp)),
-            dest=rng.randint(0, r), left=rng.randint(0, r), right=rng.randint(0, r),
+            dest=rng.randint(0, r),
+            left=rng.randint(0, r),
+            right=rng.randint(0, r),
             acc_write=rng.randrange(arch.accumulator_depth) if write else 0,
             acc_read=rng.randrange(arch.accumulator_depth) if read else 0,
-            read=read, write=write, accumulate=write and rng.random() < 0.3,
+            read=read,
+            write=write,
+            accumulate=write and rng.random() < 0.3,
         )
     # configure: registers with no effect on data (DRAM offsets stay 0 so addresses are stable)
-    reg = rng.choice([ConfigRegister.DRAM0_CACHE, ConfigRegister.DRAM1_CACHE, ConfigRegister.TIMEOUT,
-                      ConfigRegister.TRACEPOINT, ConfigRegister.SAMPLE_INTERVAL])
+    reg = rng.choice(
+        [
+            ConfigRegister.DRAM0_CACHE,
+            ConfigRegister.DRAM1_CACHE,
+            ConfigRegister.TIMEOUT,
+            ConfigRegister.TRACEPOINT,
+            ConfigRegister.SAMPLE_INTERVAL,
+        ]
+    )
     return Configure(reg, rng.randrange(1 << min(16, arch.layout.configure_value_bits)))
 
 
@@ -110,17 +127,30 @@ def dump_epilogue(arch: Architecture) -> list[Instruction]:
     """Copy local memory to DRAM1[0, L) and the accumulators to DRAM1[L, L + A), so that comparing
     DRAM compares every memory. Needs dram1_depth >= L + A."""
     a, l = arch.accumulator_depth, arch.local_depth
-    return [DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l), DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
-            DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a)]
+    return [
+        DataMove(Direction.LOCAL_TO_DRAM1, 0, 0, l),
+        DataMove(Direction.ACC_TO_LOCAL, 0, 0, a),
+        DataMove(Direction.LOCAL_TO_DRAM1, 0, l, a),
+    ]
 
 
 def hand_written_programs(arch: Architecture) -> dict[str, str]:
     """Small programs (assembly) that exercise each unit: for differential tests of a core."""
     n = arch.array_size
-    relu = ["datamove dram0_to_local local=0 dram0=0 size=4", "datamove local_to_acc local=0 acc=0 size=4",
-            "simd zero dest=r1"] if arch.simd_registers_depth else []
-    relu += [f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}" for i in range(4)
-             if arch.simd_registers_depth]
+    relu = (
+        [
+            "datamove dram0_to_local local=0 dram0=0 size=4",
+            "datamove local_to_acc local=0 acc=0 size=4",
+            "simd zero dest=r1",
+        ]
+        if arch.simd_registers_depth
+        else []
+    )
+    relu += [
+        f"simd max read write dest=out left=in right=r1 acc_write={i + 4} acc_read={i}"
+        for i in range(4)
+        if arch.simd_registers_depth
+    ]
     return {
         "matmul with bias and accumulate": f"""
             datamove dram1_to_local local=0 dram1=0 size={n + 1}
@@ -151,6 +181,17 @@ def every_simd_op_program(arch: Architecture) -> list[Instruction]:
     body: list[Instruction] = [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 8), DataMove(Direction.LOCAL_TO_ACC, 0, 0, 8)]
     for op in SIMDOp:
         body.append(SIMD(SIMDOp.MOVE, dest=r, left=0, read=True, acc_read=1))
-        body.append(SIMD(op, dest=r, left=0, right=r, acc_write=8 + int(op) % 8, acc_read=2,
-                         read=True, write=True, accumulate=op.value % 3 == 0))
+        body.append(
+            SIMD(
+                op,
+                dest=r,
+                left=0,
+                right=r,
+                acc_write=8 + int(op) % 8,
+                acc_read=2,
+                read=True,
+                write=True,
+                accumulate=op.value % 3 == 0,
+            )
+        )
     return body

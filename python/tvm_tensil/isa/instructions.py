@@ -190,9 +190,9 @@ class InvalidInstruction(ValueError):
 
 # -- field helpers ----------------------------------------------------------------------------
 
+
 def _depth(layout: "InstructionLayout", memory: str) -> int:
     return layout.arch.depth(memory)
-
 
 
 def _check_int(name: str, field: str, value, lo: int, hi: int, what: str) -> None:
@@ -209,7 +209,11 @@ def _check_address(layout, name: str, field: str, memory: str, address, stride, 
     stride_depth = getattr(layout.arch, f"{stride_field}_depth")
     stride_name = f"{field}_stride"
     _check_int(
-        name, stride_name, stride, 0, stride_depth - 1,
+        name,
+        stride_name,
+        stride,
+        0,
+        stride_depth - 1,
         f"strides are log2 of the step and this architecture encodes 0..{stride_depth - 1} "
         f"({stride_field}_depth = {stride_depth}), i.e. steps 1..{1 << (stride_depth - 1)}",
     )
@@ -218,13 +222,18 @@ def _check_address(layout, name: str, field: str, memory: str, address, stride, 
         _check_int(name, field, address, 0, (1 << bits) - 1, f"the field holds {bits} bits")
         return
     _check_int(
-        name, field, address, 0, depth - 1,
+        name,
+        field,
+        address,
+        0,
+        depth - 1,
         f"{memory} addresses are 0..{depth - 1} ({DEPTH_FIELDS[memory]} = {depth})",
     )
     last = address + (size - 1) * (1 << stride)
     if last >= depth:
         raise InvalidInstruction(
-            name, field,
+            name,
+            field,
             f"{size} vectors from {memory} address {address} with step {1 << stride} end at "
             f"{last}, beyond {DEPTH_FIELDS[memory]} = {depth}",
         )
@@ -232,12 +241,16 @@ def _check_address(layout, name: str, field: str, memory: str, address, stride, 
 
 def _check_size(layout, name: str, size, memories: tuple[str, ...]) -> None:
     limit = min(_depth(layout, m) for m in memories)
-    field_max = (1 << layout.operand2_address_bits)
+    field_max = 1 << layout.operand2_address_bits
     hi = min(limit, field_max)
     if isinstance(size, int) and not isinstance(size, bool) and size < 1:
         raise InvalidInstruction(name, "size", f"{size} vectors: size counts vectors and must be at least 1")
     _check_int(
-        name, "size", size, 1, hi,
+        name,
+        "size",
+        size,
+        1,
+        hi,
         f"size counts vectors: 1..{hi} here (bounded by the depth of {' and '.join(memories)})",
     )
 
@@ -328,8 +341,9 @@ class MatMul(Instruction):
         _check_flag(self.name, "accumulate", self.accumulate)
         _check_flag(self.name, "zeroes", self.zeroes)
         _check_size(layout, self.name, self.size, ("local", "acc"))
-        _check_address(layout, self.name, "local", "local", self.local, self.local_stride,
-                       self.size, used=not self.zeroes)
+        _check_address(
+            layout, self.name, "local", "local", self.local, self.local_stride, self.size, used=not self.zeroes
+        )
         _check_address(layout, self.name, "acc", "acc", self.acc, self.acc_stride, self.size)
 
     def flags(self) -> int:
@@ -363,7 +377,8 @@ class DataMove(Instruction):
     def check(self, layout) -> None:
         if not isinstance(self.direction, Direction):
             raise InvalidInstruction(
-                self.name, "direction",
+                self.name,
+                "direction",
                 f"{self.direction!r} is not a DataMove direction; allowed: "
                 + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
             )
@@ -399,11 +414,13 @@ class LoadWeights(Instruction):
         _check_flag(self.name, "zeroes", self.zeroes)
         depth = layout.arch.local_depth
         if isinstance(self.size, int) and not isinstance(self.size, bool) and self.size < 1:
-            raise InvalidInstruction(self.name, "size", f"{self.size} vectors: size counts vectors and must be at least 1")
-        _check_int(self.name, "size", self.size, 1, depth,
-                   f"size counts vectors: 1..{depth} (local_depth = {depth})")
-        _check_address(layout, self.name, "local", "local", self.local, self.local_stride,
-                       self.size, used=not self.zeroes)
+            raise InvalidInstruction(
+                self.name, "size", f"{self.size} vectors: size counts vectors and must be at least 1"
+            )
+        _check_int(self.name, "size", self.size, 1, depth, f"size counts vectors: 1..{depth} (local_depth = {depth})")
+        _check_address(
+            layout, self.name, "local", "local", self.local, self.local_stride, self.size, used=not self.zeroes
+        )
 
     def flags(self) -> int:
         return int(LoadWeightsFlag.ZEROES * self.zeroes)
@@ -447,9 +464,14 @@ class SIMD(Instruction):
             _check_flag(self.name, f, getattr(self, f))
         r = layout.arch.simd_registers_depth
         for f in ("dest", "left", "right"):
-            _check_int(self.name, f, getattr(self, f), 0, r,
-                       f"0 is the {'output' if f == 'dest' else 'input'}, 1..{r} the registers "
-                       f"(simd_registers_depth = {r})")
+            _check_int(
+                self.name,
+                f,
+                getattr(self, f),
+                0,
+                r,
+                f"0 is the {'output' if f == 'dest' else 'input'}, 1..{r} the registers (simd_registers_depth = {r})",
+            )
         _check_address(layout, self.name, "acc_write", "acc", self.acc_write, 0, 1, used=self.write)
         _check_address(layout, self.name, "acc_read", "acc", self.acc_read, 0, 1, used=self.read)
 
@@ -477,8 +499,14 @@ class LoadLUT(Instruction):
 
     def check(self, layout) -> None:
         _check_address(layout, self.name, "local", "local", self.local, self.local_stride, 1)
-        _check_int(self.name, "table", self.table, 0, (1 << layout.operand1_bits) - 1,
-                   f"the field holds {layout.operand1_bits} bits")
+        _check_int(
+            self.name,
+            "table",
+            self.table,
+            0,
+            (1 << layout.operand1_bits) - 1,
+            f"the field holds {layout.operand1_bits} bits",
+        )
 
     def operands(self, layout):
         return (_pack_operand(self.local, self.local_stride, layout.operand0_address_bits), self.table, 0)
@@ -500,13 +528,13 @@ class Configure(Instruction):
     def check(self, layout) -> None:
         if not isinstance(self.register, ConfigRegister):
             raise InvalidInstruction(
-                self.name, "register",
+                self.name,
+                "register",
                 f"{self.register!r} is not a configuration register; allowed: "
                 + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
             )
         bits = layout.configure_value_bits
-        _check_int(self.name, "value", self.value, 0, (1 << bits) - 1,
-                   f"the value field holds {bits} bits")
+        _check_int(self.name, "value", self.value, 0, (1 << bits) - 1, f"the value field holds {bits} bits")
 
     def encode(self, layout) -> int:
         self.check(layout)
@@ -526,7 +554,8 @@ def _split(raw: int, address_bits: int, stride_bits: int, total_bits: int, name:
     stride = (raw >> address_bits) & ((1 << stride_bits) - 1)
     if raw >> (address_bits + stride_bits):
         raise InvalidInstruction(
-            name, operand,
+            name,
+            operand,
             f"padding bits {address_bits + stride_bits}..{total_bits - 1} are not zero",
         )
     return address, stride
@@ -544,13 +573,18 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
     o0 = (word >> layout.operand0_shift) & ((1 << layout.operand0_bits) - 1)
     o1 = (word >> layout.operand1_shift) & ((1 << layout.operand1_bits) - 1)
     o2 = (word >> layout.operand2_shift) & ((1 << layout.operand2_bits) - 1)
-    a0, s0, a1, s1 = (layout.operand0_address_bits, layout.stride0_bits,
-                      layout.operand1_address_bits, layout.stride1_bits)
+    a0, s0, a1, s1 = (
+        layout.operand0_address_bits,
+        layout.stride0_bits,
+        layout.operand1_address_bits,
+        layout.stride1_bits,
+    )
     try:
         op = Opcode(opcode)
     except ValueError:
         raise InvalidInstruction(
-            f"opcode {opcode:#x}", "opcode",
+            f"opcode {opcode:#x}",
+            "opcode",
             "unknown opcode; valid: " + ", ".join(f"{o.value:#x} ({INSTRUCTION_CLASSES[o].name})" for o in Opcode),
         ) from None
     cls = INSTRUCTION_CLASSES[op]
@@ -558,7 +592,9 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
 
     def flag_bits(allowed: int):
         if flags & ~allowed:
-            raise InvalidInstruction(name, "flags", f"flag bits {flags:#06b} include undefined bits (allowed mask {allowed:#06b})")
+            raise InvalidInstruction(
+                name, "flags", f"flag bits {flags:#06b} include undefined bits (allowed mask {allowed:#06b})"
+            )
 
     if op is Opcode.NOOP:
         flag_bits(0)
@@ -574,7 +610,8 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
             direction = Direction(flags)
         except ValueError:
             raise InvalidInstruction(
-                name, "direction",
+                name,
+                "direction",
                 f"{flags} is not a DataMove direction; allowed: "
                 + ", ".join(f"{d.value} ({d.mnemonic})" for d in Direction),
             ) from None
@@ -597,9 +634,14 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         if o2 >> layout.simd_instruction_bits:
             raise InvalidInstruction(name, "operand2", "bits above the sub-instruction are not zero")
         inst = SIMD(
-            SIMDOp((o2 >> (3 * b)) & 0xF), dest=o2 & m, right=(o2 >> b) & m, left=(o2 >> (2 * b)) & m,
-            acc_write=write_addr, acc_read=read_addr,
-            read=bool(flags & SIMDFlag.READ), write=bool(flags & SIMDFlag.WRITE),
+            SIMDOp((o2 >> (3 * b)) & 0xF),
+            dest=o2 & m,
+            right=(o2 >> b) & m,
+            left=(o2 >> (2 * b)) & m,
+            acc_write=write_addr,
+            acc_read=read_addr,
+            read=bool(flags & SIMDFlag.READ),
+            write=bool(flags & SIMDFlag.WRITE),
             accumulate=bool(flags & SIMDFlag.ACCUMULATE),
         )
     elif op is Opcode.LOADLUT:
@@ -614,7 +656,8 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
             reg = ConfigRegister(args & 0xF)
         except ValueError:
             raise InvalidInstruction(
-                name, "register",
+                name,
+                "register",
                 f"{args & 0xF} is not a configuration register; allowed: "
                 + ", ".join(f"{r.value} ({r.mnemonic})" for r in ConfigRegister),
             ) from None

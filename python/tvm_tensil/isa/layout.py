@@ -40,9 +40,7 @@ class InstructionLayout:
 
         self.operand0_address_bits = max(self.local_bits, self.accumulator_bits)
         self.operand0_bits = _round8(self.operand0_address_bits + self.stride0_bits)
-        self.operand1_address_bits = max(
-            self.local_bits, self.dram0_bits, self.dram1_bits, self.accumulator_bits
-        )
+        self.operand1_address_bits = max(self.local_bits, self.dram0_bits, self.dram1_bits, self.accumulator_bits)
         self.operand1_bits = _round8(self.operand1_address_bits + self.stride1_bits)
 
         self.simd_operand_bits = _bits(arch.simd_registers_depth + 1)
@@ -92,8 +90,7 @@ class InstructionLayout:
         d = self.as_dict()
         return "\n".join(
             [
-                f"  instruction          {d['instruction_bytes']} bytes "
-                f"({self.instruction_bits} bits, header 8)",
+                f"  instruction          {d['instruction_bytes']} bytes ({self.instruction_bits} bits, header 8)",
                 f"  operand0             {self.operand0_bits} bits: address "
                 f"{self.operand0_address_bits}, stride {self.stride0_bits}",
                 f"  operand1             {self.operand1_bits} bits: address "

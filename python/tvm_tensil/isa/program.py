@@ -97,8 +97,9 @@ class Program:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_instructions(cls, instructions: Iterable[Instruction], layout: InstructionLayout,
-                          name: str = "program") -> "Program":
+    def from_instructions(
+        cls, instructions: Iterable[Instruction], layout: InstructionLayout, name: str = "program"
+    ) -> "Program":
         parts = []
         for pc, inst in enumerate(instructions):
             try:
@@ -167,8 +168,17 @@ class Program:
         addr0, stride0, pad0 = split(o0, lay.operand0_address_bits, lay.stride0_bits)
         addr1, stride1, pad1 = split(o1, lay.operand1_address_bits, lay.stride1_bits)
         return ProgramFields(
-            opcode=header >> 4, flags=header & 0xF, raw0=o0, raw1=o1, operand2=o2,
-            addr0=addr0, stride0=stride0, addr1=addr1, stride1=stride1, pad0=pad0, pad1=pad1,
+            opcode=header >> 4,
+            flags=header & 0xF,
+            raw0=o0,
+            raw1=o1,
+            operand2=o2,
+            addr0=addr0,
+            stride0=stride0,
+            addr1=addr1,
+            stride1=stride1,
+            pad0=pad0,
+            pad1=pad1,
         )
 
     def invalid_mask(self, f: ProgramFields | None = None) -> np.ndarray:
@@ -192,22 +202,40 @@ class Program:
         }
         zeroes = (fl & MatMulFlag.ZEROES) != 0
         verdicts[Opcode.MATMUL] = (
-            (fl > 3) | f.pad0 | f.pad1 | bad_s0 | bad_s1 | (count > min(L, A, size_max))
-            | (~zeroes & run_bad(a0, s0, count, L)) | run_bad(a1, s1, count, A)
+            (fl > 3)
+            | f.pad0
+            | f.pad1
+            | bad_s0
+            | bad_s1
+            | (count > min(L, A, size_max))
+            | (~zeroes & run_bad(a0, s0, count, L))
+            | run_bad(a1, s1, count, A)
         )
         other = np.select(
-            [np.isin(fl, (Direction.DRAM0_TO_LOCAL, Direction.LOCAL_TO_DRAM0)),
-             np.isin(fl, (Direction.DRAM1_TO_LOCAL, Direction.LOCAL_TO_DRAM1))],
-            [arch.dram0_depth, arch.dram1_depth], default=A,
+            [
+                np.isin(fl, (Direction.DRAM0_TO_LOCAL, Direction.LOCAL_TO_DRAM0)),
+                np.isin(fl, (Direction.DRAM1_TO_LOCAL, Direction.LOCAL_TO_DRAM1)),
+            ],
+            [arch.dram0_depth, arch.dram1_depth],
+            default=A,
         )
         verdicts[Opcode.DATAMOVE] = (
-            ~np.isin(fl, [int(d) for d in Direction]) | f.pad0 | f.pad1 | bad_s0 | bad_s1
+            ~np.isin(fl, [int(d) for d in Direction])
+            | f.pad0
+            | f.pad1
+            | bad_s0
+            | bad_s1
             | (count > np.minimum(np.minimum(other, L), size_max))
-            | run_bad(a0, s0, count, L) | run_bad(a1, s1, count, other)
+            | run_bad(a0, s0, count, L)
+            | run_bad(a1, s1, count, other)
         )
         lw_count = f.raw1 + 1  # operand1 holds size - 1
         verdicts[Opcode.LOADWEIGHTS] = (
-            (fl > 1) | f.pad0 | bad_s0 | (o2 != 0) | (lw_count > L)
+            (fl > 1)
+            | f.pad0
+            | bad_s0
+            | (o2 != 0)
+            | (lw_count > L)
             | (((fl & LoadWeightsFlag.ZEROES) == 0) & run_bad(a0, s0, lw_count, L))
         )
         rb = lay.simd_operand_bits
@@ -244,9 +272,15 @@ class Program:
         for start, f in self.chunks():
             self._raise_first_invalid(self.invalid_mask(f), start)
             counts += np.bincount(f.opcode, minlength=16)
-            sizes = np.where(f.opcode == Opcode.LOADWEIGHTS, f.raw1 + 1,
-                             np.where(np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)), f.operand2 + 1,
-                                      (f.opcode == Opcode.SIMD).astype(np.int64)))
+            sizes = np.where(
+                f.opcode == Opcode.LOADWEIGHTS,
+                f.raw1 + 1,
+                np.where(
+                    np.isin(f.opcode, (Opcode.MATMUL, Opcode.DATAMOVE)),
+                    f.operand2 + 1,
+                    (f.opcode == Opcode.SIMD).astype(np.int64),
+                ),
+            )
             vectors += np.bincount(f.opcode, weights=sizes, minlength=16).astype(np.int64)
             writes_dram1 |= bool(np.any((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM1)))
             lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]

@@ -38,7 +38,11 @@ _BITS = (
     (MatMulFlag, "MATMUL_FLAG", "MatMul flag bits"),
     (LoadWeightsFlag, "LOADWEIGHTS_FLAG", "LoadWeights flag bits"),
     (SIMDFlag, "SIMD_FLAG", "SIMD flag bits"),
-    (DataMoveBit, "DIRECTION", "DataMove directions between DRAM and local memory (flags 0-3): which way and which bank"),
+    (
+        DataMoveBit,
+        "DIRECTION",
+        "DataMove directions between DRAM and local memory (flags 0-3): which way and which bank",
+    ),
 )
 
 

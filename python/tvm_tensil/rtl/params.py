@@ -45,10 +45,25 @@ def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> di
 
 # The parameters tcu_top takes (core_parameters also has derived values its submodules use).
 TOP_PARAMETERS = (
-    "ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "STORAGE_BYTES", "LOCAL_DEPTH", "ACC_DEPTH",
-    "DRAM0_DEPTH_BITS", "DRAM1_DEPTH_BITS", "SIMD_REGISTERS", "OPERAND0_BITS", "OPERAND1_BITS",
-    "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS",
-    "STRIDE0_BITS", "STRIDE1_BITS", "SIMD_OPERAND_BITS", "AXI_DATA_WIDTH",
+    "ARRAY_SIZE",
+    "DATA_WIDTH",
+    "BINARY_POINT",
+    "STORAGE_BYTES",
+    "LOCAL_DEPTH",
+    "ACC_DEPTH",
+    "DRAM0_DEPTH_BITS",
+    "DRAM1_DEPTH_BITS",
+    "SIMD_REGISTERS",
+    "OPERAND0_BITS",
+    "OPERAND1_BITS",
+    "OPERAND2_BITS",
+    "OPERAND0_ADDRESS_BITS",
+    "OPERAND1_ADDRESS_BITS",
+    "OPERAND2_ADDRESS_BITS",
+    "STRIDE0_BITS",
+    "STRIDE1_BITS",
+    "SIMD_OPERAND_BITS",
+    "AXI_DATA_WIDTH",
 )
 
 

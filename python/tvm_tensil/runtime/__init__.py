@@ -20,8 +20,18 @@ from .emulator import Emulator
 from .reference import ReferenceEmulator
 
 __all__ = [
-    "Device", "DeviceError", "RunStats", "SaturationWarning", "Emulator", "ReferenceEmulator",
-    "DEVICES", "DEFAULT_DEVICE", "ENV_VAR", "device", "current_device_name", "get_device",
+    "Device",
+    "DeviceError",
+    "RunStats",
+    "SaturationWarning",
+    "Emulator",
+    "ReferenceEmulator",
+    "DEVICES",
+    "DEFAULT_DEVICE",
+    "ENV_VAR",
+    "device",
+    "current_device_name",
+    "get_device",
 ]
 
 # name -> "module:Class"; modules are imported on first use (a board needs pynq, etc.).

@@ -66,7 +66,9 @@ def register(symbol: str, description: str) -> int:
             PARTITIONS[symbol] = Partition(
                 CompiledPartition.from_json(d),
                 {k: tuple(v) for k, v in d["relax_shapes"].items()},
-                d["input_order"], d["output_order"])
+                d["input_order"],
+                d["output_order"],
+            )
     return 0
 
 
@@ -102,5 +104,4 @@ def last_run_stats(report=None) -> dict[str, RunStats]:
     """The most recent run's statistics of every partition in this process, or only of the
     partitions of ``report`` (a ``BuildReport``: one build's partitions)."""
     keep = None if report is None else set(report.partitions)
-    return {k: p.last_stats for k, p in PARTITIONS.items()
-            if p.last_stats is not None and (keep is None or k in keep)}
+    return {k: p.last_stats for k, p in PARTITIONS.items() if p.last_stats is not None and (keep is None or k in keep)}

@@ -18,8 +18,8 @@ import numpy as np
 from ..arch import Architecture
 from ..isa.instructions import Opcode
 from ..isa.program import Program, ProgramError, ProgramSummary
-from ..numbers import SaturationCounter
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
+from ..numbers import SaturationCounter
 
 __all__ = ["Device", "HostDramDevice", "RunStats", "SaturationWarning", "DeviceError", "as_vectors"]
 
@@ -136,8 +136,7 @@ class Device(ABC):
         depth = self.arch.dram0_depth if bank == 0 else self.arch.dram1_depth
         if base < 0 or size < 0 or base + size > depth:
             raise ValueError(
-                f"DRAM{bank} access of {size} vectors at {base} is outside the bank "
-                f"(dram{bank}_depth = {depth})"
+                f"DRAM{bank} access of {size} vectors at {base} is outside the bank (dram{bank}_depth = {depth})"
             )
 
     def run_model(
@@ -190,10 +189,14 @@ class Device(ABC):
             clipped = SaturationCounter()
             vec = tensor_to_vectors(dt.from_float(x, clipped), n, cpad, model.block_major(name))
             if warn_saturation and clipped.count:
-                warnings.warn(SaturationWarning(
-                    f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
-                    f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}], clipped to it. Scale the "
-                    "input, or use a wider data type (e.g. FP32BP16)."), stacklevel=2)
+                warnings.warn(
+                    SaturationWarning(
+                        f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
+                        f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}], clipped to it. Scale the "
+                        "input, or use a wider data type (e.g. FP32BP16)."
+                    ),
+                    stacklevel=2,
+                )
             staged.append((entries, vec))
         self.reset()
         if self._constants_of is not model:
@@ -210,8 +213,11 @@ class Device(ABC):
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         if warn_saturation and (stats.saturated or stats.saturation_flag):
-            how_many = (f"{stats.saturated} values saturated" if stats.saturated else
-                        "values saturated (the core's flag says so; it does not count them)")
+            how_many = (
+                f"{stats.saturated} values saturated"
+                if stats.saturated
+                else "values saturated (the core's flag says so; it does not count them)"
+            )
             by_op = ", ".join(f"{k} {v}" for k, v in stats.saturations.items() if v)
             warnings.warn(
                 SaturationWarning(
@@ -228,8 +234,11 @@ class Device(ABC):
             values = dt.to_float(vec)
             shape = model.tensor_shape(name, outputs=True)
             cpad = model.channels_padded(name, outputs=True)
-            outputs[name] = (vectors_to_tensor(values, shape, n, cpad, model.block_major(name, outputs=True))
-                             if shape is not None else values)
+            outputs[name] = (
+                vectors_to_tensor(values, shape, n, cpad, model.block_major(name, outputs=True))
+                if shape is not None
+                else values
+            )
         return outputs
 
 

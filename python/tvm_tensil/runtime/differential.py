@@ -29,15 +29,14 @@ class Difference:
     b: list
 
     def __str__(self) -> str:
-        return (f"DRAM{self.bank} differs at vectors {self.vectors}: first {self.a[:2]} vs {self.b[:2]}")
+        return f"DRAM{self.bank} differs at vectors {self.vectors}: first {self.a[:2]} vs {self.b[:2]}"
 
 
 def random_dram(arch, seed: int) -> list[np.ndarray]:
     """DRAM contents of moderate magnitude (saturation happens, but not everywhere)."""
     rng = np.random.default_rng(seed)
     one = arch.data_type.one
-    return [rng.integers(-one * 4, one * 4, (depth, arch.array_size))
-            for depth in (arch.dram0_depth, arch.dram1_depth)]
+    return [rng.integers(-one * 4, one * 4, (depth, arch.array_size)) for depth in (arch.dram0_depth, arch.dram1_depth)]
 
 
 def compare(a: Device, b: Device, body: Sequence[Instruction], dram: Sequence[np.ndarray]) -> Difference | None:
@@ -65,7 +64,7 @@ def shrink(body: list[Instruction], differs: Callable[[list[Instruction]], bool]
     while chunk >= 1:
         i = 0
         while i < len(body):
-            trial = body[:i] + body[i + chunk:]
+            trial = body[:i] + body[i + chunk :]
             if trial and differs(trial):
                 body = trial
             else:
@@ -86,6 +85,8 @@ def report(a: Device, b: Device, body: list[Instruction], dram, diff: Difference
     """A failure report with the shrunk program."""
     short = shrink(list(body), lambda t: compare(a, b, t, dram) is not None)
     diff2 = compare(a, b, short, dram)
-    return (f"{a.name} and {b.name} differ: {diff}\nshortest program that still differs "
-            f"({len(short)} of {len(body)} instructions): {diff2}\n"
-            + disassemble(Program.from_instructions(short, a.arch.layout), with_pc=True))
+    return (
+        f"{a.name} and {b.name} differ: {diff}\nshortest program that still differs "
+        f"({len(short)} of {len(body)} instructions): {diff2}\n"
+        + disassemble(Program.from_instructions(short, a.arch.layout), with_pc=True)
+    )

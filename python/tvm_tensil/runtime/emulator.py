@@ -28,9 +28,24 @@ _ACC_TO_LOCAL, _LOCAL_TO_ACC = int(Direction.ACC_TO_LOCAL), int(Direction.LOCAL_
 _MM_ACCUMULATE, _MM_ZEROES = int(MatMulFlag.ACCUMULATE), int(MatMulFlag.ZEROES)
 _LW_ZEROES = int(LoadWeightsFlag.ZEROES)
 _SIMD_READ, _SIMD_WRITE, _SIMD_ACCUMULATE = int(SIMDFlag.READ), int(SIMDFlag.WRITE), int(SIMDFlag.ACCUMULATE)
-(_OP_NOOP, _OP_ZERO, _OP_MOVE, _OP_NOT, _OP_AND, _OP_OR, _OP_INCREMENT, _OP_DECREMENT, _OP_ADD,
- _OP_SUBTRACT, _OP_MULTIPLY, _OP_ABS, _OP_GREATER_THAN, _OP_GREATER_THAN_EQUAL, _OP_MIN,
- _OP_MAX) = (int(op) for op in SIMDOp)
+(
+    _OP_NOOP,
+    _OP_ZERO,
+    _OP_MOVE,
+    _OP_NOT,
+    _OP_AND,
+    _OP_OR,
+    _OP_INCREMENT,
+    _OP_DECREMENT,
+    _OP_ADD,
+    _OP_SUBTRACT,
+    _OP_MULTIPLY,
+    _OP_ABS,
+    _OP_GREATER_THAN,
+    _OP_GREATER_THAN_EQUAL,
+    _OP_MIN,
+    _OP_MAX,
+) = (int(op) for op in SIMDOp)
 # Indices into the kernel's saturation counts.
 _SAT_MATMUL, _SAT_DATAMOVE, _SAT_SIMD = 0, 1, 2
 
@@ -115,8 +130,24 @@ def _operand(prog, pc, start, nbytes):
 
 
 @numba.njit(cache=True, nogil=True)
-def _run_kernel(prog, local, acc, dram0, dram1, weights, regs, config, sats,
-                width, bp, storage_bits, simd_operand_bits, operand_bytes, address_bits, stride_bits):
+def _run_kernel(
+    prog,
+    local,
+    acc,
+    dram0,
+    dram1,
+    weights,
+    regs,
+    config,
+    sats,
+    width,
+    bp,
+    storage_bits,
+    simd_operand_bits,
+    operand_bytes,
+    address_bits,
+    stride_bits,
+):
     n = local.shape[1]
     b0, b1, b2 = operand_bytes[0], operand_bytes[1], operand_bytes[2]
     abits0, abits1 = address_bits[0], address_bits[1]
@@ -247,11 +278,24 @@ class Emulator(ReferenceEmulator):
             config[int(reg)] = value
         sats = np.zeros(3, dtype=np.int64)
         prog = np.frombuffer(program.data, dtype=np.uint8).reshape(len(program), lay.instruction_bytes)
-        _run_kernel(prog, self.local, self.acc, self.dram0, self.dram1, self.weights, self.registers,
-                    config, sats, dt.width, dt.binary_point, 8 * dt.storage_bytes, lay.simd_operand_bits,
-                    np.array(lay.operand_bytes, dtype=np.int64),
-                    np.array([lay.operand0_address_bits, lay.operand1_address_bits], dtype=np.int64),
-                    np.array([lay.stride0_bits, lay.stride1_bits], dtype=np.int64))
+        _run_kernel(
+            prog,
+            self.local,
+            self.acc,
+            self.dram0,
+            self.dram1,
+            self.weights,
+            self.registers,
+            config,
+            sats,
+            dt.width,
+            dt.binary_point,
+            8 * dt.storage_bytes,
+            lay.simd_operand_bits,
+            np.array(lay.operand_bytes, dtype=np.int64),
+            np.array([lay.operand0_address_bits, lay.operand1_address_bits], dtype=np.int64),
+            np.array([lay.stride0_bits, lay.stride1_bits], dtype=np.int64),
+        )
         for reg in ConfigRegister:
             self.config[reg] = int(config[int(reg)])
         for name, index in (("matmul", _SAT_MATMUL), ("datamove", _SAT_DATAMOVE), ("simd", _SAT_SIMD)):

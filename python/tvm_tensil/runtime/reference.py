@@ -33,6 +33,7 @@ from .device import HostDramDevice, RunStats
 
 __all__ = ["ReferenceEmulator"]
 
+
 class ReferenceEmulator(HostDramDevice):
     """Bit-exact TCU model. DRAM banks are numpy arrays in the data type's storage format."""
 
@@ -187,7 +188,9 @@ class ReferenceEmulator(HostDramDevice):
                     weights[cnt:] = weights[: n + 1 - cnt].copy()
                     weights[:cnt] = vecs
             elif op == Opcode.CONFIGURE:
-                args = raw0s[pc] | (raw1s[pc] << self.arch.layout.operand0_bits) | (
-                    o2s[pc] << (self.arch.layout.operand0_bits + self.arch.layout.operand1_bits)
+                args = (
+                    raw0s[pc]
+                    | (raw1s[pc] << self.arch.layout.operand0_bits)
+                    | (o2s[pc] << (self.arch.layout.operand0_bits + self.arch.layout.operand1_bits))
                 )
                 config[ConfigRegister(args & 0xF)] = args >> 4

@@ -63,9 +63,16 @@ class Verilator(HostDramDevice):
         """A new core in its power-on state (local memory, accumulators, weights, registers zero)."""
         self.close()
         self._handle = self.lib.tcu_sim_new(
-            self.dram0.ctypes.data, self.dram0.nbytes, self.dram1.ctypes.data, self.dram1.nbytes,
-            self.bus_bytes, self.read_latency, self.write_latency, self.max_reads,
-            (self.fst or "").encode())
+            self.dram0.ctypes.data,
+            self.dram0.nbytes,
+            self.dram1.ctypes.data,
+            self.dram1.nbytes,
+            self.bus_bytes,
+            self.read_latency,
+            self.write_latency,
+            self.max_reads,
+            (self.fst or "").encode(),
+        )
 
     def close(self) -> None:
         if self._handle:
@@ -91,21 +98,29 @@ class Verilator(HostDramDevice):
         summary = self.check(program)
         lay = self.arch.layout
         # The banks sit at address 0 of their own AXI ports; no timeout flag (hangs are caught here).
-        head = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, 0),
-                                          Configure(ConfigRegister.DRAM1_OFFSET, 0),
-                                          Configure(ConfigRegister.TIMEOUT, 0)], lay)
+        head = Program.from_instructions(
+            [
+                Configure(ConfigRegister.DRAM0_OFFSET, 0),
+                Configure(ConfigRegister.DRAM1_OFFSET, 0),
+                Configure(ConfigRegister.TIMEOUT, 0),
+            ],
+            lay,
+        )
         stream = pad_to_beats(head.data + program.data, self.bus_bytes, lay.instruction_bytes)
         buf = np.frombuffer(stream, dtype=np.uint8)
         cycles0 = self.lib.tcu_sim_cycles(self._handle)
         valid0, _ = self.counters()
-        rc = self.lib.tcu_sim_run(self._handle, buf.ctypes.data, len(stream), self.bus_bytes,
-                                  self.stall_limit, self.max_cycles)
+        rc = self.lib.tcu_sim_run(
+            self._handle, buf.ctypes.data, len(stream), self.bus_bytes, self.stall_limit, self.max_cycles
+        )
         if rc != sim.RunStatus.DONE:
             self._fail(program, rc, len(head))
         flags = self.lib.tcu_sim_flags(self._handle)
         if flags & sim.CoreFlag.ERROR:
-            raise DeviceError(f"{program.name}: the RTL core raised its error flag (an invalid opcode or "
-                              "DataMove direction) on a program the validator accepted: a bug, please report it")
+            raise DeviceError(
+                f"{program.name}: the RTL core raised its error flag (an invalid opcode or "
+                "DataMove direction) on a program the validator accepted: a bug, please report it"
+            )
         stats = RunStats.for_program(summary)
         stats.cycles = int(self.lib.tcu_sim_cycles(self._handle) - cycles0)
         valid, _ = self.counters()
@@ -123,16 +138,28 @@ class Verilator(HostDramDevice):
         busy = [u for i, u in enumerate(sim.UNITS) if (act >> (2 * i)) & 1]
         mem = (ctypes.c_uint64 * 6)()
         self.lib.tcu_sim_memory_state(self._handle, mem)
-        memory = "; ".join(f"DRAM{b}: {mem[3*b]} read bursts, {mem[3*b+1]} write bursts, {mem[3*b+2]} responses pending"
-                           for b in (0, 1) if mem[3 * b] or mem[3 * b + 1] or mem[3 * b + 2]) or "no DRAM traffic pending"
-        state = (f"program counter {pc} of {len(program)} (instructions dispatched); "
-                 f"units with work: {', '.join(busy) or 'none'}; waiting on a handshake: "
-                 f"{', '.join(waiting) or 'none'}; {memory}")
+        memory = (
+            "; ".join(
+                f"DRAM{b}: {mem[3 * b]} read bursts, {mem[3 * b + 1]} write bursts, {mem[3 * b + 2]} responses pending"
+                for b in (0, 1)
+                if mem[3 * b] or mem[3 * b + 1] or mem[3 * b + 2]
+            )
+            or "no DRAM traffic pending"
+        )
+        state = (
+            f"program counter {pc} of {len(program)} (instructions dispatched); "
+            f"units with work: {', '.join(busy) or 'none'}; waiting on a handshake: "
+            f"{', '.join(waiting) or 'none'}; {memory}"
+        )
         self.reset()  # the next run starts from a clean core
         if rc == sim.RunStatus.HUNG:
-            raise DeviceError(f"{program.name}: the RTL core hung ({msg}): {state}. Raise stall_limit if the "
-                              "memory latency is that long; otherwise this is a core bug")
+            raise DeviceError(
+                f"{program.name}: the RTL core hung ({msg}): {state}. Raise stall_limit if the "
+                "memory latency is that long; otherwise this is a core bug"
+            )
         if rc == sim.RunStatus.OUT_OF_RANGE:
-            raise DeviceError(f"{program.name}: {msg}: {state}. The program's Configure instructions moved a "
-                              "DRAM offset, or its addresses pass the bank's depth")
+            raise DeviceError(
+                f"{program.name}: {msg}: {state}. The program's Configure instructions moved a "
+                "DRAM offset, or its addresses pass the bank's depth"
+            )
         raise DeviceError(f"{program.name}: the RTL core {msg}: {state}")

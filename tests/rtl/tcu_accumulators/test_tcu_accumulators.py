@@ -4,9 +4,8 @@ every forwarding path is hit) against a plain model of program order."""
 import os
 import random
 
-import pytest
-
 import cocotb
+import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -70,6 +69,9 @@ async def program_order_with_forwarding(dut):
 def test_tcu_accumulators(n, width, depth):
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_accumulators", __file__,
-               {"ARRAY_SIZE": n, "DATA_WIDTH": width, "DEPTH": depth, "ADDR_WIDTH": max(1, (depth - 1).bit_length())},
-               sources=["tcu_ram.sv", "tcu_accumulators.sv"])
+    run_cocotb(
+        "tcu_accumulators",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "DEPTH": depth, "ADDR_WIDTH": max(1, (depth - 1).bit_length())},
+        sources=["tcu_ram.sv", "tcu_accumulators.sv"],
+    )

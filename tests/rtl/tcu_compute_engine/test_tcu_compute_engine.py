@@ -14,10 +14,9 @@ MatMuls that followed one in flight with no gap between their vectors.
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
@@ -121,7 +120,10 @@ async def vectors_match_the_instructions(dut):
             addr, vec, accumulate = writes.pop(0)
             got = unpack_lanes(int(dut.m_acc_wr_data.value), n, w)
             assert (int(dut.m_acc_wr_addr.value), got, int(dut.m_acc_wr_accumulate.value)) == (
-                addr, vec, int(accumulate)), "accumulator write differs"
+                addr,
+                vec,
+                int(accumulate),
+            ), "accumulator write differs"
         if not int(dut.busy.value):
             assert not writes or start, f"idle with {len(writes)} writes to come"
             assert int(dut.quiet.value), "idle but not quiet"
@@ -135,5 +137,8 @@ async def vectors_match_the_instructions(dut):
 def test_tcu_compute_engine(n, width):
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_compute_engine", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width,
-                                                "LOCAL_ADDR_BITS": LOCAL_ADDR_BITS, "ACC_ADDR_BITS": ACC_ADDR_BITS})
+    run_cocotb(
+        "tcu_compute_engine",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": LOCAL_ADDR_BITS, "ACC_ADDR_BITS": ACC_ADDR_BITS},
+    )

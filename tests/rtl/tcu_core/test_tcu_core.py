@@ -1,18 +1,17 @@
 """tcu_core against the emulator: hand-written and random programs, DRAM compared word for word.
 
 DRAM banks are Python models behind the core's vector ports (reads name a run of consecutive
-vectors), answering in order after random delays and with random backpressure. A preamble zeroes weights, accumulators, local memory and
-SIMD registers (the emulator's power-on state); an epilogue copies local memory and accumulators out to DRAM,
-so the comparison covers every memory.
+vectors), answering in order after random delays and with random backpressure. A preamble zeroes
+weights, accumulators, local memory and SIMD registers (the emulator's power-on state); an epilogue
+copies local memory and accumulators out to DRAM, so the comparison covers every memory.
 """
 
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -21,11 +20,13 @@ from tvm_tensil.rtl.testbench import arch_from_env, pack_lanes, unpack_lanes
 
 def preamble(arch):
     from tvm_tensil.isa.fuzz import power_on_preamble
+
     return power_on_preamble(arch)
 
 
 def epilogue(arch):
     from tvm_tensil.isa.fuzz import dump_epilogue
+
     return dump_epilogue(arch)
 
 
@@ -108,9 +109,12 @@ async def check_program(dut, arch, body, rng, name):
         bad = np.nonzero((got != want).any(axis=1))[0]
         if bad.size:
             from tvm_tensil.isa import disassemble
-            raise AssertionError(f"{name}: DRAM{bank} differs at vectors {bad[:8].tolist()}: rtl "
-                                 f"{got[bad[:3]].tolist()} emulator {want[bad[:3]].tolist()}\nprogram:\n"
-                                 + disassemble(body, with_pc=True))
+
+            raise AssertionError(
+                f"{name}: DRAM{bank} differs at vectors {bad[:8].tolist()}: rtl "
+                f"{got[bad[:3]].tolist()} emulator {want[bad[:3]].tolist()}\nprogram:\n"
+                + disassemble(body, with_pc=True)
+            )
     assert int(dut.error.value) == 0
 
 
@@ -201,16 +205,29 @@ async def random_programs(dut):
 
 def core_params(n, width, regs=1, beats=2):
     from rtl_runner import sweep_arch
-
     from tvm_tensil.rtl import core_parameters
     from tvm_tensil.rtl.testbench import arch_env
 
     arch = sweep_arch(n, width, regs)
     p = core_parameters(arch)
-    keys = ["ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "LOCAL_DEPTH", "ACC_DEPTH", "DRAM0_DEPTH_BITS",
-            "DRAM1_DEPTH_BITS", "OPERAND0_BITS", "OPERAND1_BITS", "OPERAND2_BITS",
-            "OPERAND0_ADDRESS_BITS", "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS", "STRIDE0_BITS",
-            "STRIDE1_BITS", "SIMD_OPERAND_BITS"]
+    keys = [
+        "ARRAY_SIZE",
+        "DATA_WIDTH",
+        "BINARY_POINT",
+        "LOCAL_DEPTH",
+        "ACC_DEPTH",
+        "DRAM0_DEPTH_BITS",
+        "DRAM1_DEPTH_BITS",
+        "OPERAND0_BITS",
+        "OPERAND1_BITS",
+        "OPERAND2_BITS",
+        "OPERAND0_ADDRESS_BITS",
+        "OPERAND1_ADDRESS_BITS",
+        "OPERAND2_ADDRESS_BITS",
+        "STRIDE0_BITS",
+        "STRIDE1_BITS",
+        "SIMD_OPERAND_BITS",
+    ]
     out = {k: p[k] for k in keys}
     out["SIMD_REGISTERS"] = regs
     out["VECTOR_BEATS"] = beats
@@ -234,6 +251,9 @@ def test_tcu_core(n, width, regs, beats, full):
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
     from tvm_tensil.rtl.toolchain import rtl_sources
 
-    sources = [p.name for p in rtl_sources() if p.stem not in ("tcu_isa_pkg", "tcu_top", "tcu_dram_axi",
-                                                                "tcu_instruction_input")]
+    sources = [
+        p.name
+        for p in rtl_sources()
+        if p.stem not in ("tcu_isa_pkg", "tcu_top", "tcu_dram_axi", "tcu_instruction_input")
+    ]
     run_cocotb("tcu_core", __file__, params, extra_env=env, sources=sources)

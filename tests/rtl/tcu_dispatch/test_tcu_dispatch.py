@@ -15,9 +15,8 @@ program counter, error, timeout and idle follow the instructions.
 import os
 import random
 
-import pytest
-
 import cocotb
+import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -36,8 +35,12 @@ def engine_of(ins):
     if isinstance(ins, LoadWeights):
         return WEIGHTS
     if isinstance(ins, DataMove):
-        return {Direction.DRAM0_TO_LOCAL: D0R, Direction.LOCAL_TO_DRAM0: D0W, Direction.DRAM1_TO_LOCAL: D1R,
-                Direction.LOCAL_TO_DRAM1: D1W}.get(ins.direction, MOVE)
+        return {
+            Direction.DRAM0_TO_LOCAL: D0R,
+            Direction.LOCAL_TO_DRAM0: D0W,
+            Direction.DRAM1_TO_LOCAL: D1R,
+            Direction.LOCAL_TO_DRAM1: D1W,
+        }.get(ins.direction, MOVE)
     return None
 
 
@@ -69,7 +72,7 @@ def acc_banks(ins, depth):
 
 @cocotb.test()
 async def dispatch_follows_the_rule(dut):
-    from tvm_tensil.isa import SIMD, Configure, ConfigRegister, DataMove, MatMul, NoOp
+    from tvm_tensil.isa import SIMD, ConfigRegister, Configure, DataMove, MatMul, NoOp
     from tvm_tensil.isa.fuzz import random_instruction
     from tvm_tensil.isa.instructions import CONFIG_RESET_VALUES
 
@@ -98,8 +101,15 @@ async def dispatch_follows_the_rule(dut):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     dut.s_instr_valid.value = 0
-    for name in ("engine_ready", "engine_busy", "engine_busy_cycles", "simd_read_hazard", "acc_wr_valid",
-                 "acc_wr_accumulate", "acc_wr_addr"):
+    for name in (
+        "engine_ready",
+        "engine_busy",
+        "engine_busy_cycles",
+        "simd_read_hazard",
+        "acc_wr_valid",
+        "acc_wr_accumulate",
+        "acc_wr_addr",
+    ):
         getattr(dut, name).value = 0
     dut.engine_ready.value = 0x7F
     dut.simd_empty.value = 1
@@ -161,8 +171,10 @@ async def dispatch_follows_the_rule(dut):
             if rng_local is None:
                 return False
             lo, hi, writes = rng_local
-            return any(held[e] is not None and e != engine and (writes or held[e][2])
-                       and lo <= held[e][1] and held[e][0] <= hi for e in range(7))
+            return any(
+                held[e] is not None and e != engine and (writes or held[e][2]) and lo <= held[e][1] and held[e][0] <= hi
+                for e in range(7)
+            )
 
         if ins is None or isinstance(ins, NoOp):
             may = True
@@ -182,15 +194,20 @@ async def dispatch_follows_the_rule(dut):
         else:
             partner = engine + 1 if engine in (D0R, D1R) else engine - 1
             lo, hi = ins.address, ins.address + ((ins.size - 1) << ins.stride)
-            dram = busy[partner] and dram_range[partner] is not None and lo <= dram_range[partner][1] and \
-                dram_range[partner][0] <= hi
+            dram = (
+                busy[partner]
+                and dram_range[partner] is not None
+                and lo <= dram_range[partner][1]
+                and dram_range[partner][0] <= hi
+            )
             turns = beats == 1 and engine in (D0R, D1R) and busy[D1R if engine == D0R else D0R]
             may = ready[engine] and not local_hazard() and not dram and not turns
             seen["dram_waits"] += int(dram)
             turn_waits += int(turns and not dram and ready[engine] and not local_hazard())
         await ReadOnly()
         assert int(dut.s_instr_ready.value) == int(may), (
-            f"cycle {cycle}, instruction {done} ({ins}): ready {int(dut.s_instr_ready.value)}, the rule says {int(may)}")
+            f"cycle {cycle}, instruction {done} ({ins}): ready {int(dut.s_instr_ready.value)}, the rule says {int(may)}"
+        )
         start = offered and may
         starts = int(dut.m_start.value)
         assert starts == ((1 << engine) if start and engine is not None else 0), f"cycle {cycle}: m_start {starts:07b}"
@@ -216,8 +233,11 @@ async def dispatch_follows_the_rule(dut):
         assert int(dut.idle.value) == int(not offered and not any(busy) and empty), f"cycle {cycle}: idle"
         assert int(dut.program_counter.value) == pc and int(dut.error.value) == error
         assert int(dut.timeout.value) == timeout, f"cycle {cycle}: timeout {int(dut.timeout.value)}, want {timeout}"
-        for reg, name in ((ConfigRegister.DRAM0_OFFSET, "dram0_offset"), (ConfigRegister.DRAM1_CACHE, "dram1_cache"),
-                          (ConfigRegister.SAMPLE_INTERVAL, "sample_interval")):
+        for reg, name in (
+            (ConfigRegister.DRAM0_OFFSET, "dram0_offset"),
+            (ConfigRegister.DRAM1_CACHE, "dram1_cache"),
+            (ConfigRegister.SAMPLE_INTERVAL, "sample_interval"),
+        ):
             assert int(getattr(dut, name).value) == config[reg] & ((1 << len(getattr(dut, name))) - 1)
         assert int(dut.tracepoint.value) == int(pc == config[ConfigRegister.TRACEPOINT])
         assert int(dut.load_continues.value) == continues
@@ -272,14 +292,23 @@ async def dispatch_follows_the_rule(dut):
 @pytest.mark.parametrize("beats", [2, 1])
 def test_tcu_dispatch(beats):
     from rtl_runner import sweep_arch
-
     from tvm_tensil.rtl import core_parameters
     from tvm_tensil.rtl.testbench import arch_env
 
     arch = sweep_arch(4, 16)
     p = core_parameters(arch)
-    keys = ["LOCAL_DEPTH", "ACC_DEPTH", "OPERAND0_BITS", "OPERAND1_BITS", "OPERAND2_BITS", "OPERAND0_ADDRESS_BITS",
-            "OPERAND1_ADDRESS_BITS", "OPERAND2_ADDRESS_BITS", "STRIDE0_BITS", "STRIDE1_BITS"]
+    keys = [
+        "LOCAL_DEPTH",
+        "ACC_DEPTH",
+        "OPERAND0_BITS",
+        "OPERAND1_BITS",
+        "OPERAND2_BITS",
+        "OPERAND0_ADDRESS_BITS",
+        "OPERAND1_ADDRESS_BITS",
+        "OPERAND2_ADDRESS_BITS",
+        "STRIDE0_BITS",
+        "STRIDE1_BITS",
+    ]
     params = {k: p[k] for k in keys}
     params["VECTOR_BEATS"] = beats
     params["INSTRUCTION_BITS"] = arch.layout.instruction_bits

@@ -6,9 +6,8 @@ never cross 4 KiB."""
 import os
 import random
 
-import pytest
-
 import cocotb
+import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
@@ -54,8 +53,9 @@ async def handshake(dut, prefix):
 
 @cocotb.test()
 async def runs_written_then_read(dut):
-    n, w, sb, bus = (int(os.environ[f"PARAM_{k}"]) for k in ("ARRAY_SIZE", "DATA_WIDTH", "STORAGE_BYTES",
-                                                              "AXI_DATA_WIDTH"))
+    n, w, sb, bus = (
+        int(os.environ[f"PARAM_{k}"]) for k in ("ARRAY_SIZE", "DATA_WIDTH", "STORAGE_BYTES", "AXI_DATA_WIDTH")
+    )
     rng = random.Random(n * w + bus)
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=1 << 18)
@@ -93,7 +93,7 @@ async def runs_written_then_read(dut):
         await RisingEdge(dut.clk)
     for a, vec in model.items():  # the bytes in memory
         raw = ram.read((2 << 16) + a * vector_bytes, vector_bytes)
-        got = [int.from_bytes(raw[i * sb:(i + 1) * sb], "little", signed=True) for i in range(n)]
+        got = [int.from_bytes(raw[i * sb : (i + 1) * sb], "little", signed=True) for i in range(n)]
         assert got == vec, f"vector {a}"
     vectors = sum(length for _, length in runs)
     assert bursts["aw"] < vectors, f"{bursts['aw']} write bursts for {vectors} vectors: runs were not merged"
@@ -127,5 +127,8 @@ async def runs_written_then_read(dut):
 def test_tcu_dram_axi(n, width, sb, bus):
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_dram_axi", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "STORAGE_BYTES": sb,
-                                          "AXI_DATA_WIDTH": bus, "DEPTH_BITS": 16})
+    run_cocotb(
+        "tcu_dram_axi",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "STORAGE_BYTES": sb, "AXI_DATA_WIDTH": bus, "DEPTH_BITS": 16},
+    )

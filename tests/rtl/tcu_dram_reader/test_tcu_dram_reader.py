@@ -11,10 +11,9 @@ never overflows and does fill (the arbitration is exercised).
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -98,7 +97,9 @@ def test_tcu_dram_reader(n, width, beats, full):
         pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_dram_reader", __file__,
-               {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6, "LOCAL_DEPTH": LOCAL_DEPTH,
-                "DEPTH_BITS": 8},
-               extra_env={"PARAM_VECTOR_BEATS": str(beats)})
+    run_cocotb(
+        "tcu_dram_reader",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6, "LOCAL_DEPTH": LOCAL_DEPTH, "DEPTH_BITS": 8},
+        extra_env={"PARAM_VECTOR_BEATS": str(beats)},
+    )

@@ -10,10 +10,9 @@ is ready only after the last write response.
 
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
@@ -91,5 +90,6 @@ async def moves_match_program_order(dut):
 def test_tcu_dram_writer(n, width):
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_dram_writer", __file__,
-               {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6, "DEPTH_BITS": 8})
+    run_cocotb(
+        "tcu_dram_writer", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6, "DEPTH_BITS": 8}
+    )

@@ -4,9 +4,8 @@ gaps, taken with random backpressure; the words must come out whole and in order
 import os
 import random
 
-import pytest
-
 import cocotb
+import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamSource
@@ -38,7 +37,7 @@ async def words_come_out_whole_and_in_order(dut):
         if len(got) >= len(words) + len(stream) // nbytes - len(words):
             break
     assert got[: len(words)] == words
-    assert all(w == 0 for w in got[len(words):])  # only the zero padding follows
+    assert all(w == 0 for w in got[len(words) :])  # only the zero padding follows
 
 
 @pytest.mark.parametrize("bus, nbytes", [(64, 8), (32, 9), (128, 8), (8, 3)])

@@ -3,9 +3,8 @@
 import os
 import random
 
-import pytest
-
 import cocotb
+import pytest
 from cocotb.triggers import Timer
 
 

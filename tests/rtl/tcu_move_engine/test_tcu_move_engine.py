@@ -11,10 +11,9 @@ port A is used only when free, port B only when port A is not.
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
@@ -128,5 +127,8 @@ async def memories_follow_program_order(dut):
 def test_tcu_move_engine(n, width):
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_move_engine", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width,
-                                             "LOCAL_ADDR_BITS": LOCAL_ADDR_BITS, "ACC_ADDR_BITS": ACC_ADDR_BITS})
+    run_cocotb(
+        "tcu_move_engine",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": LOCAL_ADDR_BITS, "ACC_ADDR_BITS": ACC_ADDR_BITS},
+    )

@@ -3,10 +3,9 @@
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
@@ -42,8 +41,11 @@ async def random_instructions_match_the_emulator(dut):
             lim = dt.max_int if rng.random() < 0.3 else dt.one * 4
             x = np_rng.integers(-lim, lim + 1, n)
         emu.acc[0] = x
-        emu.execute(Program.from_instructions(
-            [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], arch.layout))
+        emu.execute(
+            Program.from_instructions(
+                [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], arch.layout
+            )
+        )
         dut.s_in_valid.value = 1
         dut.s_in_op.value = int(op)
         dut.s_in_left.value, dut.s_in_right.value, dut.s_in_dest.value = left, right, dest
@@ -70,6 +72,9 @@ def test_tcu_simd(n, width, bp, regs, full):
     from rtl_runner import run_cocotb
 
     select = max(1, regs.bit_length())
-    run_cocotb("tcu_simd", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp,
-                                      "REGISTERS": regs, "SELECT_BITS": select},
-               sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv"])
+    run_cocotb(
+        "tcu_simd",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp, "REGISTERS": regs, "SELECT_BITS": select},
+        sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv"],
+    )

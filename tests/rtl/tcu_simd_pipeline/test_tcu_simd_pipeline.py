@@ -12,10 +12,9 @@ conflicts, and `empty` only when nothing is left to write.
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
@@ -60,9 +59,15 @@ async def results_match_the_emulator(dut):
         cycle += 1
         if cycle - 1 in reads:
             dut.acc_rd_data.value = pack_lanes(acc[reads.pop(cycle - 1)], w)
-        ins = SIMD(SIMDOp(rng.randrange(16)), *(rng.randint(0, regs) for _ in range(3)),
-                   acc_write=rng.randrange(depth), acc_read=rng.randrange(depth),
-                   read=rng.random() < 0.8, write=rng.random() < 0.8, accumulate=rng.random() < 0.3)
+        ins = SIMD(
+            SIMDOp(rng.randrange(16)),
+            *(rng.randint(0, regs) for _ in range(3)),
+            acc_write=rng.randrange(depth),
+            acc_read=rng.randrange(depth),
+            read=rng.random() < 0.8,
+            write=rng.random() < 0.8,
+            accumulate=rng.random() < 0.3,
+        )
         dut.s_cmd_op.value = int(ins.op)
         dut.s_cmd_dest.value, dut.s_cmd_left.value, dut.s_cmd_right.value = ins.dest, ins.left, ins.right
         dut.s_cmd_read.value, dut.s_cmd_read_addr.value = int(ins.read), ins.acc_read
@@ -79,7 +84,8 @@ async def results_match_the_emulator(dut):
             if ins.read:
                 assert int(dut.m_acc_rd_valid.value) and int(dut.m_acc_rd_addr.value) == ins.acc_read
                 assert acc[ins.acc_read].tolist() == emu.acc[ins.acc_read].tolist(), (
-                    f"instruction {taken}: read of a vector an earlier instruction has yet to write")
+                    f"instruction {taken}: read of a vector an earlier instruction has yet to write"
+                )
                 reads[cycle] = ins.acc_read
             emu.execute(Program.from_instructions([ins], arch.layout))
             back_to_back += int(last_taken == cycle - 1)
@@ -107,7 +113,16 @@ def test_tcu_simd_pipeline(n, width, bp, regs):
     from rtl_runner import run_cocotb
 
     select = max(1, regs.bit_length())
-    run_cocotb("tcu_simd_pipeline", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp,
-                                               "REGISTERS": regs, "SELECT_BITS": select,
-                                               "ACC_ADDR_BITS": ACC_ADDR_BITS},
-               sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_simd_pipeline.sv"])
+    run_cocotb(
+        "tcu_simd_pipeline",
+        __file__,
+        {
+            "ARRAY_SIZE": n,
+            "DATA_WIDTH": width,
+            "BINARY_POINT": bp,
+            "REGISTERS": regs,
+            "SELECT_BITS": select,
+            "ACC_ADDR_BITS": ACC_ADDR_BITS,
+        },
+        sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv", "tcu_simd_pipeline.sv"],
+    )

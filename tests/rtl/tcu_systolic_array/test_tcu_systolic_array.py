@@ -5,10 +5,9 @@ sequential, rounded matrix step) with the weights each vector saw in program ord
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
@@ -102,5 +101,9 @@ def test_tcu_systolic_array(n, width, bp, full):
         pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
-    run_cocotb("tcu_systolic_array", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp},
-               sources=["tcu_mac.sv", "tcu_systolic_array.sv"])
+    run_cocotb(
+        "tcu_systolic_array",
+        __file__,
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp},
+        sources=["tcu_mac.sv", "tcu_systolic_array.sv"],
+    )

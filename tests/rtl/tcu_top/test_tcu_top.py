@@ -6,10 +6,9 @@ skipped; reset returns the core to idle."""
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
@@ -32,8 +31,15 @@ class Bench:
         self.dut, self.arch = dut, arch
         self.rng = random.Random(seed)
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False)
-        self.rams = [AxiRam(AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst_n, reset_active_level=False, size=1 << 20) for b in (0, 1)]
+        self.source = AxiStreamSource(
+            AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False
+        )
+        self.rams = [
+            AxiRam(
+                AxiBus.from_prefix(dut, f"m_axi_dram{b}"), dut.clk, dut.rst_n, reset_active_level=False, size=1 << 20
+            )
+            for b in (0, 1)
+        ]
         for ram in self.rams:
             for ch in (ram.read_if.r_channel, ram.write_if.b_channel, ram.read_if.ar_channel):
                 ch.set_pause_generator(iter(lambda: self.rng.random() < 0.2, None))
@@ -59,9 +65,14 @@ class Bench:
         from tvm_tensil.isa import ConfigRegister, Configure, Program
 
         lay = self.arch.layout
-        head = Program.from_instructions([Configure(ConfigRegister.DRAM0_OFFSET, DRAM0_OFFSET),
-                                          Configure(ConfigRegister.DRAM1_OFFSET, DRAM1_OFFSET),
-                                          Configure(ConfigRegister.TIMEOUT, 0)], lay)
+        head = Program.from_instructions(
+            [
+                Configure(ConfigRegister.DRAM0_OFFSET, DRAM0_OFFSET),
+                Configure(ConfigRegister.DRAM1_OFFSET, DRAM1_OFFSET),
+                Configure(ConfigRegister.TIMEOUT, 0),
+            ],
+            lay,
+        )
         stream = pad_with_noops(head.data + program.data, lay.instruction_bytes)
         await self.source.send(stream)
         # Done when every instruction streamed (padding NoOps included) has retired.
@@ -83,8 +94,10 @@ class Bench:
         program = Program.from_instructions(power_on_preamble(arch) + list(body) + dump_epilogue(arch), arch.layout)
         np_rng = np.random.default_rng(self.rng.randrange(1 << 30))
         dt = arch.data_type
-        d = [np_rng.integers(-dt.one * 4, dt.one * 4, (depth, arch.array_size))
-             for depth in (arch.dram0_depth, arch.dram1_depth)]
+        d = [
+            np_rng.integers(-dt.one * 4, dt.one * 4, (depth, arch.array_size))
+            for depth in (arch.dram0_depth, arch.dram1_depth)
+        ]
         emu = Emulator(arch)
         for b in (0, 1):
             emu.write_dram(b, 0, d[b])
@@ -95,7 +108,9 @@ class Bench:
             got, want = self.dump(b, depth), emu.read_dram(b, 0, depth)
             bad = np.nonzero((got != want).any(axis=1))[0]
             if bad.size:
-                raise AssertionError(f"{name}: DRAM{b} differs at vectors {bad[:8].tolist()}\n" + disassemble(body, True))
+                raise AssertionError(
+                    f"{name}: DRAM{b} differs at vectors {bad[:8].tolist()}\n" + disassemble(body, True)
+                )
         assert int(self.dut.error.value) == 0, f"{name}: error flag"
 
 
@@ -134,8 +149,9 @@ async def invalid_instructions_raise_error_and_are_skipped(dut):
     lay = arch.layout
     bad_direction = (0x2 << lay.opcode_shift) | (7 << lay.flags_shift)
     bad_opcode = 0x9 << lay.opcode_shift
-    good = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1),
-                                      DataMove(Direction.LOCAL_TO_DRAM0, 0, 9, 1)], lay)
+    good = Program.from_instructions(
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1), DataMove(Direction.LOCAL_TO_DRAM0, 0, 9, 1)], lay
+    )
     words = b"".join(w.to_bytes(lay.instruction_bytes, "little") for w in (bad_direction, bad_opcode))
     bench.load(0, np.full((4, arch.array_size), 77))
     await bench.run(Program(words + good.data, lay))
@@ -181,9 +197,20 @@ async def timeout_tracepoint_and_sample_stream(dut):
                 seen.append(int(dut.program_counter.value))
 
     watcher = cocotb.start_soon(watch())
-    await bench.run(Program.from_instructions([Configure(ConfigRegister.TRACEPOINT, 5), long_matmul, long_matmul,
-                                               Configure(ConfigRegister.SAMPLE_INTERVAL, 7), long_matmul,
-                                               long_matmul, Configure(ConfigRegister.SAMPLE_INTERVAL, 0)], lay))
+    await bench.run(
+        Program.from_instructions(
+            [
+                Configure(ConfigRegister.TRACEPOINT, 5),
+                long_matmul,
+                long_matmul,
+                Configure(ConfigRegister.SAMPLE_INTERVAL, 7),
+                long_matmul,
+                long_matmul,
+                Configure(ConfigRegister.SAMPLE_INTERVAL, 0),
+            ],
+            lay,
+        )
+    )
     watcher.cancel()
     assert seen and set(seen) == {5}, seen
 
@@ -202,7 +229,6 @@ async def timeout_tracepoint_and_sample_stream(dut):
 
 def top_params(n, width, regs=1, bus=64, axi=64):
     from rtl_runner import sweep_arch
-
     from tvm_tensil.rtl import top_parameters
     from tvm_tensil.rtl.testbench import arch_env
 

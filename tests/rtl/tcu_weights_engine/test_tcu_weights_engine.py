@@ -10,10 +10,9 @@ the highest address down (zero vectors with `zeroes`); no load's first read star
 import os
 import random
 
+import cocotb
 import numpy as np
 import pytest
-
-import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
@@ -54,8 +53,10 @@ async def beats_match_the_instruction(dut):
             zeroes = rng.random() < 0.2
             base = rng.randrange(LOCAL_DEPTH - (count - 1) * (1 << stride))
             top = base + (count - 1) * (1 << stride)
-            rows = [np.zeros(n, dtype=np.int64) if zeroes else local[base + k * (1 << stride)]
-                    for k in reversed(range(count))]
+            rows = [
+                np.zeros(n, dtype=np.int64) if zeroes else local[base + k * (1 << stride)]
+                for k in reversed(range(count))
+            ]
             expected.extend(rows)
             dut.s_cmd_valid.value = 1
             dut.s_cmd_zeroes.value = int(zeroes)
