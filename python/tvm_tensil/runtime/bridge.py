@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import tvm_ffi
 
 from ..compiler.compile import CompiledPartition
 from ..model import TensilModel
-from . import current_device_name, get_device
-from .device import Device, RunStats
+from . import current_session
+from .device import RunStats
 
 
 @dataclass
@@ -33,7 +33,6 @@ class Partition:
     outputs: list[str]
     model: TensilModel | None = None
     last_stats: RunStats | None = None
-    devices: dict[str, Device] = field(default_factory=dict)
 
 
 PARTITIONS: dict[str, Partition] = {}
@@ -87,10 +86,7 @@ def invoke(symbol: str, *tensors) -> int:
         part.model = part.compiled.model([])
     n_in = len(part.inputs)
     ins, outs = tensors[:n_in], tensors[n_in:]
-    name = current_device_name()
-    dev = part.devices.get(name)
-    if dev is None:
-        dev = part.devices[name] = get_device(name, part.compiled.arch)
+    dev = current_session().device_for(part.compiled.arch)
     feeds = {k: to_internal(_to_numpy(t).astype(np.float64), part.relax_shapes[k]) for k, t in zip(part.inputs, ins)}
     results = dev.run_model(part.model, feeds)
     part.last_stats = dev.last_stats
