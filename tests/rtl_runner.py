@@ -1,6 +1,7 @@
 """Build a Verilator model per parameter sweep point and run cocotb tests on it."""
 
 import hashlib
+import re
 from pathlib import Path
 
 from tvm_tensil.rtl.toolchain import RTL_DIR, apply_verilator_env
@@ -57,3 +58,20 @@ def run_cocotb(
     tests, failed = get_results(Path(results))
     assert tests > 0, f"no cocotb test ran in {test_path.name}"
     assert failed == 0, f"{failed} of {tests} cocotb tests failed, see {results}"
+
+
+def core_params(n: int, width: int, regs: int = 1, beats: int = 2) -> tuple[dict, dict]:
+    """tcu_core's parameters for a sweep point (``sweep_arch``) with ``beats`` bus beats per vector,
+    and the bench environment naming the architecture."""
+    from tvm_tensil.rtl import core_parameters
+    from tvm_tensil.rtl.testbench import arch_env
+
+    arch = sweep_arch(n, width, regs)
+    p = core_parameters(arch)
+    given = {"SIMD_REGISTERS": regs, "VECTOR_BEATS": beats, "INSTRUCTION_BITS": arch.layout.instruction_bits}
+    return {k: given[k] if k in given else p[k] for k in module_parameters("tcu_core")}, arch_env(arch)
+
+
+def module_parameters(module: str) -> list[str]:
+    """The parameter names ``rtl/<module>.sv`` declares, in order."""
+    return re.findall(r"^\s*parameter\s+(\w+)\s*=", (RTL_DIR / f"{module}.sv").read_text(), re.M)

@@ -562,23 +562,21 @@ class Scheduler:
         local_free = (
             self.arch.local_depth - len(cvals) - (srec.size if srec else 0) - (identity.size if identity else 0)
         )
+
         # Weights come in groups, each group's next one loaded beside its MatMuls (``_weight_groups``).
+        def plan(room: int) -> tuple[int, int]:
+            """Tile rows and columns with ``room`` vectors of local memory for slab and store buffer."""
+            return self._plan_tiles(
+                out.shape, window, cbi, room, acc_free, store_blocks=store_cap, max_rows=max_rows, in_w=inp.shape[2]
+            )
+
         groups, slot, slots = None, 0, 0
         for mode in ("resident", "input blocks", "blocks", "one block"):
             groups, slot, slots = self._weight_groups(mode, wrec, brec, taps, order, cbi, cbo, depthwise, local_free)
             if groups is not None:
                 staging = slot * max(slots, 1)
                 try:
-                    self._plan_tiles(
-                        out.shape,
-                        window,
-                        cbi,
-                        local_free - staging,
-                        acc_free,
-                        store_blocks=store_cap,
-                        max_rows=max_rows,
-                        in_w=inp.shape[2],
-                    )
+                    plan(local_free - staging)
                     break
                 except ScheduleError:
                     if mode == "one block":
@@ -588,29 +586,11 @@ class Scheduler:
         # run beside this tile's MatMuls) or one of each.
         if buffers == 2:
             try:
-                rows, cols = self._plan_tiles(
-                    out.shape,
-                    window,
-                    cbi,
-                    (local_free - staging) // 2,
-                    acc_free,
-                    store_blocks=store_cap,
-                    max_rows=max_rows,
-                    in_w=inp.shape[2],
-                )
+                rows, cols = plan((local_free - staging) // 2)
             except ScheduleError:
                 buffers = 1
         if buffers == 1:
-            rows, cols = self._plan_tiles(
-                out.shape,
-                window,
-                cbi,
-                local_free - staging,
-                acc_free,
-                store_blocks=store_cap,
-                max_rows=max_rows,
-                in_w=inp.shape[2],
-            )
+            rows, cols = plan(local_free - staging)
         tiles = list(self._tiles(out.shape, rows, cols))
         if len(tiles) == 1:
             buffers = 1
@@ -830,13 +810,19 @@ class Scheduler:
         geometry = self._load_slab(inp, tile, window, padding, 0, lambda *move: None, whole_width=True)
         if geometry[:2] != (0, 0) or geometry[2:] != (inp.shape[2], inp.shape[1] * inp.shape[2]):
             return None  # the window does not read the input as one whole map
+        lo = self._room_beside_held(own, consts)
+        return None if lo is None else (lo, [held[0]], geometry)
+
+    def _room_beside_held(self, own: int, consts: int) -> int | None:
+        """Where ``own`` vectors of local memory fit below or above everything the previous node left
+        there (``in_local``), the top ``consts`` vectors kept free (constants pass through them);
+        else None."""
         spans = [(a, a + n) for a, n in self.in_local.values()]
         hole = (min(a for a, _ in spans), max(b for _, b in spans))
-        limit = self.arch.local_depth - consts  # the epilogue's constants pass through the top
+        limit = self.arch.local_depth - consts
         if hole[1] > limit:
             return None
-        lo = 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
-        return None if lo is None else (lo, [held[0]], geometry)
+        return 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
 
     def _weight_groups(self, mode, wrec, brec, taps, order, cbi, cbo, depthwise, local_free):
         """How a conv's weights reach the array: ``(groups, slot, slots)`` or ``(None, 0, 0)`` when
@@ -1024,13 +1010,7 @@ class Scheduler:
             return None
         if blocks * max(1, total // 2) > acc_free:
             return None
-        own = block + blocks * max(1, total // 2)
-        spans = [(a, a + n) for a, n in self.in_local.values()]
-        hole = (min(a for a, _ in spans), max(b for _, b in spans))
-        limit = self.arch.local_depth - consts  # the pool's constants pass through the top
-        if hole[1] > limit:
-            return None
-        base = 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
+        base = self._room_beside_held(block + blocks * max(1, total // 2), consts)
         return None if base is None else (held[0], base)
 
     @staticmethod

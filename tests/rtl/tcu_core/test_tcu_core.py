@@ -203,38 +203,6 @@ async def random_programs(dut):
         await check_program(dut, arch, body, rng, f"random program {i}")
 
 
-def core_params(n, width, regs=1, beats=2):
-    from rtl_runner import sweep_arch
-    from tvm_tensil.rtl import core_parameters
-    from tvm_tensil.rtl.testbench import arch_env
-
-    arch = sweep_arch(n, width, regs)
-    p = core_parameters(arch)
-    keys = [
-        "ARRAY_SIZE",
-        "DATA_WIDTH",
-        "BINARY_POINT",
-        "LOCAL_DEPTH",
-        "ACC_DEPTH",
-        "DRAM0_DEPTH_BITS",
-        "DRAM1_DEPTH_BITS",
-        "OPERAND0_BITS",
-        "OPERAND1_BITS",
-        "OPERAND2_BITS",
-        "OPERAND0_ADDRESS_BITS",
-        "OPERAND1_ADDRESS_BITS",
-        "OPERAND2_ADDRESS_BITS",
-        "STRIDE0_BITS",
-        "STRIDE1_BITS",
-        "SIMD_OPERAND_BITS",
-    ]
-    out = {k: p[k] for k in keys}
-    out["SIMD_REGISTERS"] = regs
-    out["VECTOR_BEATS"] = beats
-    out["INSTRUCTION_BITS"] = arch.layout.instruction_bits
-    return out, arch_env(arch)
-
-
 # (array size, data width, SIMD registers, bus beats per vector): with one beat both banks could
 # answer every cycle, so DRAM -> local moves take turns.
 SWEEP = [(4, 16, 1, 2), (4, 16, 1, 1)]
@@ -245,7 +213,7 @@ FULL_SWEEP = SWEEP + [(2, 16, 1, 2), (8, 16, 2, 2), (4, 32, 1, 4), (12, 16, 1, 3
 def test_tcu_core(n, width, regs, beats, full):
     if (n, width, regs, beats) not in SWEEP and not full:
         pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import core_params, run_cocotb
 
     params, env = core_params(n, width, regs, beats)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"

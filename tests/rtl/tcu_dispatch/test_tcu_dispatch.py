@@ -291,27 +291,7 @@ async def dispatch_follows_the_rule(dut):
 
 @pytest.mark.parametrize("beats", [2, 1])
 def test_tcu_dispatch(beats):
-    from rtl_runner import sweep_arch
-    from tvm_tensil.rtl import core_parameters
-    from tvm_tensil.rtl.testbench import arch_env
+    from rtl_runner import core_params, module_parameters, run_cocotb
 
-    arch = sweep_arch(4, 16)
-    p = core_parameters(arch)
-    keys = [
-        "LOCAL_DEPTH",
-        "ACC_DEPTH",
-        "OPERAND0_BITS",
-        "OPERAND1_BITS",
-        "OPERAND2_BITS",
-        "OPERAND0_ADDRESS_BITS",
-        "OPERAND1_ADDRESS_BITS",
-        "OPERAND2_ADDRESS_BITS",
-        "STRIDE0_BITS",
-        "STRIDE1_BITS",
-    ]
-    params = {k: p[k] for k in keys}
-    params["VECTOR_BEATS"] = beats
-    params["INSTRUCTION_BITS"] = arch.layout.instruction_bits
-    from rtl_runner import run_cocotb
-
-    run_cocotb("tcu_dispatch", __file__, params, extra_env=arch_env(arch))
+    params, env = core_params(4, 16, beats=beats)  # the dispatcher takes some of the core's
+    run_cocotb("tcu_dispatch", __file__, {k: params[k] for k in module_parameters("tcu_dispatch")}, extra_env=env)
