@@ -79,7 +79,6 @@ def zoo_errors(arch_name: str) -> list[dict]:
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
-    from tvm_tensil.runtime import bridge
 
     rows = []
     for name, model, shape in [
@@ -88,11 +87,11 @@ def zoo_errors(arch_name: str) -> list[dict]:
         ("resnet20v2", zoo.resnet20v2(), (1, 3, 32, 32)),
     ]:
         ex = tvm_tensil.build(from_onnx(model, keep_params_in_input=False), target="tensil", arch=arch_name)
-        report = tvm_tensil.last_report()
+        report = ex.tensil_report
         x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
-        with tvm_tensil.device("verilator"):
+        with tvm_tensil.device("verilator") as session:
             relax.VirtualMachine(ex, tvm.cpu())["main"](x)
-        measured = sum(s.cycles for s in bridge.last_run_stats(report).values())
+        measured = sum(s.cycles for s in session.last_run_stats(report).values())
         estimated = report.total_cycles
         rows.append(
             {

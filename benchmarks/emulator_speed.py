@@ -93,7 +93,7 @@ def resnet20(arch_name: str, repeats: int) -> dict:
     mod = from_onnx(zoo.resnet20v2(softmax=False), keep_params_in_input=False)
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32"))
     ex = tvm_tensil.build(mod, target="tensil", arch=arch_name)
-    report = tvm_tensil.last_report()
+    report = ex.tensil_report
     vm = relax.VirtualMachine(ex, tvm.cpu())
     row = {"arch": arch_name, "instructions": sum(p["instructions"] for p in report.partitions.values())}
     for device, runs in (("emulator", repeats + 1), ("reference", 1)):

@@ -53,7 +53,7 @@ def main() -> None:
         t0 = time.perf_counter()
         ex = tvm_tensil.build(mod, target="tensil", arch=arch)
         compile_s = time.perf_counter() - t0
-        report = tvm_tensil.last_report()
+        report = ex.tensil_report
         vm = relax.VirtualMachine(ex, tvm.cpu())
         emulated = vm["main"](x).numpy()  # first run also packs the weights
         times = []
@@ -87,14 +87,12 @@ def main() -> None:
         }
         row["mac_bound_ms_at_clock"] = round(row["mac_bound_cycles"] / (arch.clock_mhz * 1e3), 3)
         if not args.no_rtl:
-            from tvm_tensil.runtime import bridge
-
-            with tvm_tensil.device("verilator"):
+            with tvm_tensil.device("verilator") as session:
                 vm["main"](x)  # first run on the device also builds the Verilated core (cached)
                 t0 = time.perf_counter()
                 on_rtl = vm["main"](x).numpy()
                 wall = time.perf_counter() - t0
-            stats = bridge.last_run_stats(report).values()
+            stats = session.last_run_stats(report).values()
             rtl = sum(s.cycles for s in stats)
             sim_s = sum(s.seconds for s in stats)
             row.update(

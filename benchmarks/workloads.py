@@ -55,7 +55,7 @@ t0 = time.perf_counter()
 ex = tvm_tensil.build(mod, target="tensil", arch=arch_name)
 compile_s = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-report = tvm_tensil.last_report()
+report = ex.tensil_report
 arch = tvm_tensil.load_arch(arch_name)
 row = {{"net": name, "size": size, "arch": arch_name, "array": arch.array_size, "clock_mhz": arch.clock_mhz,
         "macs": macs, "compile_seconds": round(compile_s, 1), "peak_memory_mb": round(peak / 2**20),
@@ -63,13 +63,12 @@ row = {{"net": name, "size": size, "arch": arch_name, "array": arch.array_size, 
         "instructions": sum(p["instructions"] for p in report.partitions.values()),
         "estimated_cycles": report.total_cycles}}
 if rtl:
-    from tvm_tensil.runtime import bridge
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
     t0 = time.perf_counter()
-    with tvm_tensil.device("verilator"):
+    with tvm_tensil.device("verilator") as session:
         relax.VirtualMachine(ex, tvm.cpu())["main"](x)
     row["rtl_wall_seconds"] = round(time.perf_counter() - t0)
-    row["rtl_cycles"] = sum(s.cycles for s in bridge.last_run_stats(report).values())
+    row["rtl_cycles"] = sum(s.cycles for s in session.last_run_stats(report).values())
 print("RESULT " + json.dumps(row))
 """
 
@@ -103,7 +102,6 @@ def accuracy(arch: str) -> list[dict]:
 
     import tvm_tensil
     from tvm_tensil import zoo
-    from tvm_tensil.runtime import bridge
 
     def outputs(result):
         return [result.numpy()] if hasattr(result, "numpy") else [r.numpy() for r in result]
@@ -115,8 +113,9 @@ def accuracy(arch: str) -> list[dict]:
         x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
         cpu = outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x))
         ex = tvm_tensil.build(mod, target="tensil", arch=arch)
-        tcu = outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
-        saturated = sum(s.saturated for s in bridge.last_run_stats(tvm_tensil.last_report()).values())
+        with tvm_tensil.device("emulator") as session:
+            tcu = outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
+        saturated = sum(s.saturated for s in session.last_run_stats(ex.tensil_report).values())
         for i, (c, t) in enumerate(zip(cpu, tcu)):
             span = float(np.ptp(c))
             rows.append(

@@ -1,6 +1,8 @@
 """Shared test helpers: a hand-assembled one-layer Tensil model (dense + bias + ReLU), and one
 compiled model run under several devices."""
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tvm_tensil.arch import Architecture
@@ -40,7 +42,14 @@ def dense_relu_model(
     )
 
 
-def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> dict:
+@dataclass
+class DeviceRuns:
+    outputs: dict  # device name -> the model's output
+    report: object  # the build's BuildReport
+    stats: dict  # device name -> {partition symbol: RunStats}
+
+
+def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> DeviceRuns:
     """Build ``onnx_model`` with tvm_tensil and run the same executable under each device."""
     import tvm
     from tvm import relax
@@ -51,8 +60,9 @@ def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> dic
     ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch=arch)
     x = tvm.runtime.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    outs = {}
+    runs = DeviceRuns({}, ex.tensil_report, {})
     for name in devices:
-        with tvm_tensil.device(name):
-            outs[name] = vm["main"](x).numpy()
-    return outs
+        with tvm_tensil.device(name) as session:
+            runs.outputs[name] = vm["main"](x).numpy()
+        runs.stats[name] = session.last_run_stats(ex.tensil_report)
+    return runs

@@ -8,8 +8,8 @@ the emulator, the Verilated RTL, boards).
 from . import numbers
 from .arch import PRESETS, Architecture, ArchitectureError, load_arch
 from .model import ModelError, TensilModel
-from .runtime import Emulator, device, get_device
-from .runtime import bridge as _bridge  # registers the functions compiled models call
+from .runtime import Emulator, current_session, device, get_device
+from .runtime import bridge as _bridge  # noqa: F401 - registers the functions compiled models call
 
 try:  # one version source: the installed distribution's (pyproject.toml)
     from importlib.metadata import PackageNotFoundError as _NotInstalled
@@ -30,14 +30,20 @@ __all__ = [
     "device",
     "get_device",
     "Emulator",
+    "current_session",
     "build",
     "partition_for_tensil",
-    "last_report",
+    "tensil_pipeline",
     "last_run_stats",
 ]
 
 # The TVM-facing parts load TVM (about 2 s): import them on first use.
-_LAZY = {"build": "build", "partition_for_tensil": "partition_for_tensil", "offload": "offload"}
+_LAZY = {
+    "build": "build",
+    "partition_for_tensil": "partition_for_tensil",
+    "offload": "offload",
+    "tensil_pipeline": "tensil_pipeline",
+}
 
 
 def __getattr__(name):
@@ -48,14 +54,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
 
 
-def last_report():
-    """The report of the most recent ``build`` in this process."""
-    import importlib
-
-    return importlib.import_module("tvm_tensil.byoc.driver").LAST_REPORT
-
-
 def last_run_stats(report=None):
-    """Per partition, the statistics of its most recent run on a device (only ``report``'s
-    partitions if a build report is given, e.g. ``last_report()`` after a build)."""
-    return _bridge.last_run_stats(report)
+    """Per partition, the statistics of its most recent run in the current device session (only
+    ``report``'s partitions if a build report is given, e.g. ``ex.tensil_report``)."""
+    return current_session().last_run_stats(report)

@@ -110,24 +110,24 @@ def _cmd_emulate(args) -> int:
         print(f"{name}: {tuple(value.shape)} -> {path}")
     print(dev.last_stats.summary())
     if dev.last_stats.cycles is not None:
-        print(_timing(dev.last_stats, model.arch))
+        print(_timing(dev.last_stats))
     return 0
 
 
-def _timing(stats, arch) -> str:
+def _timing(stats) -> str:
     """Cycles as latency at the architecture's clock, for devices that count cycles."""
     if stats is None or stats.cycles is None:
         return ""
-    if not arch.clock_mhz:
+    if stats.milliseconds is None:
         return f"  {stats.cycles} cycles (no clock in the architecture: add tvm_tensil.clock_mhz for a latency)"
-    return f"  {stats.cycles} cycles = {stats.cycles / arch.clock_mhz / 1000:.3f} ms at {arch.clock_mhz:g} MHz"
+    return f"  {stats.cycles} cycles = {stats.milliseconds:.3f} ms at {stats.clock_mhz:g} MHz"
 
 
 def _cmd_compile(args) -> int:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .byoc import driver as build_mod
+    from .byoc import build
 
     src = Path(args.model)
     try:
@@ -138,12 +138,12 @@ def _cmd_compile(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     mod = from_onnx(model, keep_params_in_input=False)
     arch = load_arch(args.arch)
-    ex = build_mod.build(mod, target="tensil", arch=arch, model_dir=out)
+    ex = build(mod, target="tensil", arch=arch, model_dir=out)
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"
     ex.export_library(str(tmp))
     tmp.replace(lib)
-    print(build_mod.LAST_REPORT)
+    print(ex.tensil_report)
     print(f"wrote {lib}, Tensil model files and report.txt/report.json to {out}")
     return 0
 
@@ -151,8 +151,6 @@ def _cmd_compile(args) -> int:
 def _cmd_run(args) -> int:
     import tvm
     from tvm import relax
-
-    from .runtime import bridge
 
     lib = Path(args.library)
     if not lib.exists():
@@ -167,7 +165,7 @@ def _cmd_run(args) -> int:
             raise ModelError(f"cannot load input {path}: {e}") from None
     from .runtime import device as select
 
-    with select(args.device):
+    with select(args.device) as session:
         result = vm["main"](*arrays)
     outs = result if isinstance(result, (list, tuple)) else [result]
     for i, o in enumerate(outs):
@@ -178,10 +176,10 @@ def _cmd_run(args) -> int:
             print(f"output {i}: {value.shape} -> {path}")
         else:
             print(f"output {i}: {value.shape}\n{value}")
-    for sym, stats in bridge.last_run_stats().items():
+    for sym, stats in session.last_run_stats().items():
         print(f"{sym} on {args.device}: {stats.summary()}")
         if stats.cycles is not None:
-            print(_timing(stats, bridge.PARTITIONS[sym].compiled.arch))
+            print(_timing(stats))
     return 0
 
 

@@ -18,6 +18,6 @@ def compare():
         cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args).numpy()
         ex = tvm_tensil.build(mod, target="tensil", arch=arch)
         tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
-        return cpu, tcu, tvm_tensil.last_report(), ex
+        return cpu, tcu, ex.tensil_report, ex
 
     return run

@@ -18,7 +18,7 @@ def _cpu_and_tcu(mod, arch, x):
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     ex = tvm_tensil.build(mod, target="tensil", arch=arch)
     tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    return cpu, tcu, tvm_tensil.last_report()
+    return cpu, tcu, ex.tensil_report
 
 
 def test_model_too_big_for_dram0_stays_on_the_cpu_with_the_reason():
@@ -62,8 +62,7 @@ def test_unsupported_dtype_stays_on_cpu_with_the_reason():
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     mod = from_onnx(model, keep_params_in_input=False)
-    tvm_tensil.build(mod, target="tensil")
-    report = tvm_tensil.last_report()
+    report = tvm_tensil.build(mod, target="tensil").tensil_report
     assert report.partitions == {}
     assert report.cpu_ops[0]["reason"].startswith("data type float16")
 
@@ -103,7 +102,7 @@ def test_a_cpu_target_hosts_the_build():
     mod = from_onnx(zoo.mlp(batch=4), keep_params_in_input=False)
     x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
     ex = tvm_tensil.build(mod, target={"kind": "llvm", "opt-level": 2}, arch="pynqz1")
-    assert tvm_tensil.last_report().partitions  # the dense layers still run on the TCU
+    assert ex.tensil_report.partitions  # the dense layers still run on the TCU
     assert relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy().shape == (4, 10)
 
 

@@ -96,10 +96,16 @@ def test_tvm_compile_with_the_tensil_pipeline():
     rng = np.random.default_rng(4)
     mod = from_onnx(zoo.mlp(batch=2), keep_params_in_input=False)
     x = tvm.runtime.tensor(rng.standard_normal((2, 64)).astype("float32"))
-    a = relax.VirtualMachine(tvm.compile(mod, target="tensil", relax_pipeline="tensil"), tvm.cpu())["main"](x)
-    b = relax.VirtualMachine(tvm_tensil.build(mod, target="tensil"), tvm.cpu())["main"](x)
+    pipeline = tvm_tensil.tensil_pipeline("pynqz1")
+    with tvm_tensil.device("emulator") as session:
+        a = relax.VirtualMachine(tvm.compile(mod, target="tensil", relax_pipeline=pipeline), tvm.cpu())["main"](x)
+        named = relax.VirtualMachine(tvm.compile(mod, target="tensil", relax_pipeline="tensil"), tvm.cpu())["main"](x)
+        ex = tvm_tensil.build(mod, target="tensil")
+        b = relax.VirtualMachine(ex, tvm.cpu())["main"](x)
     np.testing.assert_array_equal(a.numpy(), b.numpy())
-    assert tvm_tensil.last_run_stats()  # the Tensil partitions ran
+    np.testing.assert_array_equal(named.numpy(), b.numpy())
+    assert pipeline.report.to_json() == ex.tensil_report.to_json()
+    assert set(session.last_run_stats(ex.tensil_report)) == set(ex.tensil_report.partitions)  # they ran
 
 
 def test_trained_digits_network_keeps_its_accuracy():
@@ -121,7 +127,7 @@ def test_trained_digits_network_keeps_its_accuracy():
     xt = tvm.runtime.tensor(x_test)
     float_pred = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](xt).numpy().argmax(1)
     ex = tvm_tensil.build(mod, target="tensil")
-    assert tvm_tensil.last_report().cpu_ops == []
+    assert ex.tensil_report.cpu_ops == []
     tcu_pred = relax.VirtualMachine(ex, tvm.cpu())["main"](xt).numpy().argmax(1)
     float_acc = np.mean(float_pred == y_test)
     tcu_acc = np.mean(tcu_pred == y_test)

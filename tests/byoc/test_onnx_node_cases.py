@@ -109,7 +109,7 @@ def _run(case) -> str:
     except Exception:  # noqa: BLE001 - not ours: counted apart
         return "importer"
     ex = tvm_tensil.build(mod, target="tensil", arch=FP32)
-    offloaded = bool(tvm_tensil.last_report().partitions)
+    offloaded = bool(ex.tensil_report.partitions)
     got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
     if not offloaded:
         for c, t in zip(cpu, got):

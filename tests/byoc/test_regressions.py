@@ -32,7 +32,7 @@ def _both(model, x, arch=FP32, **build):
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](arg).numpy()
     ex = tvm_tensil.build(mod, target="tensil", arch=arch)
     tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](arg).numpy()
-    return cpu, tcu, tvm_tensil.last_report()
+    return cpu, tcu, ex.tensil_report
 
 
 def _float(shape):
@@ -108,7 +108,7 @@ def test_dynamic_batch_and_symbolic_reshape_stay_on_the_cpu():
     model = _model(b, _float(["N", 8, 8, 8]), [y])
     mod = from_onnx(model, keep_params_in_input=False)
     ex = tvm_tensil.build(mod, target="tensil", arch=FP32)
-    report = tvm_tensil.last_report()
+    report = ex.tensil_report
     assert report.partitions == {}
     assert any("symbolic shape" in o["reason"] for o in report.cpu_ops)
     x = _rand((3, 8, 8, 8))
@@ -133,8 +133,8 @@ def test_dram0_space_of_dead_tensors_is_reused():
 def test_weights_given_as_graph_inputs_are_named_as_the_reason():
     b = OnnxBuilder(1)
     y = b.op("Relu", [b.conv("x", 8, 8)])
-    tvm_tensil.build(from_onnx(_model(b, _float([1, 8, 8, 8]), [y]), keep_params_in_input=True), target="tensil")
-    conv = next(o for o in tvm_tensil.last_report().cpu_ops if o["op"] == "relax.nn.conv2d")
+    ex = tvm_tensil.build(from_onnx(_model(b, _float([1, 8, 8, 8]), [y]), keep_params_in_input=True), target="tensil")
+    conv = next(o for o in ex.tensil_report.cpu_ops if o["op"] == "relax.nn.conv2d")
     assert "weights are a graph input" in conv["reason"] and "keep_params_in_input=False" in conv["reason"]
 
 

@@ -54,7 +54,7 @@ def test_small_cnn_through_torch_export():
         target="tensil",
         arch="pynqz1",
     )
-    assert [o["op"] for o in tvm_tensil.last_report().cpu_ops] == ["relax.nn.softmax"]
+    assert [o["op"] for o in ex.tensil_report.cpu_ops] == ["relax.nn.softmax"]
     probs = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     assert np.isclose(probs.sum(), 1.0, atol=1e-5)
 
@@ -73,7 +73,7 @@ def test_small_cnn_through_torch_export():
     fp32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
     for arch, bound in ((fp32, 0.01 * float(np.ptp(ref))), ("pynqz1", 8 * sigma)):
         ex = tvm_tensil.build(mod, target="tensil", arch=arch)
-        assert tvm_tensil.last_report().cpu_ops == []
+        assert ex.tensil_report.cpu_ops == []
         logits = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
         error = float(np.max(np.abs(logits - ref)))
         assert error < bound, (arch, error, bound)
@@ -113,7 +113,7 @@ def test_trained_digits_cnn_keeps_its_accuracy():
     float_pred = net(sample).argmax(1).numpy()
     mod = from_exported_program(torch.export.export(net, (sample,)), keep_params_as_input=False)
     ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
-    assert tvm_tensil.last_report().cpu_ops == []  # everything on the TCU
+    assert ex.tensil_report.cpu_ops == []  # everything on the TCU
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x_test))
     tcu_pred = out[0].numpy().argmax(1)
     float_acc, tcu_acc = np.mean(float_pred == y_test), np.mean(tcu_pred == y_test)

@@ -34,7 +34,7 @@ def test_workload_matches_the_cpu_at_the_logits(net, full):
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))
     cpu = _outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x))
     ex = tvm_tensil.build(mod, target="tensil", arch=FP32)
-    report = tvm_tensil.last_report()
+    report = ex.tensil_report
     assert len(report.partitions) == 1 and not report.cpu_ops, str(report)
     tcu = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](x))
     for c, t in zip(cpu, tcu, strict=True):
@@ -62,7 +62,7 @@ def test_workloads_build_whole_and_run_for_the_benchmark_boards(preset, full):
         ex = tvm_tensil.build(
             from_onnx(getattr(zoo, net)(size=size), keep_params_in_input=False), target="tensil", arch=preset
         )
-        report = tvm_tensil.last_report()
+        report = ex.tensil_report
         assert len(report.partitions) == 1, (net, str(report))
         assert {o["op"] for o in report.cpu_ops} <= {"relax.nn.softmax"}, (net, str(report))
         x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((1, 3, size, size)).astype("float32"))

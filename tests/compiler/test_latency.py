@@ -12,7 +12,6 @@ def test_the_estimate_is_within_one_percent_of_the_rtl(model):
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
-    from tvm_tensil.runtime import bridge
 
     onnx_model, shape = {
         "mlp": (zoo.mlp(batch=4), (4, 64)),
@@ -20,11 +19,11 @@ def test_the_estimate_is_within_one_percent_of_the_rtl(model):
         "yolov4_tiny": (zoo.yolov4_tiny(size=32), (1, 3, 32, 32)),
     }[model]
     ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch="pynqz1")
-    report = tvm_tensil.last_report()
+    report = ex.tensil_report
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
-    with tvm_tensil.device("verilator"):
+    with tvm_tensil.device("verilator") as session:
         relax.VirtualMachine(ex, tvm.cpu())["main"](x)
-    measured = sum(s.cycles for s in bridge.last_run_stats(report).values())
+    measured = sum(s.cycles for s in session.last_run_stats(report).values())
     assert abs(report.total_cycles - measured) <= 0.01 * measured, (report.total_cycles, measured)
 
 
@@ -33,13 +32,12 @@ def test_chunked_passes_give_the_same_figures(monkeypatch):
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
-    from tvm_tensil.byoc import codegen
     from tvm_tensil.compiler.compile import memory_use
     from tvm_tensil.compiler.latency import estimate_cycles
     from tvm_tensil.isa.program import Program
 
-    tvm_tensil.build(from_onnx(zoo.small_cnn(), keep_params_in_input=False), target="tensil", arch="pynqz1")
-    part = codegen.COMPILED[next(iter(tvm_tensil.last_report().partitions))]
+    ex = tvm_tensil.build(from_onnx(zoo.small_cnn(), keep_params_in_input=False), target="tensil", arch="pynqz1")
+    (part,) = ex.tensil_report.compiled.values()
     whole = estimate_cycles(part.program, part.arch), memory_use(part.program, part.arch, 0, 0)
     chunks = Program.chunks
     monkeypatch.setattr(Program, "chunks", lambda self, size=7: chunks(self, size))

@@ -188,7 +188,7 @@ def test_models_run_bit_identical_through_the_simulated_board(model):
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
     }[model]
-    outs = outputs_on_devices(onnx_model, shape, ("emulator", "sim-board"), seed=3)
+    outs = outputs_on_devices(onnx_model, shape, ("emulator", "sim-board"), seed=3).outputs
     assert np.array_equal(outs["emulator"], outs["sim-board"])
 
 

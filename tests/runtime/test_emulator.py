@@ -396,6 +396,6 @@ def test_compiled_models_are_bit_identical_to_the_reference(model, data_type):
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(softmax=False), (1, 3, 32, 32)),
     }[model]
-    outs = outputs_on_devices(onnx_model, shape, ("emulator", "reference"), arch=arch)
+    outs = outputs_on_devices(onnx_model, shape, ("emulator", "reference"), arch=arch).outputs
     assert np.array_equal(outs["emulator"], outs["reference"])
     assert np.ptp(outs["emulator"]) > 0  # a real output, not all zeros or all saturated

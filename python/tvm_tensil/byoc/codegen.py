@@ -1,10 +1,11 @@
 """``relax.ext.tensil``: compile each Tensil partition and wrap it in a runtime module.
 
-Called by ``relax.transform.RunCodegen`` with the partition functions. Each function goes
-through the frontend and the compiler; the result (program, constant recipes, DRAM0 map) is
-embedded in the C++ stub ``tensil_stub.cc`` as JSON and becomes a ``CSourceModule`` whose
-constants (the partition's weights, delivered once via ``__init_<symbol>``) are the ones
-RunCodegen named.
+Called by ``relax.transform.RunCodegen`` with the partition functions. ``build`` has compiled
+each one already and attached the result's description (program, constant recipes, DRAM0 map)
+as the function attribute ``DESCRIPTION_ATTR``; a function without it (RunCodegen called
+directly) goes through the frontend and the compiler here. The description is embedded in the
+C++ stub ``tensil_stub.cc`` as JSON and becomes a ``CSourceModule`` whose constants (the
+partition's weights, delivered once via ``__init_<symbol>``) are the ones RunCodegen named.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from ..compiler import CompiledPartition, compile_graph
 from .frontend import collect_constants, relax_to_graph
 
 STUB = Path(__file__).with_name("tensil_stub.cc")
-
-# Partitions compiled in this process, by symbol (the build report reads them).
-COMPILED: dict[str, CompiledPartition] = {}
+# The partition function attribute holding its compiled description (JSON).
+DESCRIPTION_ATTR = "tensil.description"
 
 
 def _arch_from_options(options) -> Architecture:
@@ -46,17 +46,20 @@ def stub_source(symbol: str, desc: dict) -> str:
     return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
 
 
-def compile_partition(func, arch: Architecture):
-    """Compile one partition function (``COMPILED`` keeps it by symbol for the codegen and the
-    report). Raises whatever the frontend or the compiler raises."""
+def compile_partition(func, arch: Architecture) -> CompiledPartition:
+    """Compile one partition function. Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
     part = compile_graph(graph, arch, name=symbol)
     part.constants = graph.constants  # for writing model files at build time
     part.model(None).validate()  # the DRAM0 maps: e.g. an output that is a view of an input
     part.description = description(part, io_shapes, graph.inputs, graph.outputs)
-    COMPILED[symbol] = part
     return part
+
+
+def with_description(func, part: CompiledPartition):
+    """``func`` carrying its compiled description for the codegen."""
+    return func.with_attr(DESCRIPTION_ATTR, json.dumps(part.description, separators=(",", ":")))
 
 
 @tvm_ffi.register_global_func("relax.ext.tensil", override=True)
@@ -66,9 +69,10 @@ def tensil_codegen(functions, options, constant_names):
     modules = []
     for func in functions:
         symbol = str(func.attrs["global_symbol"])
-        part = COMPILED.get(symbol)
-        if part is None or part.arch.to_dict() != arch.to_dict():  # RunCodegen called directly, not through offload()
-            part = compile_partition(func, arch)
+        if DESCRIPTION_ATTR in func.attrs:
+            desc = json.loads(str(func.attrs[DESCRIPTION_ATTR]))
+        else:  # RunCodegen called directly, not through build()/offload()
+            desc = compile_partition(func, arch).description
         names = [str(constant_names[c]) for c in collect_constants(func)]
-        modules.append(create(stub_source(symbol, part.description), "cc", [symbol], names))
+        modules.append(create(stub_source(symbol, desc), "cc", [symbol], names))
     return modules

@@ -127,7 +127,7 @@ def _model_step(device, log) -> bool:
     try:
         from tvm.relax.frontend.onnx import from_onnx
 
-        from ..byoc.driver import build
+        from ..byoc import build
     except ImportError:
         log("[SKIP] compiled model: TVM is not installed here (compile on a host, copy the .tmodel files)")
         return True

@@ -73,7 +73,8 @@ def _device_class(name: str) -> type:
 class DeviceSession:
     """The devices Tensil programs run on inside ``with device(name, **options)``: one per
     architecture, made on first use with ``options`` and shared by every partition of every model
-    run in the block; closed when the block ends."""
+    run in the block; closed when the block ends. ``run_stats`` holds, per partition symbol, the
+    statistics of its most recent run in the session."""
 
     def __init__(self, name: str, **options):
         self.name = _check_name(name)
@@ -87,6 +88,7 @@ class DeviceSession:
                         f"device {self.name!r} has no option {key!r}; its options: {', '.join(known) or 'none'}"
                     )
         self.devices: dict[Architecture, Device] = {}
+        self.run_stats: dict[str, RunStats] = {}
         self._lock = threading.Lock()
 
     def device_for(self, arch: "str | Architecture") -> Device:
@@ -97,6 +99,12 @@ class DeviceSession:
             if dev is None:
                 dev = self.devices[arch] = get_device(self.name, arch, **self.options)
             return dev
+
+    def last_run_stats(self, report=None) -> dict[str, RunStats]:
+        """Per partition symbol, its most recent run in this session; only the partitions of
+        ``report`` (a build's ``BuildReport``) if given."""
+        keep = None if report is None else set(report.partitions)
+        return {k: v for k, v in self.run_stats.items() if keep is None or k in keep}
 
     def close(self) -> None:
         with self._lock:

@@ -39,7 +39,7 @@ class BoardDevice(Device):
         start = time.perf_counter()
         summary = self.check(program)
         measured = self.driver.run(program)
-        stats = RunStats.for_program(summary)
+        stats = RunStats.for_program(summary, self.arch)
         stats.cycles = measured.get("cycles")
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats

@@ -5,7 +5,12 @@
 - ``tvm_tensil.runtime.register(symbol, description)``: a stub's compiled partition (once);
 - ``tvm_tensil.runtime.init(symbol, constants)``: the partition's weights (once, at load);
 - ``tvm_tensil.runtime.invoke(symbol, *inputs, *outputs)``: one call; runs the Tensil
-  program on the device selected by ``tvm_tensil.device(...)`` / ``$TVM_TENSIL_DEVICE``.
+  program on the current session's device (``tvm_tensil.device(...)`` / ``$TVM_TENSIL_DEVICE``)
+  and records its statistics in the session.
+
+``PARTITIONS`` is what loaded libraries need to find their partitions: keyed by symbol, which
+names the model (its structure and weights) and the architecture, so two builds never share an
+entry unless they compiled the same model for the same architecture.
 
 Importing TVM itself is not needed here: the tensors are DLPack-capable FFI objects.
 """
@@ -22,7 +27,6 @@ import tvm_ffi
 from ..compiler.compile import CompiledPartition
 from ..model import TensilModel
 from . import current_session
-from .device import RunStats
 
 
 @dataclass
@@ -32,7 +36,6 @@ class Partition:
     inputs: list[str]
     outputs: list[str]
     model: TensilModel | None = None
-    last_stats: RunStats | None = None
 
 
 PARTITIONS: dict[str, Partition] = {}
@@ -86,18 +89,12 @@ def invoke(symbol: str, *tensors) -> int:
         part.model = part.compiled.model([])
     n_in = len(part.inputs)
     ins, outs = tensors[:n_in], tensors[n_in:]
-    dev = current_session().device_for(part.compiled.arch)
+    session = current_session()
+    dev = session.device_for(part.compiled.arch)
     feeds = {k: to_internal(_to_numpy(t).astype(np.float64), part.relax_shapes[k]) for k, t in zip(part.inputs, ins)}
     results = dev.run_model(part.model, feeds)
-    part.last_stats = dev.last_stats
+    session.run_stats[str(symbol)] = dev.last_stats
     for k, out in zip(part.outputs, outs):
         y = from_internal(results[k], part.relax_shapes[k]).astype(np.float32)
         out.copyfrom(np.ascontiguousarray(y))
     return 0
-
-
-def last_run_stats(report=None) -> dict[str, RunStats]:
-    """The most recent run's statistics of every partition in this process, or only of the
-    partitions of ``report`` (a ``BuildReport``: one build's partitions)."""
-    keep = None if report is None else set(report.partitions)
-    return {k: p.last_stats for k, p in PARTITIONS.items() if p.last_stats is not None and (keep is None or k in keep)}

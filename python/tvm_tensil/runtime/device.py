@@ -53,15 +53,24 @@ class RunStats:
     busy: dict[str, int] = field(default_factory=dict)  # cycles each unit was busy (RTL devices)
     # Devices that only have the core's sticky saturation flag (no counts) set this instead.
     saturation_flag: bool = False
+    clock_mhz: float | None = None  # the architecture's clock, to turn cycles into time
 
     @classmethod
-    def for_program(cls, summary: ProgramSummary) -> "RunStats":
-        """Instructions and vectors per opcode of a checked program (``Program.check()``)."""
-        stats = cls(instructions=summary.instructions)
+    def for_program(cls, summary: ProgramSummary, arch: Architecture | None = None) -> "RunStats":
+        """Instructions and vectors per opcode of a checked program (``Program.check()``) run on
+        a device for ``arch``."""
+        stats = cls(instructions=summary.instructions, clock_mhz=arch.clock_mhz if arch is not None else None)
         for op in Opcode:
             stats.per_opcode[op.name.lower()] = int(summary.counts[int(op)])
             stats.vectors[op.name.lower()] = int(summary.vectors[int(op)])
         return stats
+
+    @property
+    def milliseconds(self) -> float | None:
+        """The cycles at the architecture's clock (None without either)."""
+        if self.cycles is None or not self.clock_mhz:
+            return None
+        return self.cycles / (self.clock_mhz * 1e3)
 
     @property
     def saturated(self) -> int:

@@ -62,7 +62,7 @@ class ReferenceEmulator(HostDramDevice):
         summary = self.check(program)
         counters = {name: SaturationCounter() for name in ("matmul", "datamove", "simd")}
         self._run(program, counters)
-        stats = RunStats.for_program(summary)
+        stats = RunStats.for_program(summary, self.arch)
         stats.saturations = {k: c.count for k, c in counters.items()}
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats

@@ -121,7 +121,7 @@ class Verilator(HostDramDevice):
                 f"{program.name}: the RTL core raised its error flag (an invalid opcode or "
                 "DataMove direction) on a program the validator accepted: a bug, please report it"
             )
-        stats = RunStats.for_program(summary)
+        stats = RunStats.for_program(summary, self.arch)
         stats.cycles = int(self.lib.tcu_sim_cycles(self._handle) - cycles0)
         valid, _ = self.counters()
         stats.busy = {u: valid[u] - valid0[u] for u in sim.UNITS}

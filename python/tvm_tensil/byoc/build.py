@@ -1,10 +1,16 @@
 """``tvm_tensil.build``: the relay.build of this stack, plus the ``tensil`` target and pipeline.
 
     ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
-    ex = tvm.compile(mod, target="tensil", relax_pipeline="tensil")   # same, default arch
+    print(ex.tensil_report)                     # what went where, and why
+
+    pipeline = tensil_pipeline("pynqz1")        # the same through tvm.compile
+    ex = tvm.compile(mod, target="tensil", relax_pipeline=pipeline)
+    print(pipeline.report)
 
 Every op the TCU can run is compiled to Tensil instructions (one runtime module per
 partition), everything else is compiled for the host CPU by TVM's default LLVM pipeline.
+A build's results are values: the report (with the compiled partitions) rides on the
+executable; nothing is left in module globals.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..arch import Architecture, load_arch
+from ..compiler import CompiledPartition
 from . import codegen
 from .frontend import shape_of
 from .patterns import Rejections, partition_for_tensil
@@ -35,11 +42,13 @@ if TARGET not in tvm.target.tag.list_tags():
 @dataclass
 class BuildReport:
     """What went where: per partition the ops, instructions, memory and estimated cycles;
-    every op left on the CPU with the reason."""
+    every op left on the CPU with the reason. ``compiled`` holds the compiled partitions by
+    symbol (programs, constant recipes, the weights) for writing model files."""
 
     arch: Architecture
     partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     cpu_ops: list[dict[str, Any]] = field(default_factory=list)
+    compiled: dict[str, CompiledPartition] = field(default_factory=dict, repr=False)
 
     @property
     def total_cycles(self) -> int:
@@ -162,18 +171,23 @@ def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> No
     relax.analysis.post_order_visit(func.body, record)
 
 
-def _compile_partitions(mod: tvm.IRModule, arch: Architecture, rejections: Rejections) -> tvm.IRModule:
-    """Compile every partition now; one that fails (too big for DRAM0, an op the scheduler cannot
-    place) goes back to the CPU with the reason recorded for each of its ops."""
+def _compile_partitions(
+    mod: tvm.IRModule, arch: Architecture, rejections: Rejections
+) -> tuple[tvm.IRModule, dict[str, CompiledPartition]]:
+    """Compile every partition now (each function then carries its description for the codegen);
+    one that fails (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU with
+    the reason recorded for each of its ops."""
+    compiled = {}
     for gv, func in _partitions(mod):
-        symbol = str(func.attrs["global_symbol"])
         try:
-            codegen.compile_partition(func, arch)
+            part = codegen.compile_partition(func, arch)
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
-            codegen.COMPILED.pop(symbol, None)
             mod[gv] = _back_to_cpu(func)
             _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")
-    return mod
+            continue
+        compiled[part.name] = part
+        mod[gv] = codegen.with_description(func, part)
+    return mod, compiled
 
 
 def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[tvm.IRModule, BuildReport]:
@@ -188,16 +202,11 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
             if isinstance(func, relax.Function):
                 _reject_all(rejections, func, reason)
     mod = _namespace_symbols(mod, arch)
-    mod = _compile_partitions(mod, arch, rejections)
-    report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections))
-    symbols = [str(f.attrs["global_symbol"]) for _, f in _partitions(mod)]
+    mod, compiled = _compile_partitions(mod, arch, rejections)
+    report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections), compiled=compiled)
+    report.partitions = {sym: part.report for sym, part in compiled.items()}
     mod = relax.transform.RunCodegen({TARGET: {"arch": json.dumps(arch.to_dict())}})(mod)
-    for sym in symbols:
-        report.partitions[sym] = codegen.COMPILED[sym].report
     return mod, report
-
-
-LAST_REPORT: BuildReport | None = None
 
 
 def build(
@@ -228,9 +237,8 @@ def build(
     -------
     tvm.relax.VMExecutable
         Run it with ``relax.VirtualMachine(ex, tvm.cpu())``; ``ex.export_library(path)`` saves it.
-        ``tvm_tensil.byoc.driver.LAST_REPORT`` (and ``tvm_tensil.last_report()``) holds the report.
+        ``ex.tensil_report`` is the build's ``BuildReport`` (``print`` it).
     """
-    global LAST_REPORT
     _check_module(mod)
     arch = load_arch(arch)
     if params:
@@ -240,7 +248,7 @@ def build(
     if model_dir is not None:
         write_models(report, model_dir)
     ex = tvm.compile(mod, target=host)
-    LAST_REPORT = report
+    ex.tensil_report = report
     return ex
 
 
@@ -287,26 +295,32 @@ def _host_target(target) -> "str | tvm.target.Target":
 
 
 def write_models(report: BuildReport, directory: "str | os.PathLike") -> list[Path]:
-    """Write every partition of the last build as Tensil model files."""
+    """Write every partition of the build ``report`` describes as Tensil model files."""
     paths = []
-    for sym in report.partitions:
-        part = codegen.COMPILED[sym]
+    for part in report.compiled.values():
         paths.append(part.model(part.constants).save(directory))
     Path(directory, "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     Path(directory, "report.txt").write_text(str(report) + "\n")
     return paths
 
 
-@relax.pipeline.register_pipeline(TARGET)
-def tensil_pipeline(arch: "str | Architecture | None" = None):
-    """``tvm.compile(mod, target="tensil", relax_pipeline="tensil")``: arch from the argument,
-    else ``$TVM_TENSIL_ARCH``, else pynqz1."""
-    chosen = arch or os.environ.get(ARCH_ENV) or "pynqz1"
+@tvm.transform.module_pass(opt_level=0, name="TensilPipeline")
+class TensilPipeline:
+    """The Relax pipeline of a Tensil build: offload, then TVM's default LLVM pipeline for the
+    rest. After it has run, ``report`` is the build's ``BuildReport``."""
 
-    @tvm.transform.module_pass(opt_level=0, name="TensilPipeline")
-    def _pipeline(mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        global LAST_REPORT
-        mod, LAST_REPORT = offload(mod, chosen)
+    def __init__(self, arch: "str | Architecture | None" = None):
+        self.arch = arch or os.environ.get(ARCH_ENV) or "pynqz1"
+        self.report: BuildReport | None = None
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        mod, self.report = offload(mod, self.arch)
         return relax.pipeline.get_default_pipeline(tvm.target.Target("llvm"))(mod)
 
-    return _pipeline
+
+@relax.pipeline.register_pipeline(TARGET)
+def tensil_pipeline(arch: "str | Architecture | None" = None) -> TensilPipeline:
+    """``tvm.compile(mod, target="tensil", relax_pipeline=tensil_pipeline(arch))`` (or
+    ``relax_pipeline="tensil"``): arch from the argument, else ``$TVM_TENSIL_ARCH``, else pynqz1.
+    Keep the returned pass to read its ``report`` after the build."""
+    return TensilPipeline(arch)

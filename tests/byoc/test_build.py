@@ -1,0 +1,60 @@
+"""``build``'s results are values: the report rides on the executable, run statistics on the device
+session, and two builds in one process never mix."""
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm import relax  # noqa: E402
+from tvm.relax.frontend.onnx import from_onnx  # noqa: E402
+
+import tvm_tensil  # noqa: E402
+from tvm_tensil import zoo  # noqa: E402
+
+
+def test_two_models_of_one_structure_loaded_side_by_side_keep_their_own_weights(tmp_path):
+    """Same graph, different weights: each library, loaded in one process and run interleaved on
+    one device, computes its own model (checked against TVM's CPU build of each)."""
+    x = tvm.runtime.tensor(np.random.default_rng(0).integers(-16, 17, (2, 64)).astype(np.float32) / 16)
+    vms, cpus, reports = [], [], []
+    for seed in (1, 2):
+        mod = from_onnx(zoo.mlp(batch=2, seed=seed, grid=True), keep_params_in_input=False)
+        cpus.append(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x).numpy())
+        ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+        reports.append(ex.tensil_report)
+        ex.export_library(str(tmp_path / f"mlp{seed}.so"))
+    assert not np.allclose(cpus[0], cpus[1])
+    assert set(reports[0].partitions).isdisjoint(reports[1].partitions), "each build names its own partitions"
+    for seed in (1, 2):
+        vms.append(relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / f"mlp{seed}.so")), tvm.cpu()))
+    with tvm_tensil.device("emulator") as session:
+        for _ in range(2):
+            for vm, cpu, report in zip(vms, cpus, reports):
+                np.testing.assert_allclose(vm["main"](x).numpy(), cpu, atol=1 / 64)
+                assert set(session.last_run_stats(report)) == set(report.partitions)
+
+
+def test_the_report_rides_on_the_executable_with_its_partitions(tmp_path):
+    mod = from_onnx(zoo.small_cnn(), keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    report = ex.tensil_report
+    assert report.partitions and set(report.compiled) == set(report.partitions)
+    assert [o["op"] for o in report.cpu_ops] == ["relax.nn.softmax"]
+    assert "compiled" not in report.to_json()  # the JSON report holds no programs or weights
+    paths = tvm_tensil.byoc.write_models(report, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(f"{s}.tmodel" for s in report.partitions)
+
+
+def test_run_statistics_belong_to_the_session_that_ran():
+    mod = from_onnx(zoo.mlp(batch=2), keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    x = tvm.runtime.tensor(np.zeros((2, 64), np.float32))
+    with tvm_tensil.device("emulator") as first:
+        vm["main"](x)
+    with tvm_tensil.device("reference") as second:
+        assert second.last_run_stats() == {}
+        vm["main"](x)
+    assert set(first.last_run_stats()) == set(second.last_run_stats()) == set(ex.tensil_report.partitions)
+    assert all(s.cycles is None and s.instructions for s in second.run_stats.values())
