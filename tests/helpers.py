@@ -4,6 +4,7 @@ compiled model run under several devices."""
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 from tvm_tensil.arch import Architecture
 from tvm_tensil.isa import assemble
@@ -66,3 +67,47 @@ def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> Dev
             runs.outputs[name] = vm["main"](x).numpy()
         runs.stats[name] = session.last_run_stats(ex.tensil_report)
     return runs
+
+
+def conv_chain(convs: int, seed: int):
+    """Convs with an Abs between each two (Abs stays on the CPU, so each conv is a partition of its
+    own). Exact in FP16BP8: the first conv's weights and the input on a 1/16 grid make products on
+    the 1/256 grid; the later convs' weights are sparse +-1, which keeps them there."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i in range(convs):
+        if i == 0:
+            w = rng.integers(-8, 9, (8, 8, 3, 3)) / 16
+        else:
+            w = rng.choice([-1.0, 1.0], (8, 8, 3, 3)) * (rng.random((8, 8, 3, 3)) < 0.1)
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        x = f"c{i}"
+        if i + 1 < convs:
+            nodes.append(helper.make_node("Abs", [x], [f"a{i}"]))
+            x = f"a{i}"
+    shape = [1, 8, 6, 6]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def built(convs: int, seed: int, arch="pynqz1"):
+    """``conv_chain(convs, seed)`` on the TCU: its VM, build report, an input and TVM's CPU output."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+
+    mod = from_onnx(conv_chain(convs, seed), keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    report = ex.tensil_report
+    x = tvm.runtime.tensor(np.random.default_rng(seed).integers(-16, 17, (1, 8, 6, 6)).astype(np.float32) / 16)
+    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x).numpy()
+    return relax.VirtualMachine(ex, tvm.cpu()), report, x, cpu

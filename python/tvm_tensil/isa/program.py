@@ -290,6 +290,48 @@ class Program:
         self._summary = (self.data, summary)
         return summary
 
+    # -- DRAM1 placement (a loader putting a model's weights elsewhere) -------------------------
+    @staticmethod
+    def _dram1_moves(f: ProgramFields) -> np.ndarray:
+        return (f.opcode == Opcode.DATAMOVE) & np.isin(f.flags, (Direction.DRAM1_TO_LOCAL, Direction.LOCAL_TO_DRAM1))
+
+    def dram1_span(self) -> tuple[int, int] | None:
+        """(first, end) of the DRAM1 vectors the program reads or writes; None if it touches none.
+        The program must be valid (``check()``)."""
+        lo, hi = None, None
+        for _, f in self.chunks():
+            m = self._dram1_moves(f)
+            if m.any():
+                first = f.addr1[m]
+                last = first + f.operand2[m] * np.left_shift(1, f.stride1[m])
+                lo = int(first.min()) if lo is None else min(lo, int(first.min()))
+                hi = int(last.max()) + 1 if hi is None else max(hi, int(last.max()) + 1)
+        return None if lo is None else (lo, hi)
+
+    def with_dram1_offset(self, delta: int) -> "Program":
+        """This program with every DRAM1 address moved by ``delta`` vectors (strides and sizes
+        unchanged). Raises ProgramError if an access would leave DRAM1."""
+        if delta == 0:
+            return self
+        span = self.dram1_span()
+        depth = self.layout.arch.dram1_depth
+        if span is not None and (span[0] + delta < 0 or span[1] + delta > depth):
+            raise ProgramError(
+                f"{self.name}: moving DRAM1 by {delta} vectors puts vectors {span[0] + delta}..{span[1] + delta - 1} "
+                f"outside DRAM1 (dram1_depth = {depth})"
+            )
+        lay = self.layout
+        rows = np.frombuffer(self.data, dtype=np.uint8).reshape(len(self), lay.instruction_bytes).copy()
+        b0, b1, _ = lay.operand_bytes
+        for start, f in self.chunks():
+            m = self._dram1_moves(f)
+            # A valid instruction's padding bits are zero: operand1 is address | stride << address bits.
+            raw = (f.addr1[m] + delta) | (f.stride1[m] << lay.operand1_address_bits)
+            idx = start + np.nonzero(m)[0]
+            for i in range(b1):
+                rows[idx, b0 + i] = (raw >> (8 * i)) & 0xFF
+        return Program(rows.tobytes(), lay, self.name)
+
     def validate(self, f: ProgramFields | None = None) -> None:
         """Raise ``InvalidInstruction`` (with the pc) for the first invalid instruction."""
         self._raise_first_invalid(self.invalid_mask(f), 0)

@@ -20,6 +20,7 @@ from ..isa.instructions import Opcode
 from ..isa.program import Program, ProgramError, ProgramSummary
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 from ..numbers import SaturationCounter
+from .weights import ResidentWeights
 
 __all__ = ["Device", "HostDramDevice", "RunStats", "SaturationWarning", "DeviceError", "as_vectors"]
 
@@ -102,9 +103,9 @@ class Device(ABC):
     def __init__(self, arch: Architecture):
         self.arch = arch
         self.last_stats: RunStats | None = None
-        # The model whose constants DRAM1 holds: run_model writes them once per model, not per call.
-        # Any other write to DRAM1 (by write_dram or by a program) forgets it.
-        self._constants_of: TensilModel | None = None
+        # The models whose constants DRAM1 holds: run_model writes them once per model, not per call.
+        # Any other write to DRAM1 (by write_dram or by a program) forgets the models it overwrites.
+        self.resident_weights = ResidentWeights(arch)
 
     # -- primitives --------------------------------------------------------------------------
     @abstractmethod
@@ -129,7 +130,7 @@ class Device(ABC):
             raise ProgramError(f"{program.name} was encoded for another architecture than this {self.name} device's")
         summary = program.check()
         if summary.writes_dram1:
-            self._constants_of = None
+            self.resident_weights.clear()
         if summary.first_loadlut is not None:
             pc = summary.first_loadlut
             raise ProgramError(
@@ -208,17 +209,14 @@ class Device(ABC):
                 )
             staged.append((entries, vec))
         self.reset()
-        if self._constants_of is not model:
-            for entry, data in model.consts:
-                self.write_dram(1, entry.base, data)
-            self._constants_of = model
+        program = self.resident_weights.program_for(model, lambda base, data: self.write_dram(1, base, data))
         for entries, vec in staged:
             pos = 0
             for e in entries:
                 self.write_dram(0, e.base, vec[pos : pos + e.size])
                 pos += e.size
         start = time.perf_counter()
-        stats = self.execute(model.program)
+        stats = self.execute(program)
         stats.seconds = time.perf_counter() - start
         self.last_stats = stats
         if warn_saturation and (stats.saturated or stats.saturation_flag):
@@ -272,7 +270,7 @@ class HostDramDevice(Device):
         vectors = as_vectors(vectors, self.arch.array_size)
         self._check_range(bank, base, vectors.shape[0])
         if bank == 1:
-            self._constants_of = None
+            self.resident_weights.forget(base, vectors.shape[0])
         self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
 
     def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:
