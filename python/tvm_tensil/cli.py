@@ -205,7 +205,7 @@ def _cmd_synth(args) -> int:
 
 
 def _cmd_serve(args) -> int:
-    from .driver.simboard import SimBoardServer
+    from .runtime.board.serve import SimBoardServer
 
     arch = load_arch(args.arch)
     server = SimBoardServer(
@@ -227,7 +227,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_selftest(args) -> int:
-    from .driver.selftest import run_selftest
+    from .runtime.selftest import run_selftest
 
     options = {}
     if args.bitstream:

@@ -45,8 +45,8 @@ DEVICES: dict[str, str] = {
     "emulator": "tvm_tensil.runtime.emulator:Emulator",
     "reference": "tvm_tensil.runtime.reference:ReferenceEmulator",
     "verilator": "tvm_tensil.runtime.verilator:Verilator",
-    "sim-board": "tvm_tensil.runtime.sim_board:SimBoard",
-    "pynq": "tvm_tensil.runtime.pynq:Pynq",
+    "sim-board": "tvm_tensil.runtime.board.sim_board:SimBoard",
+    "pynq": "tvm_tensil.runtime.board.pynq:Pynq",
 }
 DEFAULT_DEVICE = "emulator"
 ENV_VAR = "TVM_TENSIL_DEVICE"

@@ -1,12 +1,12 @@
-"""The board self-test (python/tvm_tensil/driver/selftest.py) passes over the simulated board and
+"""The board self-test (python/tvm_tensil/runtime/selftest.py) passes over the simulated board and
 fails, naming the step, on a device that corrupts data."""
 
 import subprocess
 import sys
 
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.driver.selftest import run_selftest
 from tvm_tensil.runtime import Emulator
+from tvm_tensil.runtime.selftest import run_selftest
 
 
 def test_selftest_passes_on_the_simulated_board_from_the_command_line():

@@ -29,7 +29,7 @@ def _check(name: str, ok: bool, detail: str, log: Callable[[str], None]) -> bool
 
 def run_selftest(device, log: Callable[[str], None] = print, model: bool = True) -> bool:
     """Run the steps on ``device`` (a Device); True if all passed."""
-    from ..runtime import Emulator
+    from .emulator import Emulator
 
     arch: Architecture = device.arch
     n, dt = arch.array_size, arch.data_type
@@ -121,8 +121,8 @@ def _model_step(device, log) -> bool:
     from pathlib import Path
 
     from ..model import TensilModel
-    from ..runtime import Emulator
     from ..zoo import small_cnn
+    from .emulator import Emulator
 
     try:
         from tvm.relax.frontend.onnx import from_onnx

@@ -1,5 +1,5 @@
 """The board path without a board: driver -> shared memory -> `tvm-tensil serve` process -> Verilated
-core (python/tvm_tensil/driver/simboard.py), bit-identical with the emulator, and its failure cases."""
+core (python/tvm_tensil/runtime/board/), bit-identical with the emulator, and its failure cases."""
 
 import os
 import signal
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tvm_tensil.arch import Architecture
-from tvm_tensil.driver import Driver, DriverError
-from tvm_tensil.driver.simboard import SimBoardTransport
 from tvm_tensil.isa import DataMove, Direction, MatMul, Program
 from tvm_tensil.runtime import DeviceError, Emulator, get_device
+from tvm_tensil.runtime.board import Driver, DriverError
+from tvm_tensil.runtime.board.sim_board import SimBoardTransport
 from tvm_tensil.runtime.differential import compare, random_programs
 
 ARCH = Architecture("FP16BP8", 4, 256, 256, 64, 32, stride0_depth=4, stride1_depth=4, name="board_4x4")
@@ -132,8 +132,8 @@ def test_the_server_survives_a_client_killed_mid_run(server):
     script = f"""
 import sys, time
 from tvm_tensil.arch import Architecture
-from tvm_tensil.driver import Driver
-from tvm_tensil.driver.simboard import SimBoardTransport
+from tvm_tensil.runtime.board import Driver
+from tvm_tensil.runtime.board.sim_board import SimBoardTransport
 from tvm_tensil.isa import MatMul, Program
 arch = Architecture.from_dict({ARCH.to_dict()!r})
 driver = Driver(arch, SimBoardTransport(arch, {server!r}))

@@ -1,4 +1,8 @@
-"""The board transport: PYNQ on a Zynq board with a Tensil overlay (docs/boards.md).
+"""The "pynq" device: the board driver on a Zynq board running PYNQ with a Tensil overlay (docs/boards.md).
+
+Needs the optional ``board`` extra (``pip install tvm-tensil[board]`` on the board). Options:
+``bitstream`` (the overlay's .bit, with its .hwh beside it), ``dma`` (the AXI DMA instance feeding
+the instruction stream; default ``axi_dma_0``, as in Tensil's PYNQ designs).
 
 The overlay conventions are those of Tensil's PYNQ designs: the TCU's DRAM0/DRAM1 AXI masters on
 the PS' high-performance ports (so they see the whole DDR at physical addresses), its instruction
@@ -14,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..arch import Architecture
-from . import WINDOW_ALIGN, Buffer, DriverError, Transport
+from ...arch import Architecture
+from .device import BoardDevice
+from .driver import WINDOW_ALIGN, Buffer, DriverError, Transport
 
 
 class PynqBuffer(Buffer):
@@ -92,3 +97,13 @@ class PynqTransport(Transport):
         for raw in self._allocations:
             raw.freebuffer()
         self._allocations = []
+
+
+class Pynq(BoardDevice):
+    name = "pynq"
+
+    def __init__(self, arch: Architecture, bitstream: str | None = None, dma: str = "axi_dma_0", timeout: float = 60.0):
+        super().__init__(arch, PynqTransport(arch, bitstream=bitstream, dma=dma), timeout=timeout)
+
+    def reset(self) -> None:
+        """On-chip state persists on a board between runs; compiled models never read it before writing."""

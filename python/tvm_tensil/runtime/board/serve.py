@@ -1,9 +1,9 @@
-"""The simulated board: a Verilated core in its own process, memory shared with the host.
+"""The simulated board's server: a Verilated core in its own process, memory shared with the host.
 
 ``tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock`` runs ``SimBoardServer``: one shared-memory
 region (a file in /dev/shm, mapped by both processes) is the board's DRAM, addressed by the core's
 AXI ports from 0 (the "physical" address is the offset in the region); instruction streams and
-completion travel over a Unix socket. ``SimBoardTransport`` is the driver's side.
+completion travel over a Unix socket. ``sim_board.SimBoardTransport`` is the driver's side.
 
 Protocol: the server greets each client with a JSON line (architecture, region size, stream width)
 that carries the region's file descriptor (SCM_RIGHTS; the file itself is already unlinked); a client
@@ -22,40 +22,40 @@ import json
 import mmap
 import os
 import select
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..arch import MEMORY_TIMING, Architecture
-from ..rtl.sim import CoreFlag, RunStatus
-from . import WINDOW_ALIGN, Buffer, DriverError, Transport
+from ...arch import MEMORY_TIMING, Architecture
+from ...rtl.sim import CoreFlag, RunStatus
+from .driver import WINDOW_ALIGN
 
 SLICE_CYCLES = 200_000  # simulated between checks that the client is still there
 MAX_PROGRAM_BYTES = 1 << 30
 
 
-def _align(n: int) -> int:
+def align_window(n: int) -> int:
     return (n + WINDOW_ALIGN - 1) // WINDOW_ALIGN * WINDOW_ALIGN
 
 
 def default_memory_bytes(arch: Architecture) -> int:
     """Room for both DRAM windows, aligned, after a reserved first 64 KiB (no buffer at address 0)."""
-    return WINDOW_ALIGN + _align(arch.dram0_depth * arch.vector_bytes) + _align(arch.dram1_depth * arch.vector_bytes)
+    return (
+        WINDOW_ALIGN
+        + align_window(arch.dram0_depth * arch.vector_bytes)
+        + align_window(arch.dram1_depth * arch.vector_bytes)
+    )
 
 
-def _send(conn: socket.socket, obj: dict) -> None:
+def send_message(conn: socket.socket, obj: dict) -> None:
     conn.sendall((json.dumps(obj) + "\n").encode())
 
 
-def _recv_line(conn: socket.socket, buf: bytearray, limit: int = 1 << 16) -> bytes | None:
+def recv_line(conn: socket.socket, buf: bytearray, limit: int = 1 << 16) -> bytes | None:
     while b"\n" not in buf:
         chunk = conn.recv(4096)
         if not chunk:
@@ -68,7 +68,7 @@ def _recv_line(conn: socket.socket, buf: bytearray, limit: int = 1 << 16) -> byt
     return line
 
 
-def _recv_exact(conn: socket.socket, buf: bytearray, n: int) -> bytes | None:
+def recv_exact(conn: socket.socket, buf: bytearray, n: int) -> bytes | None:
     while len(buf) < n:
         chunk = conn.recv(max(65536, n - len(buf)))
         if not chunk:
@@ -93,7 +93,7 @@ class SimBoardServer:
         stall_limit: int = 1_000_000,
         log=None,
     ):
-        from ..rtl import sim
+        from ...rtl import sim
 
         self.arch = arch
         self.socket_path = socket_path
@@ -152,22 +152,22 @@ class SimBoardServer:
         socket.send_fds(conn, [(json.dumps(self.hello()) + "\n").encode()], [self._file.fileno()])
         buf = bytearray()
         while True:
-            line = _recv_line(conn, buf)
+            line = recv_line(conn, buf)
             if line is None:
                 return
             try:
                 req = json.loads(line)
                 op = req.get("op")
             except (ValueError, AttributeError):
-                _send(conn, {"ok": False, "error": "request is not a JSON object"})
+                send_message(conn, {"ok": False, "error": "request is not a JSON object"})
                 continue
             if op == "reset":
                 self.new_core()
-                _send(conn, {"ok": True})
+                send_message(conn, {"ok": True})
             elif op == "run":
                 n = req.get("bytes")
                 if not isinstance(n, int) or n <= 0 or n > MAX_PROGRAM_BYTES or n % self.stream_bytes:
-                    _send(
+                    send_message(
                         conn,
                         {
                             "ok": False,
@@ -176,16 +176,16 @@ class SimBoardServer:
                         },
                     )
                     return  # the byte stream is out of step: drop the client
-                data = _recv_exact(conn, buf, n)
+                data = recv_exact(conn, buf, n)
                 if data is None:
                     return
                 reply = self.run(conn, data)
                 if reply is None:
                     self.log("client left during a run; core reset")
                     return
-                _send(conn, reply)
+                send_message(conn, reply)
             else:
-                _send(conn, {"ok": False, "error": f"unknown op {op!r}; expected 'run' or 'reset'"})
+                send_message(conn, {"ok": False, "error": f"unknown op {op!r}; expected 'run' or 'reset'"})
 
     def run(self, conn: socket.socket, data: bytes) -> dict | None:
         program = np.frombuffer(data, dtype=np.uint8)
@@ -236,148 +236,3 @@ class SimBoardServer:
         except BufferError:  # a view still alive; the mapping goes with the process
             pass
         self._file.close()
-
-
-class SimBoardTransport(Transport):
-    """The driver's side of a ``tvm-tensil serve`` process (started here if no socket is given)."""
-
-    needs_probe = False  # the server answers when the core is idle; the driver may still use the probe
-
-    def __init__(
-        self, arch: Architecture, socket_path: str | None = None, connect_timeout: float = 120.0, **server_options
-    ):
-        self.arch = arch
-        self.process = None  # the server this transport started, stopped again by close()
-        self._folder = None  # its socket and .tarch, removed by close()
-        if socket_path is None:
-            self._folder = tempfile.mkdtemp(prefix="tvm_tensil_board_")
-            socket_path, self.process = self._spawn(arch, self._folder, connect_timeout, server_options)
-        self.socket_path = socket_path
-        self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.conn.settimeout(connect_timeout)
-        try:
-            self.conn.connect(socket_path)
-            msg, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 1)  # the greeting and the memory's descriptor
-            self._buf = bytearray(msg)
-            line = _recv_line(self.conn, self._buf) if msg else None
-        except (OSError, socket.timeout) as e:
-            self.close()
-            raise DriverError(
-                f"cannot reach the simulated board at {socket_path}: {e}. Start one with "
-                f"`tvm-tensil serve --arch <arch> --socket {socket_path}`"
-            ) from None
-        if line is None or len(fds) != 1:
-            self.close()
-            raise DriverError(f"the simulated board at {socket_path} closed the connection before greeting")
-        hello = json.loads(line)
-        server_arch = Architecture.from_dict(hello["arch"])
-        if server_arch != arch:
-            self.close()
-            raise DriverError(
-                f"the simulated board at {socket_path} runs architecture "
-                f"'{server_arch.name}', not '{arch.name}': start a server with --arch for this model"
-            )
-        self.stream_bytes = hello["stream_bytes"]
-        self.size = hello["size"]
-        self._file = os.fdopen(fds[0], "r+b")
-        self._map = mmap.mmap(self._file.fileno(), self.size)
-        self.memory = np.frombuffer(self._map, dtype=np.uint8)
-        self._next = WINDOW_ALIGN  # nothing at address 0: a zero address is never mistaken for a buffer
-        self._pending = False
-
-    @staticmethod
-    def _spawn(arch: Architecture, folder: str, timeout: float, options: dict):
-        sock = os.path.join(folder, "board.sock")
-        tarch = os.path.join(folder, "arch.tarch")
-        Path(tarch).write_text(arch.to_json())
-        # --once: the server ends with its one client, even if this process dies without closing it.
-        cmd = [sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", tarch, "--socket", sock, "--once"]
-        for key, value in options.items():
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(sock):
-            if proc.poll() is not None:
-                raise DriverError(f"the simulated board server exited with code {proc.returncode} (see its stderr)")
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise DriverError(f"the simulated board server did not start within {timeout:g} s")
-            time.sleep(0.05)
-        return sock, proc
-
-    def allocate(self, nbytes: int) -> Buffer:
-        start = self._next
-        end = start + _align(nbytes)
-        if end > self.size:
-            raise DriverError(
-                f"the simulated board's memory ({self.size} bytes) has no room for {nbytes} more "
-                f"bytes; start the server with a larger --memory"
-            )
-        self._next = end
-        return Buffer(self.memory[start : start + nbytes], start)
-
-    def stream(self, data: bytes) -> None:
-        if self._pending:
-            raise DriverError("a program is still running on the simulated board")
-        try:
-            _send(self.conn, {"op": "run", "bytes": len(data)})
-            self.conn.sendall(data)
-        except OSError as e:
-            raise DriverError(f"lost the simulated board at {self.socket_path}: {e}") from None
-        self._pending = True
-
-    def wait(self, done: Callable[[], bool], timeout: float) -> dict:
-        self.conn.settimeout(timeout)
-        try:
-            line = _recv_line(self.conn, self._buf)
-        except socket.timeout:
-            self.close()  # the server notices, abandons the run and resets the core
-            raise DriverError(
-                f"the core did not complete within {timeout:g} s (the connection to the "
-                "simulated board was closed; the next connection gets a fresh core)"
-            ) from None
-        except OSError as e:
-            raise DriverError(f"lost the simulated board at {self.socket_path}: {e}") from None
-        finally:
-            self._pending = False
-        if line is None:
-            raise DriverError(f"the simulated board at {self.socket_path} closed the connection during a run")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise DriverError(f"simulated board: {reply.get('error')}")
-        if not done():
-            raise DriverError(
-                "the simulated board reported completion but the completion probe did not land "
-                "in DRAM0: a core or driver bug"
-            )
-        return {"cycles": reply.get("cycles")}
-
-    def reset(self) -> None:
-        _send(self.conn, {"op": "reset"})
-        line = _recv_line(self.conn, self._buf)
-        if line is None or not json.loads(line).get("ok"):
-            raise DriverError("the simulated board did not reset")
-
-    def close(self) -> None:
-        conn, self.conn = getattr(self, "conn", None), None
-        if conn:
-            conn.close()
-        m = getattr(self, "_map", None)
-        if m is not None:
-            self.memory = None
-            try:
-                m.close()
-            except BufferError:
-                pass
-            self._file.close()
-            self._map = None
-        proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        folder, self._folder = getattr(self, "_folder", None), None
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)

@@ -1,13 +1,12 @@
-"""The board driver: docs/boards.md over a small transport interface.
+"""The board driver (docs/boards.md) over a small transport interface.
 
 ``Driver`` places DRAM0 and DRAM1 in memory the core can reach (64 KiB aligned windows), writes
 constants and inputs, streams the program (Configure preamble, the program, the completion probe,
 NoOps to whole bus words) and knows when the core is done. What differs between a real board and
 the simulated one is only the ``Transport``:
 
-- ``tvm_tensil.driver.pynq.PynqTransport``: ``pynq.allocate`` buffers and the AXI DMA of a Tensil
-  PYNQ overlay;
-- ``tvm_tensil.driver.simboard.SimBoardTransport``: a ``tvm-tensil serve`` process whose Verilated
+- ``pynq.PynqTransport``: ``pynq.allocate`` buffers and the AXI DMA of a Tensil PYNQ overlay;
+- ``sim_board.SimBoardTransport``: a ``tvm-tensil serve`` process (``serve.py``) whose Verilated
   core's memory is a shared-memory region.
 
 Completion, on a transport that cannot see the core's `idle` (a Tensil PYNQ overlay), is the reference
@@ -24,10 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..arch import Architecture
-from ..isa.instructions import ConfigRegister, Configure, DataMove, Direction
-from ..isa.program import Program, pad_to_beats
-from ..runtime.device import DeviceError, as_vectors
+from ...arch import Architecture
+from ...isa.instructions import ConfigRegister, Configure, DataMove, Direction
+from ...isa.program import Program, pad_to_beats
+from ..device import DeviceError, as_vectors
 
 WINDOW_ALIGN = 1 << 16  # Configure offsets count 64 KiB units
 

@@ -1,4 +1,4 @@
-"""The PYNQ transport's code that runs without a board (python/tvm_tensil/driver/pynq.py): a fake
+"""The PYNQ transport's code that runs without a board (python/tvm_tensil/runtime/board/pynq.py): a fake
 `pynq` module stands in for the board's allocator and DMA."""
 
 import sys
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.driver import Driver, DriverError
-from tvm_tensil.driver.pynq import PynqTransport, aligned_window
 from tvm_tensil.isa import DataMove, Direction, Program
+from tvm_tensil.runtime.board import Driver, DriverError
+from tvm_tensil.runtime.board.pynq import PynqTransport, aligned_window
 
 
 class FakeBuffer(np.ndarray):

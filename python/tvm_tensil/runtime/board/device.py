@@ -1,4 +1,4 @@
-"""What the board devices share: a ``Device`` on top of the driver (``tvm_tensil.driver``).
+"""What the board devices share: a ``Device`` on top of the board driver (``driver.py``).
 
 The devices differ only in their transport: ``pynq`` (a real board) and ``sim-board`` (a
 ``tvm-tensil serve`` process). The driver code between is the same object.
@@ -10,10 +10,10 @@ import time
 
 import numpy as np
 
-from ..arch import Architecture
-from ..driver import Driver, Transport
-from ..isa.program import Program
-from .device import Device, RunStats, as_vectors
+from ...arch import Architecture
+from ...isa.program import Program
+from ..device import Device, RunStats, as_vectors
+from .driver import Driver, Transport
 
 
 class BoardDevice(Device):
