@@ -1,8 +1,12 @@
 """tvm_tensil: TVM bring-your-own-codegen for the Tensil compute unit (TCU).
 
 Layers, bottom up: ``numbers`` (fixed point), ``arch`` (the hardware description),
-``isa`` (instructions and programs), ``model`` (Tensil model files), ``runtime`` (devices:
-the emulator, the Verilated RTL, boards).
+``isa`` (instructions and programs), ``model`` (Tensil model files), ``compiler``, ``byoc`` (TVM
+Relax: ``build``, ``partition_for_tensil``, the ``tensil`` target and pipeline), ``runtime``
+(devices: the emulator, the Verilated RTL, boards).
+
+``import tvm_tensil`` registers the ``tensil`` target, Relax pipeline and patterns with TVM, and the
+functions compiled models call.
 """
 
 from . import numbers
@@ -31,27 +35,28 @@ __all__ = [
     "get_device",
     "Emulator",
     "current_session",
+    "byoc",
     "build",
+    "offload",
     "partition_for_tensil",
     "tensil_pipeline",
     "last_run_stats",
 ]
 
-# The TVM-facing parts load TVM (about 2 s): import them on first use.
-_LAZY = {
-    "build": "build",
-    "partition_for_tensil": "partition_for_tensil",
-    "offload": "offload",
-    "tensil_pipeline": "tensil_pipeline",
-}
+# The TVM side: importing it registers the "tensil" target, the "tensil" Relax pipeline and the
+# tensil.* patterns with TVM. A board may run models without TVM (the devices need only tvm_ffi).
+try:
+    import tvm as _tvm  # noqa: F401
+except ImportError:  # pragma: no cover - TVM is a dependency; a hand-made board environment lacks it
+    _BYOC = ("build", "partition_for_tensil", "offload", "tensil_pipeline")
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        from . import byoc
-
-        return getattr(byoc, _LAZY[name])
-    raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
+    def __getattr__(name):
+        if name in _BYOC:
+            raise ImportError(f"tvm_tensil.{name} needs TVM (apache-tvm); install it or compile on a host")
+        raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
+else:
+    from . import byoc
+    from .byoc import build, offload, partition_for_tensil, tensil_pipeline
 
 
 def last_run_stats(report=None):

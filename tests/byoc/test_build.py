@@ -58,3 +58,41 @@ def test_run_statistics_belong_to_the_session_that_ran():
         vm["main"](x)
     assert set(first.last_run_stats()) == set(second.last_run_stats()) == set(ex.tensil_report.partitions)
     assert all(s.cycles is None and s.instructions for s in second.run_stats.values())
+
+
+def test_import_alone_registers_the_target_the_pipeline_and_the_patterns():
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np, tvm_tensil
+from tvm_tensil import zoo
+import tvm
+from tvm import relax
+from tvm.relax.backend.pattern_registry import get_patterns_with_prefix
+from tvm.relax.frontend.onnx import from_onnx
+names = [p.name for p in get_patterns_with_prefix("tensil")]
+assert names and all(n.startswith("tensil.") for n in names), names
+assert "tensil.conv2d_bias_relu" in names
+mod = from_onnx(zoo.mlp(batch=2), keep_params_in_input=False)
+ex = tvm.compile(mod, target="tensil", relax_pipeline="tensil")
+with tvm_tensil.device("emulator") as session:
+    relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(np.zeros((2, 64), "float32")))
+assert session.run_stats, "the pipeline offloaded nothing"
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_tvm_compile_for_the_tensil_target_offloads_and_other_targets_do_not():
+    mod = from_onnx(zoo.mlp(batch=2, seed=3), keep_params_in_input=False)
+    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32))
+    with tvm_tensil.device("emulator") as session:
+        on_tcu = relax.VirtualMachine(tvm.compile(mod, target="tensil"), tvm.cpu())["main"](x).numpy()
+    assert session.run_stats, "target='tensil' ran nothing on the TCU"
+    built = relax.VirtualMachine(tvm_tensil.build(mod, target="tensil"), tvm.cpu())["main"](x).numpy()
+    np.testing.assert_array_equal(on_tcu, built)
+    with tvm_tensil.device("emulator") as session:
+        relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x)
+    assert not session.run_stats, "an LLVM build must stay on the CPU"

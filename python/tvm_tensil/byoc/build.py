@@ -35,6 +35,7 @@ from .patterns import Rejections, partition_for_tensil
 TARGET = "tensil"
 ARCH_ENV = "TVM_TENSIL_ARCH"
 
+# target="tensil": the host's LLVM, marked with a key the pipelines below recognise.
 if TARGET not in tvm.target.tag.list_tags():
     tvm.target.tag.register_tag(TARGET, {"kind": "llvm", "keys": [TARGET, "cpu"]})
 
@@ -324,3 +325,31 @@ def tensil_pipeline(arch: "str | Architecture | None" = None) -> TensilPipeline:
     ``relax_pipeline="tensil"``): arch from the argument, else ``$TVM_TENSIL_ARCH``, else pynqz1.
     Keep the returned pass to read its ``report`` after the build."""
     return TensilPipeline(arch)
+
+
+def _offload_under_the_tensil_target() -> None:
+    """``tvm.compile(mod, target="tensil")`` runs TVM's "default" Relax pipeline under the target.
+    Wrap that pipeline so that under a target with the ``tensil`` key it is the Tensil pipeline
+    (instead of a silent CPU-only build); under any other target it is TVM's, unchanged."""
+    pipelines = relax.pipeline.PIPELINE_MAP
+    default = pipelines["default"]
+    if getattr(default, "tensil_wrapped", False):
+        return
+
+    def default_or_tensil(**kwargs):
+        tvm_default = default(**kwargs)
+
+        @tvm.transform.module_pass(opt_level=0, name="DefaultOrTensilPipeline")
+        def dispatch(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+            target = tvm.target.Target.current(allow_none=True)
+            if target is not None and TARGET in target.keys:
+                return TensilPipeline()(mod)
+            return tvm_default(mod)
+
+        return dispatch
+
+    default_or_tensil.tensil_wrapped = True
+    pipelines["default"] = default_or_tensil
+
+
+_offload_under_the_tensil_target()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
+from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
@@ -378,3 +379,20 @@ def partition_for_tensil(mod: tvm.IRModule, arch="pynqz1", rejections: Rejection
     mod = relax.transform.FuseOpsByPattern(list(reversed(patterns)), bind_constants=True, annotate_codegen=False)(mod)
     mod = relax.transform.MergeCompositeFunctions()(mod)
     return mod
+
+
+# The architecture the patterns in TVM's registry check against (``partition_for_tensil(mod, arch)``
+# makes them for any other).
+REGISTRY_ARCH = "pynqz1"
+
+
+def register_tensil_patterns() -> None:
+    """Put the patterns in TVM's pattern registry (``get_patterns_with_prefix("tensil")``), as the
+    cuBLAS and CUTLASS backends do; their check functions judge for ``REGISTRY_ARCH``."""
+    if get_patterns_with_prefix("tensil."):
+        return
+    patterns = make_patterns(load_arch(REGISTRY_ARCH), Rejections())
+    register_patterns([(p.name, p.pattern, dict(p.annotation_patterns), p.check) for p in patterns])
+
+
+register_tensil_patterns()
