@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATHS = ["python", "tests", "benchmarks"]
+PATHS = ["python", "tests", "benchmarks", "setup.py"]
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..arch import Architecture
 from .params import top_parameters
-from .toolchain import RTL_DIR, rtl_sources, verilator_env, verilator_root
+from .toolchain import hardware_root, rtl_sources, verilator_env, verilator_root
 
-HARNESS = RTL_DIR.parent / "src" / "sim" / "tcu_sim.cc"
+HARNESS = hardware_root() / "src" / "sim" / "tcu_sim.cc"
 LIBRARY = "libtcusim.so"
 
 
@@ -167,8 +167,8 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
         ) from None
     if not HARNESS.exists():
         raise SimulationBuildError(
-            f"the harness source {HARNESS} is missing: the RTL devices run from a "
-            "checkout of the repository (pip install -e .)"
+            f"the harness source {HARNESS} is missing: reinstall tvm-tensil (its wheel ships the RTL "
+            "and the harness), or run from a checkout (pip install -e .)"
         )
     # Named by the key alone (plus the array size for people browsing): two architectures with the
     # same parameters under different names share one build.
