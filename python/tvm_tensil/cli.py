@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -136,8 +137,15 @@ def _cmd_compile(args) -> int:
         raise ModelError(f"cannot read ONNX model {src}: {e}") from None
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    mod = from_onnx(model, keep_params_in_input=False)
     arch = load_arch(args.arch)
+    with warnings.catch_warnings(record=True) as noted:  # the importer warns, then fails: one message
+        warnings.simplefilter("always")
+        try:
+            mod = from_onnx(model, keep_params_in_input=False)
+        except Exception as e:  # noqa: BLE001 - the importer raises many types for models it cannot take
+            raise ModelError(f"TVM's ONNX importer cannot import {src}: {_first_line(e)}") from None
+    for w in noted:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     ex = build(mod, target="tensil", arch=arch, model_dir=out)
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"
@@ -155,18 +163,21 @@ def _cmd_run(args) -> int:
     lib = Path(args.library)
     if not lib.exists():
         raise ModelError(f"no compiled model at {lib} (make one with `tvm-tensil compile`)")
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), tvm.cpu())
-    arrays = []
-    for spec in args.input or []:
-        path = spec.rpartition("=")[2]
-        try:
-            arrays.append(tvm.runtime.tensor(np.load(path, allow_pickle=False).astype(np.float32)))
-        except (OSError, ValueError) as e:
-            raise ModelError(f"cannot load input {path}: {e}") from None
+    try:
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), tvm.cpu())
+        params = [vm._get_function_param_name("main", i) for i in range(vm._get_function_arity("main"))]
+    except Exception as e:  # noqa: BLE001 - TVM's loader raises several types
+        raise ModelError(f"cannot load {lib} as a compiled model: {_first_line(e)}") from None
+    arrays = _run_inputs(args.input or [], params)
     from .runtime import device as select
 
     with select(args.device) as session:
-        result = vm["main"](*arrays)
+        try:
+            result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+        except (ModelError, DeviceError):
+            raise
+        except Exception as e:  # noqa: BLE001 - the VM's checks of the inputs, restated
+            raise ModelError(_input_mismatch(e, params, arrays)) from None
     outs = result if isinstance(result, (list, tuple)) else [result]
     for i, o in enumerate(outs):
         value = o.numpy()
@@ -181,6 +192,49 @@ def _cmd_run(args) -> int:
         if stats.cycles is not None:
             print(_timing(stats))
     return 0
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def _run_inputs(specs: list[str], params: list[str]) -> list[np.ndarray]:
+    """The ``--input [NAME=]FILE.npy`` arrays in the order of the model's parameters."""
+    usage = f"the model takes {len(params)} input(s) ({', '.join(params)}): give each with --input [NAME=]FILE.npy"
+    if len(specs) != len(params):
+        raise ModelError(f"{len(specs)} input(s) given; {usage}")
+    arrays: list = [None] * len(params)
+    for i, spec in enumerate(specs):
+        name, sep, path = spec.rpartition("=")
+        if sep and name:
+            if name not in params:
+                raise ModelError(f"no input named '{name}'; {usage}")
+            i = params.index(name)
+        try:
+            a = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load input {path}: {e}") from None
+        if not np.issubdtype(a.dtype, np.number):
+            raise ModelError(f"input '{params[i]}' from {path} holds {a.dtype} values, not numbers")
+        arrays[i] = a.astype(np.float32)
+    if any(a is None for a in arrays):
+        raise ModelError(f"an input was given twice; {usage}")
+    return arrays
+
+
+def _input_mismatch(e: BaseException, params: list[str], arrays: list[np.ndarray]) -> str:
+    """TVM's complaint about an input (its shape check names the parameter and the expected type)."""
+    text = str(e)
+    m = re.search(r"param=(\w+), annotation=R\.Tensor\(\((.*?)\), dtype=\"(\w+)\"\)", text)
+    if m and m.group(1) in params:
+        name, want = m.group(1), tuple(int(d) for d in m.group(2).split(",") if d.strip())
+        got = tuple(arrays[params.index(name)].shape)
+        return (
+            f"input '{name}' has shape {got}; the model expects {want} {m.group(3)} (the layout the model was "
+            "exported with, e.g. NCHW for ONNX)"
+        )
+    return f"the model rejected its inputs: {_first_line(e)}"
 
 
 def _cmd_synth(args) -> int:
@@ -260,12 +314,27 @@ def _cmd_ip(args) -> int:
     return 0
 
 
+# Tensil's own command line (``tensil compile -a ARCH -m MODEL -o DIR``) takes short options ours spell out.
+_TENSIL_STYLE = {"-a": "--arch ARCH", "-m": "the model as the first argument", "-s": "nothing (always summarised)"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus a hint for options written as for Tensil's own command line."""
+
+    def error(self, message: str):
+        used = [flag for flag in _TENSIL_STYLE if re.search(rf"(^|\s){flag}(\s|$)", message)]
+        if used:
+            message += "; Tensil's " + ", ".join(f"{f} is {_TENSIL_STYLE[f]}" for f in used) + " here"
+            message += " (e.g. tvm-tensil compile model.onnx --arch pynqz1 -o out)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = argparse.ArgumentParser(prog="tvm-tensil", description="Tensil compute unit tools")
+    p = _Parser(prog="tvm-tensil", description="Tensil compute unit tools")
     p.add_argument("--version", action="version", version=f"tvm-tensil {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     a = sub.add_parser("arch", help="print a preset or .tarch with its derived instruction layout")
     a.add_argument("arch", nargs="?", help="preset name or .tarch path")

@@ -69,3 +69,47 @@ def test_run_on_the_rtl_device_prints_cycles_and_latency(tmp_path):
         outs[dev] = np.load(tmp_path / f"{dev}.npy")
     assert " cycles = " in r.stdout and "ms at 150 MHz" in r.stdout, r.stdout
     np.testing.assert_array_equal(outs["emulator"], outs["verilator"])
+
+
+def _one_line_error(r, *fragments):
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.startswith("tvm-tensil: error: ") and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+def test_run_and_emulate_input_errors_are_one_line(tmp_path):
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    r = cli("compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    lib = str(tmp_path / "out" / "mlp.so")
+    np.save(tmp_path / "wrong.npy", np.zeros((64, 2), np.float32))
+    np.save(tmp_path / "text.npy", np.array(["a", "b"]))
+    _one_line_error(cli("run", lib), "0 input(s) given", "takes 1 input(s) (x)")
+    _one_line_error(cli("run", lib, "-i", str(tmp_path / "wrong.npy")), "input 'x' has shape (64, 2)", "(2, 64)")
+    _one_line_error(cli("run", lib, "-i", f"y={tmp_path / 'wrong.npy'}"), "no input named 'y'")
+    _one_line_error(cli("run", lib, "-i", str(tmp_path / "text.npy")), "holds <U1 values, not numbers")
+    _one_line_error(cli("run", str(tmp_path / "mlp.onnx")), "cannot load", "as a compiled model")
+    tmodel = str(next((tmp_path / "out").glob("*.tmodel")))
+    _one_line_error(cli("emulate", tmodel, "-i", str(tmp_path / "text.npy")), "holds <U1 values, not numbers")
+
+
+def test_tensil_style_options_get_a_hint(tmp_path):
+    r = cli("compile", "-a", "pynqz1", "-m", str(tmp_path / "m.onnx"))
+    assert r.returncode == 2
+    assert "Tensil's -a is --arch ARCH, -m is the model as the first argument" in r.stderr.splitlines()[-1]
+
+
+def test_a_model_the_importer_cannot_take_is_one_line(tmp_path):
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("NoSuchOp", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "odd.onnx")
+    _one_line_error(cli("compile", str(tmp_path / "odd.onnx"), "-o", str(tmp_path / "out")), "cannot import")

@@ -183,7 +183,10 @@ class Device(ABC):
         for name in names:
             entries = model.entries(name)
             total = sum(e.size for e in entries)
-            x = np.asarray(inputs[name], dtype=np.float64)
+            given = np.asarray(inputs[name])
+            if not (np.issubdtype(given.dtype, np.number) or given.dtype == np.bool_):
+                raise ModelError(f"input '{name}' holds {given.dtype} values, not numbers")
+            x = given.astype(np.float64)
             shape = model.tensor_shape(name)
             if shape is not None and tuple(x.shape) != shape:
                 raise ModelError(f"input '{name}' has shape {tuple(x.shape)}; the model expects {shape}")
