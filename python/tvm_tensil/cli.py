@@ -23,7 +23,7 @@ from .arch import MEMORY_TIMING, PRESETS, ArchitectureError, load_arch
 from .isa.asm import AsmError, assemble, disassemble
 from .isa.instructions import InvalidInstruction
 from .isa.program import Program, ProgramError
-from .model import ModelError, TensilModel
+from .model import ModelError, TensilModel, from_user_layout, to_user_layout
 from .rtl.synth import SynthesisError
 from .runtime import DeviceError, get_device
 
@@ -98,14 +98,29 @@ def _cmd_emulate(args) -> int:
                 raise ModelError(f"model '{model.name}' has inputs {names}: give each as NAME=file.npy")
             name, path = names[0], spec
         try:
-            inputs[name] = np.load(path, allow_pickle=False)
+            value = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise ModelError(f"cannot load input '{name}' from {path}: {e}") from None
+        if not np.issubdtype(value.dtype, np.number):
+            raise ModelError(f"input '{name}' from {path} holds {value.dtype} values, not numbers")
+        # Inputs come in the framework's layout (e.g. NCHW) when the model records it, else the model's.
+        user, own = model.user_shape(name), model.tensor_shape(name)
+        if user is not None and value.shape == user:
+            value = from_user_layout(value, user)
+        elif user is not None and value.shape != own:
+            raise ModelError(
+                f"input '{name}' has shape {value.shape}; the model takes {user} (the framework's layout) "
+                f"or {own} (its own (n, h, w, c))"
+            )
+        inputs[name] = value
     dev = get_device(args.device, model.arch)
     outputs = dev.run_model(model, inputs)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, value in outputs.items():
+        user = model.user_shape(name, outputs=True)
+        if user is not None:
+            value = to_user_layout(value, user)
         path = out_dir / f"{_safe_name(name)}.npy"
         np.save(path, value)
         print(f"{name}: {tuple(value.shape)} -> {path}")

@@ -34,6 +34,8 @@ __all__ = [
     "tensor_to_vectors",
     "vectors_to_tensor",
     "vectors_for_shape",
+    "from_user_layout",
+    "to_user_layout",
 ]
 
 EXTENSION_KEY = "tvm_tensil"
@@ -112,6 +114,21 @@ def vectors_to_tensor(
 # -- the model ------------------------------------------------------------------------------
 
 
+def from_user_layout(x: np.ndarray, user_shape: Sequence[int]) -> np.ndarray:
+    """A tensor in the framework's layout (NCHW, or (batch, features)) -> the model's (n, h, w, c)."""
+    if len(user_shape) == 4:
+        return np.ascontiguousarray(np.asarray(x).transpose(0, 2, 3, 1))
+    return np.asarray(x).reshape(1, 1, *np.shape(x))
+
+
+def to_user_layout(y: np.ndarray, user_shape: Sequence[int]) -> np.ndarray:
+    """The model's (n, h, w, c) -> the framework's layout of ``user_shape``."""
+    if len(user_shape) == 4:
+        n, c, h, w = user_shape
+        return np.asarray(y).reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return np.asarray(y).reshape(tuple(user_shape))
+
+
 def _int(d: dict, key: str, where: str, lo: int = 0) -> int:
     v = d.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -164,6 +181,14 @@ class TensilModel:
     def block_major(self, name: str, outputs: bool = False) -> bool:
         """Whether the tensor is stored block by block (our extension; Tensil's models are not)."""
         return self._tensor_info(name, outputs).get("layout") == "block-major"
+
+    def user_shape(self, name: str, outputs: bool = False) -> tuple[int, ...] | None:
+        """The tensor's shape in the framework's layout (NCHW or (batch, features)) if the model
+        records it (our extension: models compiled from TVM do), else None."""
+        info = self._tensor_info(name, outputs)
+        if isinstance(info.get("user_shape"), list):
+            return tuple(int(s) for s in info["user_shape"])
+        return None
 
     def _tensor_info(self, name: str, outputs: bool) -> dict:
         table = self.extras.get("outputs" if outputs else "inputs", {})

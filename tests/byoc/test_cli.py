@@ -113,3 +113,28 @@ def test_a_model_the_importer_cannot_take_is_one_line(tmp_path):
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "odd.onnx")
     _one_line_error(cli("compile", str(tmp_path / "odd.onnx"), "-o", str(tmp_path / "out")), "cannot import")
+
+
+def test_model_files_carry_the_onnx_names_and_layout(tmp_path):
+    """The .tmodel's tensors are named as in the ONNX model (outputs: output, output_1, ...) and
+    record the NCHW shape; emulate takes and writes NCHW, and agrees with the library bit for bit."""
+    from tvm_tensil.model import TensilModel
+
+    onnx.save(zoo.small_cnn(softmax=False), tmp_path / "cnn.onnx")
+    r = cli("compile", str(tmp_path / "cnn.onnx"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "dense -> output:" in r.stdout  # the report calls the Gemm a dense layer
+    (path,) = (tmp_path / "out").glob("*.tmodel")
+    model = TensilModel.load(path)
+    assert model.input_names() == ["x"] and model.output_names() == ["output"]
+    assert model.user_shape("x") == (1, 3, 16, 16) and model.tensor_shape("x") == (1, 16, 16, 3)
+    assert model.user_shape("output", outputs=True) == (1, 10)
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("emulate", str(path), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "em"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = cli("run", str(tmp_path / "out" / "cnn.so"), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    em, y = np.load(tmp_path / "em" / "output.npy"), np.load(tmp_path / "y.npy")
+    assert em.shape == y.shape == (1, 10)
+    np.testing.assert_array_equal(em.astype(np.float32), y)

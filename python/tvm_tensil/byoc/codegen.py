@@ -11,6 +11,7 @@ partition's weights, delivered once via ``__init_<symbol>``) are the ones RunCod
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import tvm
@@ -31,12 +32,29 @@ def _arch_from_options(options) -> Architecture:
     return load_arch("pynqz1")
 
 
-def description(part: CompiledPartition, io_shapes: dict, graph_inputs, graph_outputs) -> dict:
+def description(part: CompiledPartition) -> dict:
     d = part.to_json()
-    d["relax_shapes"] = {k: list(v) for k, v in io_shapes.items()}
-    d["input_order"] = list(graph_inputs)
-    d["output_order"] = list(graph_outputs)
+    d["input_order"] = list(part.inputs)
+    d["output_order"] = list(part.outputs)
     return d
+
+
+def io_names(func, n_outputs: int) -> tuple[list[str], list[str]]:
+    """The partition's input names: its parameters' (a model input keeps the framework's name, e.g.
+    ONNX's); its outputs: ``output``, or ``output_0``, ``output_1``, ... Unique, usable as file names."""
+    taken: set[str] = set()
+
+    def unique(name: str) -> str:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "input"
+        base, i = name, 1
+        while name in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name)
+        return name
+
+    inputs = [unique(str(p.name)) for p in func.params]
+    outputs = [unique("output" if n_outputs == 1 else f"output_{i}") for i in range(n_outputs)]
+    return inputs, outputs
 
 
 def stub_source(symbol: str, desc: dict) -> str:
@@ -51,9 +69,19 @@ def compile_partition(func, arch: Architecture) -> CompiledPartition:
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
     part = compile_graph(graph, arch, name=symbol)
+    # The model's inputs and outputs under the names and in the layout the user knows.
+    in_names, out_names = io_names(func, len(graph.outputs))
+    part.inputs = {name: part.inputs[t] for name, t in zip(in_names, graph.inputs)}
+    part.outputs = {name: part.outputs[t] for name, t in zip(out_names, graph.outputs)}
+    part.user_shapes = {
+        name: tuple(io_shapes[t]) for name, t in zip(in_names + out_names, list(graph.inputs) + list(graph.outputs))
+    }
+    external = dict(zip(graph.outputs, out_names))
+    for node in part.report["nodes"]:
+        node["output"] = external.get(node["output"], node["output"])
     part.constants = graph.constants  # for writing model files at build time
     part.model(None).validate()  # the DRAM0 maps: e.g. an output that is a view of an input
-    part.description = description(part, io_shapes, graph.inputs, graph.outputs)
+    part.description = description(part)
     return part
 
 

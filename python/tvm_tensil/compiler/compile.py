@@ -13,7 +13,7 @@ from ..arch import Architecture
 from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode, SIMDFlag
 from ..isa.program import Program
 from ..model import ConstsEntry, TensilModel, TensorEntry
-from .graph import EPILOGUE_OPS, Graph, Node
+from .graph import EPILOGUE_OPS, Graph, Node, layer_kind
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
@@ -31,6 +31,8 @@ class CompiledPartition:
     inputs: dict[str, TensorPlacement]
     outputs: dict[str, TensorPlacement]
     report: dict[str, Any] = field(default_factory=dict)
+    # Each input's and output's shape in the framework's layout (NCHW or (batch, features)), if known.
+    user_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     constants: list | None = None  # the float weights, when compiled in this process
     description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
 
@@ -44,6 +46,7 @@ class CompiledPartition:
         extras = {
             kind: {
                 name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
+                | ({"user_shape": list(self.user_shapes[name])} if name in self.user_shapes else {})
                 for name, p in table.items()
             }
             for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
@@ -67,6 +70,7 @@ class CompiledPartition:
             "recipes": [r.to_json() for r in self.recipes],
             "inputs": {k: p.to_json() for k, p in self.inputs.items()},
             "outputs": {k: p.to_json() for k, p in self.outputs.items()},
+            "user_shapes": {k: list(v) for k, v in self.user_shapes.items()},
             "report": self.report,
         }
 
@@ -82,6 +86,7 @@ class CompiledPartition:
             inputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["inputs"].items()},
             outputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["outputs"].items()},
             report=d.get("report", {}),
+            user_shapes={k: tuple(v) for k, v in d.get("user_shapes", {}).items()},
         )
 
 
@@ -243,7 +248,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
             sched.lower(node)
         per_node.append(
             {
-                "op": node.op,
+                "op": layer_kind(node),
                 "output": node.output,
                 "epilogue": [e[0] for e in node.epilogue],
                 "relax_ops": node.source_ops,

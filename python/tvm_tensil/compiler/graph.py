@@ -51,6 +51,14 @@ class Node:
     source_ops: list[str] = field(default_factory=list)  # the Relax ops this node came from
 
 
+def layer_kind(node: Node) -> str:
+    """What a user calls the node's layer: a dense layer is lowered as a 1x1 conv over a row of
+    ``batch`` pixels, but it is still a dense layer."""
+    if node.op == "conv2d" and node.attrs.get("layout") == "KM":
+        return "dense"
+    return node.op
+
+
 # The node kinds the scheduler lowers, with the attrs each takes.
 OPS = {
     "conv2d": "weight (O, I/groups, KH, KW), bias?, strides, dilation, padding (t, l, b, r), groups; "

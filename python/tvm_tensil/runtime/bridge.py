@@ -25,14 +25,13 @@ import numpy as np
 import tvm_ffi
 
 from ..compiler.compile import CompiledPartition
-from ..model import TensilModel
+from ..model import TensilModel, from_user_layout, to_user_layout
 from . import current_session
 
 
 @dataclass
 class Partition:
     compiled: CompiledPartition
-    relax_shapes: dict[str, tuple[int, ...]]
     inputs: list[str]
     outputs: list[str]
     model: TensilModel | None = None
@@ -46,31 +45,15 @@ def _to_numpy(t) -> np.ndarray:
     return np.from_dlpack(t) if hasattr(t, "__dlpack__") else t.numpy()
 
 
-def to_internal(x: np.ndarray, relax_shape) -> np.ndarray:
-    """Relax NCHW / (B, K) -> (n, h, w, c) as the compiled partition stores it."""
-    if len(relax_shape) == 4:
-        return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    return x.reshape(1, 1, *x.shape)
-
-
-def from_internal(y: np.ndarray, relax_shape) -> np.ndarray:
-    if len(relax_shape) == 4:
-        n, c, h, w = relax_shape
-        return y.reshape(n, h, w, c).transpose(0, 3, 1, 2)
-    return y.reshape(relax_shape)
-
-
 @tvm_ffi.register_global_func("tvm_tensil.runtime.register", override=True)
 def register(symbol: str, description: str) -> int:
     with _LOCK:
         if symbol not in PARTITIONS:
             d = json.loads(str(description))
-            PARTITIONS[symbol] = Partition(
-                CompiledPartition.from_json(d),
-                {k: tuple(v) for k, v in d["relax_shapes"].items()},
-                d["input_order"],
-                d["output_order"],
-            )
+            compiled = CompiledPartition.from_json(d)
+            if not compiled.user_shapes:  # a library built before the shapes had their own key
+                compiled.user_shapes = {k: tuple(v) for k, v in d["relax_shapes"].items()}
+            PARTITIONS[symbol] = Partition(compiled, d["input_order"], d["output_order"])
     return 0
 
 
@@ -91,10 +74,11 @@ def invoke(symbol: str, *tensors) -> int:
     ins, outs = tensors[:n_in], tensors[n_in:]
     session = current_session()
     dev = session.device_for(part.compiled.arch)
-    feeds = {k: to_internal(_to_numpy(t).astype(np.float64), part.relax_shapes[k]) for k, t in zip(part.inputs, ins)}
+    shapes = part.compiled.user_shapes
+    feeds = {k: from_user_layout(_to_numpy(t).astype(np.float64), shapes[k]) for k, t in zip(part.inputs, ins)}
     results = dev.run_model(part.model, feeds)
     session.run_stats[str(symbol)] = dev.last_stats
     for k, out in zip(part.outputs, outs):
-        y = from_internal(results[k], part.relax_shapes[k]).astype(np.float32)
+        y = to_user_layout(results[k], shapes[k]).astype(np.float32)
         out.copyfrom(np.ascontiguousarray(y))
     return 0
