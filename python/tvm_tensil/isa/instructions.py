@@ -3,7 +3,7 @@
 Conventions used by every instruction object:
 
 - ``size`` is the number of vectors moved or processed (at least 1). The binary field holds
-  ``size - 1``, as the spec says.
+  ``size - 1`` (docs/isa.md).
 - ``*_stride`` is the encoded stride: log2 of the step between vectors (0 = consecutive).
 - Addresses count vectors in the memory named by the field.
 

@@ -105,7 +105,7 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
     ok &= _check(
         "MatMul with bias vs emulator (bits)",
         np.array_equal(results[device.name], results["emulator"]),
-        "the array's rounding differs from the spec's",
+        "the array's rounding differs from the emulator's (docs/isa.md)",
         log,
     )
 
