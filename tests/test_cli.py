@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import dense_relu_model
 from tvm_tensil.arch import PRESETS
@@ -93,3 +94,43 @@ def test_version_and_python_m(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0 and "pynqz1" in r.stdout
+
+
+def test_every_command_shows_examples_and_the_devices():
+    from tvm_tensil.cli import build_parser
+    from tvm_tensil.runtime import DEVICES
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, sub in commands.items():
+        text = sub.format_help()
+        assert "examples:" in text and f"tvm-tensil {name}" in text, name
+        if any("--device" in a.option_strings for a in sub._actions):
+            assert all(device in text for device in DEVICES), name
+    assert "examples:" in parser.format_help()
+
+
+def test_an_unknown_device_lists_the_devices(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["emulate", "m.tmodel", "--device", "simboard"])
+    assert e.value.code == 2
+    assert "invalid choice: 'simboard'" in capsys.readouterr().err
+
+
+def test_socket_is_only_for_the_simulated_board(tmp_path, capsys):
+    path = dense_relu_model(PRESETS["pynqz1"], np.eye(8), np.zeros(8), 1).save(tmp_path)
+    assert main(["emulate", str(path), "--socket", "/tmp/s.sock"]) == 2
+    assert "--socket is for --device sim-board" in capsys.readouterr().err
+
+
+def test_readable_statistics():
+    from tvm_tensil.runtime import Emulator
+
+    dev = Emulator(PRESETS["pynqz1"])
+    model = dense_relu_model(PRESETS["pynqz1"], np.eye(8), np.zeros(8), 2)
+    dev.run_model(model, {"x": np.ones((2, 8))})
+    table = str(dev.last_stats)
+    lines = table.splitlines()
+    assert lines[1].split() == ["opcode", "instructions", "vectors", "saturated"]
+    assert any(line.split()[0] == "matmul" for line in lines[2:-1])
+    assert lines[-1].strip() == "saturated scalars: 0"

@@ -1,12 +1,16 @@
 """``tvm-tensil``: the command line.
 
-tvm-tensil arch pynqz1                      # a preset or .tarch with its instruction layout
-tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
-tvm-tensil disasm prog.tprog --arch pynqz1  # or a .tmodel (its own architecture)
-tvm-tensil emulate model.tmodel --input x=x.npy -o out/
-tvm-tensil synth --arch ultra96v2           # LUT/FF/DSP/BRAM estimate (Yosys)
-tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock   # a simulated board (device "sim-board")
-tvm-tensil selftest --device pynq --arch pynqz1        # first thing to run on a new board
+examples:
+  tvm-tensil compile model.onnx --arch pynqz1 -o out/      # library, .tmodel files, report
+  tvm-tensil run out/model.so --input x.npy               # on the emulator (--device verilator: the RTL)
+  tvm-tensil emulate out/model.tmodel --input x.npy -o results/
+  tvm-tensil arch --list                                   # the presets
+  tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
+  tvm-tensil disasm out/model.tmodel --pc
+  tvm-tensil synth --arch ultra96v2                        # LUT/FF/DSP/BRAM estimate (Yosys)
+  tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock    # a simulated board (device "sim-board")
+  tvm-tensil selftest --device pynq --arch pynqz1          # first thing to run on a new board
+  tvm-tensil COMMAND --help                                # each command's options and examples
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from .isa.instructions import InvalidInstruction
 from .isa.program import Program, ProgramError
 from .model import ModelError, TensilModel, from_user_layout, to_user_layout
 from .rtl.synth import SynthesisError
-from .runtime import DeviceError, get_device
+from .runtime import DEVICES, DeviceError, get_device
 
 _USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError, SynthesisError)
 
@@ -113,7 +117,7 @@ def _cmd_emulate(args) -> int:
                 f"or {own} (its own (n, h, w, c))"
             )
         inputs[name] = value
-    dev = get_device(args.device, model.arch)
+    dev = get_device(args.device, model.arch, **_device_options(args))
     outputs = dev.run_model(model, inputs)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +190,7 @@ def _cmd_run(args) -> int:
     arrays = _run_inputs(args.input or [], params)
     from .runtime import device as select
 
-    with select(args.device) as session:
+    with select(args.device, **_device_options(args)) as session:
         try:
             result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
         except (ModelError, DeviceError):
@@ -207,6 +211,24 @@ def _cmd_run(args) -> int:
         if stats.cycles is not None:
             print(_timing(stats))
     return 0
+
+
+def _device_options(args) -> dict:
+    """The options of the device a command runs on: --socket reaches a running `tvm-tensil serve`."""
+    if getattr(args, "socket", None):
+        if args.device != "sim-board":
+            raise DeviceError(f"--socket is for --device sim-board (a `tvm-tensil serve` server), not {args.device}")
+        return {"socket_path": args.socket}
+    return {}
+
+
+def _add_device(parser, default: str) -> None:
+    parser.add_argument(
+        "--device", default=default, choices=list(DEVICES), help=f"where the Tensil program runs (default: {default})"
+    )
+    parser.add_argument(
+        "--socket", help="with --device sim-board: the socket of a running `tvm-tensil serve` (default: start one)"
+    )
 
 
 def _first_line(e: BaseException) -> str:
@@ -298,8 +320,10 @@ def _cmd_serve(args) -> int:
 def _cmd_selftest(args) -> int:
     from .runtime.selftest import run_selftest
 
-    options = {}
+    options = _device_options(args)
     if args.bitstream:
+        if args.device != "pynq":
+            raise DeviceError("--bitstream is for --device pynq")
         options["bitstream"] = args.bitstream
     dev = get_device(args.device, args.arch, **options)
     try:
@@ -347,57 +371,101 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = _Parser(prog="tvm-tensil", description="Tensil compute unit tools")
+    p = _Parser(
+        prog="tvm-tensil",
+        description="Tensil compute unit tools: compile ONNX models, run them on the emulator, the RTL or a board.",
+        epilog=__doc__.split("\n", 2)[2].rstrip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"tvm-tensil {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
 
-    a = sub.add_parser("arch", help="print a preset or .tarch with its derived instruction layout")
+    def command(name: str, help: str, examples: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help,
+            description=help[0].upper() + help[1:] + ".",
+            epilog="examples:\n" + "\n".join(f"  {line}" for line in examples.strip().splitlines()),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    a = command(
+        "arch",
+        "print a preset or .tarch with its derived instruction layout",
+        "tvm-tensil arch --list\ntvm-tensil arch pynqz1\ntvm-tensil arch my.tarch --json",
+    )
     a.add_argument("arch", nargs="?", help="preset name or .tarch path")
     a.add_argument("--list", action="store_true", help="list the presets")
     a.add_argument("--json", action="store_true", help="print the .tarch JSON")
     a.add_argument("--plain", action="store_true", help="with --json: only the Tensil keys")
     a.set_defaults(func=_cmd_arch)
 
-    s = sub.add_parser("asm", help="assemble Tensil assembly text into a .tprog")
+    s = command(
+        "asm", "assemble Tensil assembly text into a .tprog", "tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog"
+    )
     s.add_argument("source", help="assembly file (.tasm)")
     s.add_argument("--arch", required=True, help="preset name or .tarch path")
     s.add_argument("-o", "--output", help="output .tprog (default: source with .tprog)")
     s.set_defaults(func=_cmd_asm)
 
-    d = sub.add_parser("disasm", help="disassemble a .tprog (or a .tmodel's program)")
+    d = command(
+        "disasm",
+        "disassemble a .tprog (or a .tmodel's program)",
+        "tvm-tensil disasm prog.tprog --arch pynqz1\ntvm-tensil disasm out/model.tmodel --pc",
+    )
     d.add_argument("program", help=".tprog or .tmodel")
     d.add_argument("--arch", help="preset name or .tarch path (not needed for a .tmodel)")
     d.add_argument("--pc", action="store_true", help="annotate each line with its program counter")
     d.add_argument("-o", "--output", help="write the text here instead of stdout")
     d.set_defaults(func=_cmd_disasm)
 
-    e = sub.add_parser("emulate", help="run a .tmodel on float inputs from .npy files")
+    e = command(
+        "emulate",
+        "run a .tmodel on float inputs from .npy files",
+        "tvm-tensil emulate out/model.tmodel --input x.npy -o results/\n"
+        "tvm-tensil emulate out/model.tmodel --input x=x.npy --device verilator",
+    )
     e.add_argument("model", help=".tmodel file")
     e.add_argument(
         "-i",
         "--input",
         action="append",
         metavar="[NAME=]FILE.npy",
-        help="an input; NAME= may be left out for single-input models",
+        help="an input, in the model's framework layout (e.g. NCHW); NAME= may be left out for one input",
     )
     e.add_argument("-o", "--output-dir", default=".", help="where to write <output>.npy files")
-    e.add_argument("--device", default="emulator", help="device to run on (default: emulator)")
+    _add_device(e, "emulator")
     e.set_defaults(func=_cmd_emulate)
 
-    c = sub.add_parser("compile", help="compile an ONNX model: library, Tensil model files, report")
+    c = command(
+        "compile",
+        "compile an ONNX model: library, Tensil model files, report",
+        "tvm-tensil compile model.onnx --arch pynqz1 -o out/\ntvm-tensil compile model.onnx --arch my_board.tarch",
+    )
     c.add_argument("model", help=".onnx file (static input shapes, weights as initializers)")
     c.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
     c.add_argument("-o", "--output", default="out", help="output folder (default: out)")
     c.set_defaults(func=_cmd_compile)
 
-    r = sub.add_parser("run", help="run a compiled model library on inputs from .npy files")
+    r = command(
+        "run",
+        "run a compiled model library on inputs from .npy files",
+        "tvm-tensil run out/model.so --input x.npy -o y.npy\n"
+        "tvm-tensil run out/model.so --input x=x.npy --device verilator\n"
+        "tvm-tensil run out/model.so --input x.npy --device sim-board --socket /tmp/tcu.sock",
+    )
     r.add_argument("library", help="the .so written by `tvm-tensil compile`")
-    r.add_argument("-i", "--input", action="append", metavar="FILE.npy", help="inputs, in order")
-    r.add_argument("--device", default="emulator", help="device for the Tensil parts (default: emulator)")
+    r.add_argument("-i", "--input", action="append", metavar="[NAME=]FILE.npy", help="an input (in order, or by name)")
+    _add_device(r, "emulator")
     r.add_argument("-o", "--output", help="write the output to this .npy")
     r.set_defaults(func=_cmd_run)
 
-    v = sub.add_parser("serve", help="run a simulated board: the Verilated core behind shared memory and a socket")
+    v = command(
+        "serve",
+        "run a simulated board: the Verilated core behind shared memory and a socket",
+        "tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock\n"
+        "tvm-tensil run out/model.so --input x.npy --device sim-board --socket /tmp/tcu.sock   # in another shell",
+    )
     v.add_argument("--arch", required=True, help="preset name or .tarch path")
     v.add_argument("--socket", required=True, help="Unix socket path to listen on")
     v.add_argument("--memory", type=int, help="bytes of board memory (default: both DRAM windows)")
@@ -422,19 +490,32 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--once", action="store_true", help="exit when the first client disconnects (private servers)")
     v.set_defaults(func=_cmd_serve)
 
-    t = sub.add_parser("selftest", help="check a board (or any device) step by step: DRAM, a move, a matmul, a model")
-    t.add_argument("--device", default="pynq", help="device to test (default: pynq)")
+    t = command(
+        "selftest",
+        "check a board (or any device) step by step: DRAM, a move, a matmul, a model",
+        "tvm-tensil selftest --device pynq --arch pynqz1 --bitstream tcu.bit   # on the board\n"
+        "tvm-tensil selftest --device sim-board --socket /tmp/tcu.sock",
+    )
+    _add_device(t, "pynq")
     t.add_argument("--arch", default="pynqz1", help="preset name or .tarch path the bitstream was built for")
     t.add_argument("--bitstream", help="overlay .bit to load (pynq; default: the one loaded)")
     t.add_argument("--no-model", action="store_true", help="skip the compiled-model step")
     t.set_defaults(func=_cmd_selftest)
 
-    i = sub.add_parser("ip", help="Vivado parameters for packaging the core and a Zynq block design (docs/boards.md)")
+    i = command(
+        "ip",
+        "Vivado parameters for packaging the core and a Zynq block design (docs/boards.md)",
+        "tvm-tensil ip --arch pynqz1 -o ip/",
+    )
     i.add_argument("--arch", required=True, help="preset name or .tarch path")
     i.add_argument("-o", "--output", required=True, help="output folder (params.tcl; Vivado writes here too)")
     i.set_defaults(func=_cmd_ip)
 
-    y = sub.add_parser("synth", help="estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)")
+    y = command(
+        "synth",
+        "estimate LUT/FF/DSP/BRAM of the core for an architecture (Yosys)",
+        "tvm-tensil synth --arch ultra96v2\ntvm-tensil synth --arch my.tarch --workdir synth/",
+    )
     y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
     y.add_argument("--workdir", help="keep the Yosys script and log here")
     y.set_defaults(func=_cmd_synth)

@@ -138,3 +138,40 @@ def test_model_files_carry_the_onnx_names_and_layout(tmp_path):
     em, y = np.load(tmp_path / "em" / "output.npy"), np.load(tmp_path / "y.npy")
     assert em.shape == y.shape == (1, 10)
     np.testing.assert_array_equal(em.astype(np.float32), y)
+
+
+def test_run_and_emulate_reach_a_running_simulated_board(tmp_path):
+    """After `tvm-tensil serve --socket S`, run and emulate with --socket S use that server (its log
+    names each client and its runs), and give the emulator's numbers."""
+    import os
+    import time
+
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    r = cli("compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    np.save(tmp_path / "x.npy", np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32))
+    sock = str(tmp_path / "board.sock")
+    with open(tmp_path / "server.log", "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tvm_tensil.cli", "serve", "--arch", "pynqz1", "--socket", sock], stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(sock):
+            assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.05)
+        lib, x = str(tmp_path / "out" / "mlp.so"), str(tmp_path / "x.npy")
+        for device, output in (("sim-board", "board.npy"), ("emulator", "emulator.npy")):
+            extra = ["--socket", sock] if device == "sim-board" else []
+            r = cli("run", lib, "-i", x, "--device", device, *extra, "-o", str(tmp_path / output))
+            assert r.returncode == 0, r.stderr[-3000:]
+        tmodel = str(next((tmp_path / "out").glob("*.tmodel")))
+        r = cli("emulate", tmodel, "-i", x, "--device", "sim-board", "--socket", sock, "-o", str(tmp_path / "em"))
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(30)
+    np.testing.assert_array_equal(np.load(tmp_path / "board.npy"), np.load(tmp_path / "emulator.npy"))
+    log = (tmp_path / "server.log").read_text()
+    for client in (1, 2):
+        assert f"client {client} connected (pid" in log and f"client {client} left after 1 run(s)" in log, log

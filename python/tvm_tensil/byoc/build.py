@@ -63,6 +63,16 @@ class BuildReport:
             "estimated_cycles": self.total_cycles,
         }
 
+    def __repr__(self) -> str:
+        layers = sum(len(p["nodes"]) for p in self.partitions.values())
+        return (
+            f"<BuildReport {self.arch.name or 'custom'}: {len(self.partitions)} partition(s), {layers} layer(s) on "
+            f"the TCU, {len(self.cpu_ops)} op(s) on the CPU, ~{self.total_cycles} cycles>"
+        )
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows the whole report
+        printer.text(str(self))
+
     def __str__(self) -> str:
         a = self.arch
         lines = [

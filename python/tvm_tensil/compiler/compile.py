@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
+from .. import progress
 from ..arch import Architecture
 from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode, SIMDFlag
 from ..isa.program import Program
@@ -234,7 +234,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
     sched = Scheduler(arch, graph, place, consts, lir, dram0)
     per_node, node_starts = [], []
     # A progress bar for builds that take a while (shown after 2 s, on terminals only).
-    for node in tqdm(graph.nodes, desc=f"tensil: compiling {name}", unit="op", delay=2, leave=False, disable=None):
+    for node in progress.bar(graph.nodes, desc=f"tvm_tensil: compiling {name}", unit="op", delay=2):
         start = len(lir)
         node_starts.append(start)
         try:

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ..arch import Architecture
+from ..progress import Stages
 from .params import top_parameters
 from .toolchain import hardware_root, rtl_sources, verilator_env, verilator_root
 
@@ -193,25 +194,31 @@ def build(arch: Architecture, trace: bool = False, quiet: bool = False) -> Path:
         start = time.perf_counter()
         obj = folder / "obj"
         shutil.rmtree(obj, ignore_errors=True)
-        if pgo:
-            try:
-                _verilate(arch, obj, trace, PGO_GENERATE, PGO_GENERATE)
-                why_not = _train(arch, obj)
-            except SimulationBuildError:  # a compiler without these options: build without a profile
-                why_not = "the instrumented build failed"
-            for stale in [*obj.glob("*.o"), *obj.glob("*.a"), obj / LIBRARY]:
-                stale.unlink(missing_ok=True)
-            if why_not is None:
-                _verilate(arch, obj, trace, PGO_USE)
+        steps = ["instrumented build", "training run", "optimised build"] if pgo else ["verilate and compile"]
+        with Stages(f"tvm_tensil: building the {arch.array_size}x{arch.array_size} core", steps) as stages:
+            if pgo:
+                try:
+                    stages.start("instrumented build")
+                    _verilate(arch, obj, trace, PGO_GENERATE, PGO_GENERATE)
+                    stages.start("training run")
+                    why_not = _train(arch, obj)
+                except SimulationBuildError:  # a compiler without these options: build without a profile
+                    why_not = "the instrumented build failed"
+                for stale in [*obj.glob("*.o"), *obj.glob("*.a"), obj / LIBRARY]:
+                    stale.unlink(missing_ok=True)
+                stages.start("optimised build")
+                if why_not is None:
+                    _verilate(arch, obj, trace, PGO_USE)
+                else:
+                    print(
+                        f"tvm_tensil: profile-guided build skipped ({why_not}); the model runs slower",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    _verilate(arch, obj, trace)
             else:
-                print(
-                    f"tvm_tensil: profile-guided build skipped ({why_not}); the model runs slower",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                stages.start("verilate and compile")
                 _verilate(arch, obj, trace)
-        else:
-            _verilate(arch, obj, trace)
         tmp = folder / (LIBRARY + ".tmp")
         shutil.copy2(obj / LIBRARY, tmp)
         os.replace(tmp, lib)  # atomic: a half-written library is never seen

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..arch import Architecture
+from ..progress import Stages
 from .params import top_parameters
 from .toolchain import rtl_sources
 
@@ -165,13 +166,15 @@ def synthesize(
         work.mkdir(parents=True, exist_ok=True)
         (work / "synth.ys").write_text(script)
         try:
-            r = subprocess.run(
-                [*find_yosys(), "-q", "-l", "synth.log", "-s", "synth.ys"],
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
+            with Stages(f"tvm_tensil: synthesising the {arch.array_size}x{arch.array_size} core", ["Yosys"]) as s:
+                s.start("Yosys")
+                r = subprocess.run(
+                    [*find_yosys(), "-q", "-l", "synth.log", "-s", "synth.ys"],
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
         except subprocess.TimeoutExpired:
             raise SynthesisError(f"Yosys did not finish within {timeout:g} s ({work / 'synth.log'})") from None
         log = (work / "synth.log").read_text() if (work / "synth.log").exists() else ""

@@ -78,21 +78,33 @@ class RunStats:
         return sum(self.saturations.values())
 
     def summary(self) -> str:
-        parts = [f"{self.instructions} instructions in {self.seconds:.3f} s"]
+        """A readable table: totals, then per opcode the instructions, vectors and saturated scalars,
+        then per unit the share of cycles it was busy (devices that count cycles)."""
+        head = f"{self.instructions} instructions"
         if self.cycles is not None:
-            parts.append(f"{self.cycles} cycles")
-            if self.busy:
-                parts.append("busy: " + ", ".join(f"{k} {v / max(self.cycles, 1):.0%}" for k, v in self.busy.items()))
-        ops = ", ".join(f"{k} {v}" for k, v in sorted(self.per_opcode.items()) if v)
-        lines = [", ".join(parts), f"  by opcode: {ops or 'none'}"]
+            head += f", {self.cycles} cycles"
+            if self.milliseconds is not None:
+                head += f" ({self.milliseconds:.3f} ms at {self.clock_mhz:g} MHz)"
+        lines = [head + f"; {self.seconds:.3f} s on the device"]
+        rows = [(op, n, self.vectors.get(op, 0), self.saturations.get(op, 0)) for op, n in self.per_opcode.items() if n]
+        if rows:
+            lines.append(f"  {'opcode':<12}{'instructions':>13}{'vectors':>10}{'saturated':>11}")
+            lines += [f"  {op:<12}{n:>13}{v:>10}{s:>11}" for op, n, v, s in sorted(rows)]
+        if self.busy and self.cycles:
+            lines.append("  busy: " + ", ".join(f"{k} {v / self.cycles:.0%}" for k, v in self.busy.items()))
         if self.saturated:
-            sat = ", ".join(f"{k} {v}" for k, v in self.saturations.items() if v)
-            lines.append(f"  saturated scalars: {self.saturated} ({sat})")
+            lines.append(f"  saturated scalars: {self.saturated}")
         elif self.saturation_flag:
-            lines.append("  saturated scalars: some (the core's flag is set; it does not count them)")
+            lines.append("  saturated scalars: some (the core's flag says so; it does not count them)")
         else:
             lines.append("  saturated scalars: 0")
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython shows the table
+        printer.text(self.summary())
 
 
 class Device(ABC):

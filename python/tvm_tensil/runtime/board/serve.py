@@ -23,6 +23,7 @@ import mmap
 import os
 import select
 import socket
+import struct
 import sys
 import tempfile
 import uuid
@@ -49,6 +50,15 @@ def default_memory_bytes(arch: Architecture) -> int:
         + align_window(arch.dram0_depth * arch.vector_bytes)
         + align_window(arch.dram1_depth * arch.vector_bytes)
     )
+
+
+def _peer(conn: socket.socket) -> str:
+    """Who connected: the client's process id, where the platform tells (Linux: SO_PEERCRED)."""
+    try:
+        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        return f"pid {pid}"
+    except (AttributeError, OSError):
+        return "pid unknown"
 
 
 def send_message(conn: socket.socket, obj: dict) -> None:
@@ -114,6 +124,7 @@ class SimBoardServer:
         self.memory = np.frombuffer(self._map, dtype=np.uint8)
         self.core = None
         self.sock = None
+        self.runs, self.cycles = 0, 0  # the current client's
 
     def new_core(self) -> None:
         if self.core:
@@ -138,12 +149,15 @@ class SimBoardServer:
             while max_clients is None or served < max_clients:
                 conn, _ = self.sock.accept()
                 served += 1
+                self.runs, self.cycles = 0, 0
+                self.log(f"client {served} connected ({_peer(conn)})")
                 try:
                     self.handle(conn)
                 except (ConnectionError, OSError) as e:
-                    self.log(f"client lost: {e}")
+                    self.log(f"client {served} lost: {e}")
                 finally:
                     conn.close()
+                self.log(f"client {served} left after {self.runs} run(s), {self.cycles} cycles")
         finally:
             self.close()
 
@@ -183,6 +197,8 @@ class SimBoardServer:
                 if reply is None:
                     self.log("client left during a run; core reset")
                     return
+                self.runs += 1
+                self.cycles += int(reply.get("cycles") or 0)
                 send_message(conn, reply)
             else:
                 send_message(conn, {"ok": False, "error": f"unknown op {op!r}; expected 'run' or 'reset'"})
