@@ -119,3 +119,21 @@ def test_trained_digits_cnn_keeps_its_accuracy():
     float_acc, tcu_acc = np.mean(float_pred == y_test), np.mean(tcu_pred == y_test)
     assert float_acc > 0.9
     assert tcu_acc >= float_acc - 0.01, (float_acc, tcu_acc)
+
+
+def test_torch_onnx_export_to_tensil():
+    """The other PyTorch route: torch.onnx.export (its default exporter needs onnxscript) -> ONNX ->
+    from_onnx -> the TCU; logits within 1% of their range of PyTorch's at FP32BP16."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    fp32 = tvm_tensil.load_arch("pynqz1").replace(data_type="FP32BP16", name="pynqz1_fp32")
+    torch.manual_seed(2)
+    model = _small_cnn(softmax=False)
+    x = torch.randn(1, 3, 16, 16)
+    onnx_model = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch=fp32)
+    assert ex.tensil_report.cpu_ops == []
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy())).numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() < 0.01 * np.ptp(want)

@@ -40,8 +40,8 @@ __all__ = [
     "get_device",
 ]
 
-# name -> "module:Class"; modules are imported on first use (a board needs pynq, etc.).
-DEVICES: dict[str, str] = {
+# name -> "module:Class" (imported on first use: a board needs pynq, etc.) or a Device class.
+DEVICES: dict[str, "str | type[Device]"] = {
     "emulator": "tvm_tensil.runtime.emulator:Emulator",
     "reference": "tvm_tensil.runtime.reference:ReferenceEmulator",
     "verilator": "tvm_tensil.runtime.verilator:Verilator",
@@ -66,7 +66,10 @@ def _check_name(name: str) -> str:
 
 
 def _device_class(name: str) -> type:
-    module, cls = DEVICES[_check_name(name)].split(":")
+    entry = DEVICES[_check_name(name)]
+    if isinstance(entry, type):
+        return entry
+    module, cls = entry.split(":")
     return getattr(importlib.import_module(module), cls)
 
 
