@@ -316,7 +316,7 @@ def test_batchnorm_after_gemm_folds_into_the_dense(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [4, 12]}, y), {"x": rng.standard_normal((4, 12))})
     assert np.max(np.abs(tcu - cpu)) < 12 * 3 * 2**-9
     nodes = [n for p in report.partitions.values() for n in p["nodes"]]
-    assert [n["op"] for n in nodes] == ["conv2d"] and nodes[0]["epilogue"] == ["relu"]
+    assert [n["op"] for n in nodes] == ["dense"] and nodes[0]["epilogue"] == ["relu"]
 
 
 def test_standalone_bias_add(compare):

@@ -40,9 +40,8 @@ class ResidentWeights:
 
     def __init__(self, arch: Architecture):
         self.depth = arch.dram1_depth
-        vector_bytes = arch.array_size * np.dtype(arch.data_type.storage).itemsize
         # Moves keep a region's offset within the AXI pages: a multiple of both the page and a vector.
-        self.align = math.lcm(vector_bytes, AXI_PAGE_BYTES) // vector_bytes
+        self.align = math.lcm(arch.vector_bytes, AXI_PAGE_BYTES) // arch.vector_bytes
         self._resident: OrderedDict[int, _Resident] = OrderedDict()  # by id(model), least recent first
         self.writes = 0  # models whose weights were written (for tests and statistics)
 
@@ -61,8 +60,8 @@ class ResidentWeights:
         lo, hi = region
         start = self._place(lo, hi - lo)
         delta = start - lo
-        for entry_, data in model.consts:
-            write(entry_.base + delta, data)
+        for const, data in model.consts:
+            write(const.base + delta, data)
         self.writes += 1
         program = model.program.with_dram1_offset(delta)
         self._resident[key] = _Resident(weakref.ref(model), start, start + hi - lo, program)
@@ -98,6 +97,8 @@ class ResidentWeights:
     def _place(self, lo: int, size: int) -> int:
         """Where a region compiled at ``lo`` goes: its own place if free, else the lowest free place at
         the same page offset, evicting the least recently run models until one is free."""
+        for key in [k for k, r in self._resident.items() if r.model() is None]:  # models gone: room
+            del self._resident[key]
         while True:
             phase = lo % self.align
             candidates = [lo, phase] + [
