@@ -101,12 +101,7 @@ def _cmd_emulate(args) -> int:
             if len(names) != 1:
                 raise ModelError(f"model '{model.name}' has inputs {names}: give each as NAME=file.npy")
             name, path = names[0], spec
-        try:
-            value = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"cannot load input '{name}' from {path}: {e}") from None
-        if not np.issubdtype(value.dtype, np.number):
-            raise ModelError(f"input '{name}' from {path} holds {value.dtype} values, not numbers")
+        value = _load_input(name, path)
         # Inputs come in the framework's layout (e.g. NCHW) when the model records it, else the model's.
         user, own = model.user_shape(name), model.tensor_shape(name)
         if user is not None and value.shape == user:
@@ -236,6 +231,17 @@ def _first_line(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
+def _load_input(name: str, path: str) -> np.ndarray:
+    """An input from a .npy file: numbers, or a ModelError naming the input and the file."""
+    try:
+        value = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load input '{name}' from {path}: {e}") from None
+    if not np.issubdtype(value.dtype, np.number):
+        raise ModelError(f"input '{name}' from {path} holds {value.dtype} values, not numbers")
+    return value
+
+
 def _run_inputs(specs: list[str], params: list[str]) -> list[np.ndarray]:
     """The ``--input [NAME=]FILE.npy`` arrays in the order of the model's parameters."""
     usage = f"the model takes {len(params)} input(s) ({', '.join(params)}): give each with --input [NAME=]FILE.npy"
@@ -248,13 +254,7 @@ def _run_inputs(specs: list[str], params: list[str]) -> list[np.ndarray]:
             if name not in params:
                 raise ModelError(f"no input named '{name}'; {usage}")
             i = params.index(name)
-        try:
-            a = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"cannot load input {path}: {e}") from None
-        if not np.issubdtype(a.dtype, np.number):
-            raise ModelError(f"input '{params[i]}' from {path} holds {a.dtype} values, not numbers")
-        arrays[i] = a.astype(np.float32)
+        arrays[i] = _load_input(params[i], path).astype(np.float32)
     if any(a is None for a in arrays):
         raise ModelError(f"an input was given twice; {usage}")
     return arrays
