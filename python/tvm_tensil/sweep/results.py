@@ -26,6 +26,7 @@ COLUMNS = (
     "part",
     "partitions",
     "cpu_ops",
+    "cpu_reason",
     "cycles",
     "ms",
     "lut",
@@ -47,17 +48,19 @@ COLUMNS = (
 RESOURCES = ("lut", "dsp", "ff", "bram36")
 
 
+def comparable(rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Indices of the finished rows whose latency compares: those that leave no more ops on the CPU
+    than the best row (an architecture that offloads less is not faster, it just times less)."""
+    ok = [i for i, r in enumerate(rows) if r.get("status") == "ok" and r.get("ms") is not None]
+    least = min((rows[i].get("cpu_ops") or 0 for i in ok), default=0)
+    return [i for i in ok if (rows[i].get("cpu_ops") or 0) == least]
+
+
 def pareto_front(rows: Sequence[dict[str, Any]], resource: str = "lut") -> list[int]:
     """Indices of the rows no other row beats: lower or equal ``ms`` and ``resource``, one of them
-    strictly lower. Only rows with both values that fit their part (or whose fit is unknown) count."""
-    candidates = [
-        i
-        for i, r in enumerate(rows)
-        if r.get("status") == "ok"
-        and r.get("ms") is not None
-        and r.get(resource) is not None
-        and r.get("fits") is not False
-    ]
+    strictly lower. Only comparable rows (``comparable``) with a ``resource`` value that fit their
+    part (or whose fit is unknown) count."""
+    candidates = [i for i in comparable(rows) if rows[i].get(resource) is not None and rows[i].get("fits") is not False]
 
     def beats(a: dict, b: dict) -> bool:
         return a["ms"] <= b["ms"] and a[resource] <= b[resource] and (a["ms"] < b["ms"] or a[resource] < b[resource])
@@ -113,9 +116,12 @@ def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [r for r in rows if r.get("ms") is not None and r.get(resource) is not None]
+    shown = [rows[i] for i in comparable(rows) if rows[i].get(resource) is not None]
     if not shown:
         return None
+    hidden = sum(r.get("ms") is not None for r in rows) - len(shown)
+    if hidden:
+        title += f"\n{hidden} not shown: they leave more ops on the CPU"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     parts = sorted({str(r.get("part")) for r in shown})
     colours = dict(zip(parts, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))

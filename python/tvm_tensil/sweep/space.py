@@ -43,7 +43,11 @@ PARAMETERS = (
 )
 
 
-class SpaceError(ValueError):
+class SweepError(ValueError):
+    """A sweep that cannot start; the message names what to change."""
+
+
+class SpaceError(SweepError):
     """A space file that cannot be swept; the message names the key."""
 
 
