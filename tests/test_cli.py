@@ -134,3 +134,31 @@ def test_readable_statistics():
     assert lines[1].split() == ["opcode", "instructions", "vectors", "saturated"]
     assert any(line.split()[0] == "matmul" for line in lines[2:-1])
     assert lines[-1].strip() == "saturated scalars: 0"
+
+
+def test_sweep_command(tmp_path, capsys):
+    import json
+
+    from tvm_tensil import zoo
+
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(zoo.small_cnn().SerializeToString())
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"parameters": {"array_size": [4, 8]}, "synthesis": False}))
+    # A subprocess, as a user runs it: the pool's spawned workers start from the command's own main.
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil", "sweep", str(model), "--space", str(space), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "2 points: 2 ok" in r.stdout and "results.csv" in r.stdout
+    space.write_text(json.dumps({"parameters": {"array_sise": [4]}}))
+    assert main(["sweep", str(model), "--space", str(space), "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tvm-tensil: error:") and "'parameters.array_sise' is not a parameter" in err
+    assert len(err.strip().splitlines()) == 1
+    space.write_text(json.dumps({"parameters": {"array_size": [4]}}))
+    assert main(["sweep", str(tmp_path / "none.onnx"), "--space", str(space), "-o", str(tmp_path / "o2")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -10,19 +10,31 @@ and ms; Yosys: LUT, FF, DSP, BRAM and whether it fits the part), finds each part
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..progress import bar
 from .evaluate import evaluate_point, run_on_rtl
-from .results import COLUMNS, RESOURCES, append_row, pareto_front, plot, read_done, write_tables
+from .results import COLUMNS, RESOURCES, append_row, full_row, pareto_front, plot, read_done, write_tables
 from .runners import LocalRunner, RayRunner
 from .space import PARAMETERS, Point, Space, SpaceError, SweepError
 
-__all__ = ["sweep", "SweepResult", "Space", "SpaceError", "SweepError", "pareto_front", "COLUMNS"]
+__all__ = [
+    "sweep",
+    "SweepResult",
+    "Space",
+    "SpaceError",
+    "SweepError",
+    "LocalRunner",
+    "RayRunner",
+    "pareto_front",
+    "COLUMNS",
+]
 
 DONE = "ok"
 
@@ -86,6 +98,16 @@ def _rtl_key(row: dict[str, Any]) -> str:
     return json.dumps({k: row.get(k) for k in PARAMETERS if k not in ("part", "clock_mhz")}, sort_keys=True)
 
 
+def _called_by_a_worker_importing_main() -> bool:
+    """True in a spawned worker that runs the user's script as ``__mp_main__`` (no main guard)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def sweep(
     model,
     space: "Space | str | os.PathLike | dict",
@@ -105,9 +127,16 @@ def sweep(
     Failed points are kept as results; ``retry_failed`` runs them again. ``cache`` reuses Yosys
     results of the same RTL and parameters on the machine that runs the point.
     """
+    if _called_by_a_worker_importing_main():
+        raise SweepError(
+            "sweep() was called again by a worker process importing your script: call it under "
+            '`if __name__ == "__main__":` (the workers are spawned and import the main module)'
+        )
     if resource not in RESOURCES:
         raise SweepError(f"resource {resource!r} is not one of {', '.join(RESOURCES)}")
     space = space if isinstance(space, Space) else Space.load(space)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SweepError("a sweep draws its Pareto plot with matplotlib: pip install 'tvm-tensil[sweep]'")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_path, model_hash = _model_source(model, out)
@@ -148,7 +177,7 @@ def sweep(
                 b.update(1)
                 b.set_postfix_str(f"{by_id[key].params} {result.get('status')}")
 
-        ordered = [rows[p.id] for p in points]
+        ordered = [full_row(rows[p.id]) for p in points]  # every column, in the schema's order
         for row in ordered:
             row["pareto"] = False
         for part in {r.get("part") for r in ordered}:

@@ -1,0 +1,120 @@
+"""Whole sweeps: on the local pool and on Ray with the same results, resumed, refused, with synthesis.
+
+Mirrors python/tvm_tensil/sweep/__init__.py.
+"""
+
+import json
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from tvm_tensil import zoo
+from tvm_tensil.sweep import COLUMNS, LocalRunner, SweepError, sweep
+
+TIMINGS = ("compile_seconds", "synthesis_seconds")
+LATENCY_ONLY = {
+    "base": "pynqz1",
+    "parameters": {"array_size": [4, 8, 1000], "local_depth": [8192, 3]},
+    "synthesis": False,
+    "rtl": False,
+}
+
+
+def _without_timings(rows):
+    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "cnn.onnx"
+    onnx.save(zoo.small_cnn(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local(cnn, tmp_path_factory):
+    return sweep(cnn, LATENCY_ONLY, tmp_path_factory.mktemp("local"), jobs=2)
+
+
+def test_a_latency_sweep_records_every_point(local):
+    status = [(r["array_size"], r["local_depth"], r["status"]) for r in local.rows]
+    assert status == [
+        (4, 8192, "ok"),
+        (4, 3, "not_offloaded"),
+        (8, 8192, "ok"),
+        (8, 3, "not_offloaded"),
+        (1000, 8192, "invalid"),
+        (1000, 3, "invalid"),
+    ]
+    ok = [r for r in local.rows if r["status"] == "ok"]
+    assert ok[0]["cycles"] > ok[1]["cycles"] > 0, "an 8x8 array runs the CNN in fewer cycles than a 4x4"
+    assert all(r["lut"] is None and not r["pareto"] for r in local.rows)  # no synthesis: no front
+    csv_header = local.csv.read_text().splitlines()[0]
+    assert csv_header == ",".join(COLUMNS) and len(json.loads(local.json.read_text())["rows"]) == 6
+
+
+def test_a_sweep_run_again_resumes(local, cnn, monkeypatch):
+    def nothing_to_run(self, fn, tasks):
+        assert not tasks, f"points done before ran again: {tasks}"
+        return iter(())
+
+    monkeypatch.setattr(LocalRunner, "run", nothing_to_run)
+    again = sweep(cnn, LATENCY_ONLY, local.out_dir, jobs=2)
+    assert _without_timings(again.rows) == _without_timings(local.rows)
+
+
+def test_an_output_folder_of_another_model_is_refused(local, tmp_path):
+    other = tmp_path / "mlp.onnx"
+    onnx.save(zoo.mlp(), other)
+    with pytest.raises(SweepError, match="holds a sweep of another model"):
+        sweep(other, LATENCY_ONLY, local.out_dir)
+    with pytest.raises(SweepError, match="no such file"):
+        sweep(tmp_path / "missing.onnx", LATENCY_ONLY, tmp_path / "out")
+
+
+def test_the_same_sweep_on_a_local_ray_instance_gives_the_same_results(local, cnn, tmp_path):
+    ray = pytest.importorskip("ray")  # a dev dependency: this skips only in a hand-made environment
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        on_ray = sweep(cnn, LATENCY_ONLY, tmp_path / "ray", ray=True)
+    finally:
+        ray.shutdown()
+    assert _without_timings(on_ray.rows) == _without_timings(local.rows)
+
+
+def _synthesis_sweep(cnn, out, sizes, parts):
+    space = {"base": "pynqz1", "parameters": {"array_size": sizes, "part": parts}, "time_limit": 1800}
+    result = sweep(cnn, space, out, jobs=2)
+    assert all(r["status"] == "ok" for r in result.rows), [r["error"] for r in result.rows]
+    for r in result.rows:
+        assert r["dsp"] >= r["array_size"] ** 2 and r["lut"] > 0 and r["fits"] is True
+    for r in result.pareto:  # confirmed on the Verilated RTL: the latency model within 1%
+        assert r["rtl_cycles"] and abs(r["rtl_vs_model_pct"]) < 1, r
+    assert result.plot.exists()
+    return result
+
+
+def test_a_synthesis_point_is_confirmed_on_the_rtl(cnn, tmp_path):
+    result = _synthesis_sweep(cnn, tmp_path, [4], ["xc7z020clg400-1"])
+    assert [r["pareto"] for r in result.rows] == [True]
+
+
+def test_a_front_per_part(cnn, tmp_path, full):
+    if not full:
+        pytest.skip("long: four syntheses; run with --full")
+    result = _synthesis_sweep(cnn, tmp_path, [4, 8], ["xc7z020clg400-1", "xczu3eg-sbva484-1-i"])
+    for part in ("xc7z020clg400-1", "xczu3eg-sbva484-1-i"):
+        mine = [r for r in result.rows if r["part"] == part]
+        assert [r["pareto"] for r in mine] == [True, True], "a bigger array is faster and bigger on each part"
+
+
+def test_a_script_without_a_main_guard_is_told_why(cnn, tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from tvm_tensil.sweep import sweep\n"
+        f"sweep({str(cnn)!r}, {{'parameters': {{'array_size': [4]}}, 'synthesis': False}}, {str(tmp_path / 'o')!r})\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert 'call it under `if __name__ == "__main__":`' in r.stderr
