@@ -454,3 +454,23 @@ def test_compiling_leaves_the_graph_as_it_was():
     first = compile_graph(g, ARCH, "t").program.data
     assert [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes] == before
     assert compile_graph(g, ARCH, "t").program.data == first
+
+
+@pytest.mark.parametrize("preset", ["arty_a7_35", "pynqz1"])
+def test_every_weight_placed_in_dram1_is_read(preset):
+    """The scheduler tries alternatives (band counts, residual adds by move or by MatMul) and keeps
+    the fastest: the weights only a losing alternative placed must not stay in DRAM1."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import offload, zoo
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    _, report = offload(from_onnx(zoo.resnet20v2(), keep_params_in_input=False), preset)
+    (part,) = report.compiled.values()
+    read = np.zeros(part.arch.dram1_depth + 1, dtype=bool)
+    for _, f in part.program.chunks():
+        moves = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM1_TO_LOCAL)
+        for first, size, stride in zip(f.addr1[moves], f.operand2[moves], f.stride1[moves]):
+            read[first : first + (int(size) + 1) * (1 << int(stride)) : 1 << int(stride)] = True
+    unread = [r for r in part.recipes if not read[r.base : r.base + r.size].any()]
+    assert not unread, f"{len(unread)} DRAM1 recipes no instruction reads: {unread[:3]}"

@@ -332,6 +332,14 @@ class ConstTable:
         self._cache[key] = recipe
         return recipe
 
+    def state(self) -> tuple:
+        """What ``restore`` needs to forget every placement made after this call."""
+        return list(self.recipes), self.top, dict(self._cache)
+
+    def restore(self, state: tuple) -> None:
+        recipes, self.top, cache = state
+        self.recipes, self._cache = list(recipes), dict(cache)
+
     def check(self) -> None:
         if self.top > self.arch.dram1_depth:
             raise MemoryError(

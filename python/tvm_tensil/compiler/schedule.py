@@ -414,9 +414,11 @@ class Scheduler:
             return
         final, best, previous = self.lir, None, None
         start = (self.in_local, self.carried)
+        consts_before = self.consts.state()  # a losing alternative's weights must not stay in DRAM1
         for i, emit in enumerate(emitters):
             self.lir = LIR(self.arch)
             self.in_local, self.carried = start
+            self.consts.restore(consts_before)
             try:
                 emit()
                 # What a node leaves to the next one counts too: the stores it carries.
@@ -429,13 +431,14 @@ class Scheduler:
                 worse = i >= 2 and cycles > previous
                 previous = cycles
                 if best is None or cycles < best[0]:
-                    best = (cycles, self.lir, (self.in_local, self.carried))
+                    best = (cycles, self.lir, (self.in_local, self.carried), self.consts.state())
             finally:
                 self.lir = final
             if stop_when_worse and worse:
                 break
         final.extend(best[1])
         self.in_local, self.carried = best[2]
+        self.consts.restore(best[3])
 
     @staticmethod
     def _covering_tap(in_shape, out_shape, window, padding, taps) -> int | None:
