@@ -65,13 +65,18 @@ def test_a_sweep_run_again_resumes(local, cnn, monkeypatch):
     assert _without_timings(again.rows) == _without_timings(local.rows)
 
 
-def test_an_output_folder_of_another_model_is_refused(local, tmp_path):
+def test_bad_models_and_folders_are_refused(local, tmp_path):
     other = tmp_path / "mlp.onnx"
     onnx.save(zoo.mlp(), other)
     with pytest.raises(SweepError, match="holds a sweep of another model"):
         sweep(other, LATENCY_ONLY, local.out_dir)
     with pytest.raises(SweepError, match="no such file"):
         sweep(tmp_path / "missing.onnx", LATENCY_ONLY, tmp_path / "out")
+    (tmp_path / "text.onnx").write_text("not a model")
+    with pytest.raises(SweepError, match="not an ONNX model"):
+        sweep(tmp_path / "text.onnx", LATENCY_ONLY, tmp_path / "out")
+    with pytest.raises(SweepError, match="cannot make the output folder"):
+        sweep(other, LATENCY_ONLY, tmp_path / "text.onnx")
 
 
 def test_the_same_sweep_on_a_local_ray_instance_gives_the_same_results(local, cnn, tmp_path):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from ..progress import bar
 from .evaluate import evaluate_point, run_on_rtl
 from .results import COLUMNS, RESOURCES, append_row, full_row, pareto_front, plot, read_done, write_tables
@@ -69,6 +71,10 @@ def _model_source(model, out: Path) -> tuple[str, str]:
         data = model if isinstance(model, bytes) else model.SerializeToString()
         path = out / "model.onnx"
         path.write_bytes(data)
+    try:
+        onnx.load_model_from_string(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's decode errors have no common public base
+        raise SweepError(f"model {model}: not an ONNX model ({type(e).__name__}); give an .onnx file") from None
     return str(path), hashlib.sha256(data).hexdigest()
 
 
@@ -138,7 +144,10 @@ def sweep(
     if importlib.util.find_spec("matplotlib") is None:
         raise SweepError("a sweep draws its Pareto plot with matplotlib: pip install 'tvm-tensil[sweep]'")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SweepError(f"cannot make the output folder {out}: {e.strerror}; give another -o") from None
     model_path, model_hash = _model_source(model, out)
     meta = {"model": Path(model_path).name, "model_sha256": model_hash, "resource": resource, "space": space.source}
     meta_path = out / "sweep.json"
