@@ -110,7 +110,7 @@ def write_tables(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) ->
 
 
 def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Path | None:
-    """ms against ``resource``: fitting points as dots, others as crosses, the Pareto front joined."""
+    """ms against ``resource``: fitting points as dots, others as crosses, each part's front joined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,21 +138,21 @@ def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Pa
                     label=f"{part} ({'fits' if fits else 'does not fit'})",
                 )
         for r in mine:
-            ax.annotate(
-                f"{r.get('array_size')}", (r[resource], r["ms"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            n = r.get("array_size")
+            ax.annotate(f"{n}x{n}", (r[resource], r["ms"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        front = sorted((r for r in mine if r.get("pareto")), key=lambda r: r[resource])
+        if front:
+            ax.step(
+                [r[resource] for r in front],
+                [r["ms"] for r in front],
+                where="post",
+                color=colours[part],
+                lw=1,
+                ls="--",
+                label=f"{part} Pareto front",
             )
-    front = sorted((r for r in shown if r.get("pareto")), key=lambda r: r[resource])
-    if front:
-        ax.step(
-            [r[resource] for r in front],
-            [r["ms"] for r in front],
-            where="post",
-            color="black",
-            lw=1,
-            label="Pareto front",
-        )
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
+    ax.set_xlim(0, 1.1 * max(r[resource] for r in shown))
+    ax.set_ylim(0, 1.1 * max(r["ms"] for r in shown))
     ax.set_xlabel(f"{resource.upper()} (Yosys synth_xilinx)")
     ax.set_ylabel("latency (ms, latency model)")
     ax.set_title(title)
