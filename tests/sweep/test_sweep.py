@@ -123,3 +123,26 @@ def test_a_script_without_a_main_guard_is_told_why(cnn, tmp_path):
     )
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert 'call it under `if __name__ == "__main__":`' in r.stderr
+
+
+def test_one_rtl_run_per_distinct_core():
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.sweep import _core_key
+
+    base = PRESETS["pynqz1"]
+    same_core = [base, base.replace(part="xczu3eg-sbva484-1-i", name="x"), base.replace(clock_mhz=300)]
+    assert len({_core_key(a.to_dict()) for a in same_core}) == 1
+    other_cores = [
+        base,
+        base.replace(dram0_depth=1 << 16),
+        base.replace(axi_data_width=128),
+        base.replace(array_size=4),
+    ]
+    assert len({_core_key(a.to_dict()) for a in other_cores}) == 4
+
+
+def test_every_swept_parameter_is_a_column(cnn, tmp_path):
+    space = {"parameters": {"stride0_depth": [4, 8]}, "synthesis": False, "rtl": False}
+    rows = sweep(cnn, space, tmp_path, jobs=1).rows
+    assert [r["stride0_depth"] for r in rows] == [4, 8] and all(r["status"] == "ok" for r in rows)
+    assert "stride0_depth" in (tmp_path / "results.csv").read_text().splitlines()[0].split(",")

@@ -84,9 +84,8 @@ def _point_row(point: Point) -> dict[str, Any]:
     if point.arch is not None:
         d = point.arch.to_dict()
         d = d | d.pop("tvm_tensil", {})
-        row.update({k: d.get(k) for k in PARAMETERS if k in COLUMNS})
-    row.update({k: v for k, v in point.params.items() if k in COLUMNS})
-    return row
+        row.update({k: d.get(k) for k in PARAMETERS})
+    return row | point.params
 
 
 def _needs_run(row: dict | None, space: Space, retry_failed: bool) -> bool:
@@ -99,9 +98,10 @@ def _needs_run(row: dict | None, space: Space, retry_failed: bool) -> bool:
     return space.synthesis and row.get("lut") is None  # done before without synthesis
 
 
-def _rtl_key(row: dict[str, Any]) -> str:
-    """Points that differ only in their part run the same program on the same RTL: run it once."""
-    return json.dumps({k: row.get(k) for k in PARAMETERS if k not in ("part", "clock_mhz")}, sort_keys=True)
+def _core_key(arch: dict[str, Any]) -> str:
+    """Points that differ only in their part or clock run the same program on the same core."""
+    board = {k: v for k, v in arch.get("tvm_tensil", {}).items() if k not in ("name", "board", "part", "clock_mhz")}
+    return json.dumps(arch | {"tvm_tensil": board}, sort_keys=True)
 
 
 def _called_by_a_worker_importing_main() -> bool:
@@ -172,7 +172,7 @@ def sweep(
         elif _needs_run(done.get(p.id), space, retry_failed):
             todo.append(p)
         else:
-            rows[p.id] = done[p.id]
+            rows[p.id] = done[p.id] | _point_row(p)
 
     runner = RayRunner(ray if isinstance(ray, str) else None, jobs) if ray else LocalRunner(jobs)
     try:
@@ -207,29 +207,21 @@ def sweep(
 
 def _confirm_on_rtl(runner, model, rows: list[dict], space: Space, retry_failed: bool, jsonl: Path) -> None:
     """Run each Pareto point (once per distinct core) on the Verilated RTL; compare with the model."""
+    archs = {p.id: p.arch.to_dict() for p in space.points() if p.arch is not None}
     wanted = [
-        r
-        for r in rows
-        if r.get("pareto") and (r.get("rtl_cycles") is None and (retry_failed or not r.get("rtl_error")))
+        r for r in rows if r.get("pareto") and r.get("rtl_cycles") is None and (retry_failed or not r.get("rtl_error"))
     ]
     runs: dict[str, dict] = {}
     for r in wanted:
-        runs.setdefault(_rtl_key(r), r)
-    tasks = [(key, (model, _arch_of(r, space), space.time_limit)) for key, r in runs.items()]
+        runs.setdefault(_core_key(archs[r["point"]]), archs[r["point"]])
+    tasks = [(key, (model, arch, space.time_limit)) for key, arch in runs.items()]
     with bar(total=len(tasks), desc="tvm_tensil: Pareto points on the RTL", unit="point") as b:
         for key, result in runner.run(run_on_rtl, tasks):
             result = result if "rtl_cycles" in result else {"rtl_cycles": None, "rtl_error": result.get("error")}
             for r in wanted:
-                if _rtl_key(r) == key:
+                if _core_key(archs[r["point"]]) == key:
                     r.update(result)
                     if r["rtl_cycles"] and r.get("cycles"):
                         r["rtl_vs_model_pct"] = round(100 * (r["rtl_cycles"] - r["cycles"]) / r["cycles"], 3)
                     append_row(jsonl, r)
             b.update(1)
-
-
-def _arch_of(row: dict, space: Space) -> dict:
-    for p in space.points():
-        if p.id == row["point"]:
-            return p.arch.to_dict()
-    raise KeyError(row["point"])

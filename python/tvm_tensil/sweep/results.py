@@ -11,19 +11,15 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from .space import PARAMETERS
+
 SCHEMA_VERSION = 1
 # Every row has every column (empty when a step did not run); parameters come first, by name.
 COLUMNS = (
     "point",
     "status",
     "error",
-    "array_size",
-    "data_type",
-    "local_depth",
-    "accumulator_depth",
-    "axi_data_width",
-    "clock_mhz",
-    "part",
+    *PARAMETERS,
     "partitions",
     "cpu_ops",
     "cpu_reason",
