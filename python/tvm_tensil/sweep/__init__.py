@@ -180,11 +180,17 @@ def sweep(
         tasks = [(p.id, (shared_model, p.arch.to_dict(), space.synthesis, space.time_limit, cache)) for p in todo]
         by_id = {p.id: p for p in points}
         with bar(total=len(tasks), desc=f"tvm_tensil: sweeping {len(tasks)} points ({runner.name})", unit="point") as b:
-            for key, result in runner.run(evaluate_point, tasks):
+            for n, (key, result) in enumerate(runner.run(evaluate_point, tasks), 1):
                 rows[key] = _point_row(by_id[key]) | result
                 append_row(jsonl, rows[key])
                 b.update(1)
                 b.set_postfix_str(f"{by_id[key].params} {result.get('status')}")
+                if b.disable:  # no bar (a log, a pipe): a line per point instead
+                    print(
+                        f"tvm_tensil: point {n}/{len(tasks)} {by_id[key].params}: {result.get('status')}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
         ordered = [full_row(rows[p.id]) for p in points]  # every column, in the schema's order
         for row in ordered:
