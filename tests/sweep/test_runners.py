@@ -5,7 +5,10 @@ Mirrors python/tvm_tensil/sweep/runners.py. The Ray runner runs a whole sweep in
 
 import os
 
-from tvm_tensil.sweep.runners import DIED, LocalRunner
+import pytest
+
+from tvm_tensil.sweep.runners import DIED, LocalRunner, RayRunner
+from tvm_tensil.sweep.space import SweepError
 
 
 def square(x: int) -> dict:
@@ -36,3 +39,9 @@ def test_a_dying_worker_fails_its_task_only():
 def test_an_exception_in_a_task_is_its_result():
     results = dict(LocalRunner(jobs=1).run(raise_on, [("a", (1,))]))
     assert results["a"]["status"] == "error" and "ValueError: bad 1" in results["a"]["error"]
+
+
+def test_a_ray_address_nothing_answers_at_fails_at_once():
+    pytest.importorskip("ray")  # a dev dependency: this skips only in a hand-made environment
+    with pytest.raises(SweepError, match="nothing answers at the Ray address '127.0.0.1:1'"):
+        RayRunner("127.0.0.1:1")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -76,6 +77,20 @@ class LocalRunner:
         pass
 
 
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a cluster address nothing answers at (Ray itself retries for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local": Ray resolves those itself and fails fast
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise SweepError(
+            f"nothing answers at the Ray address '{address}' ({e.strerror or e}); start the cluster with "
+            "`ray start --head`, or give --ray without an address for a Ray instance on this machine"
+        ) from None
+
+
 class RayRunner:
     """Every task a Ray task of one CPU, on the cluster at ``address`` or a local Ray instance.
 
@@ -94,7 +109,14 @@ class RayRunner:
         if not ray.is_initialized():
             options: dict[str, Any] = {"runtime_env": {"env_vars": {PROGRESS_ENV: "0"}}}
             if address:
-                ray.init(address=address, **options)
+                _check_reachable(address)
+                try:
+                    ray.init(address=address, **options)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    raise SweepError(
+                        f"cannot reach the Ray cluster at '{address}' ({str(e).splitlines()[0]}); start it with "
+                        "`ray start --head`, or give --ray without an address for a Ray instance on this machine"
+                    ) from None
             else:
                 ray.init(num_cpus=max(1, jobs or os.cpu_count() or 1), include_dashboard=False, **options)
             self.started = True
