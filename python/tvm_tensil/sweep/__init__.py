@@ -142,7 +142,9 @@ def sweep(
         raise SweepError(f"resource {resource!r} is not one of {', '.join(RESOURCES)}")
     space = space if isinstance(space, Space) else Space.load(space)
     if importlib.util.find_spec("matplotlib") is None:
-        raise SweepError("a sweep draws its Pareto plot with matplotlib: pip install 'tvm-tensil[sweep]'")
+        raise SweepError(
+            "a sweep draws its Pareto plot with matplotlib: pip install matplotlib (or the package's [sweep] extra)"
+        )
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -103,7 +103,7 @@ class RayRunner:
         try:
             import ray
         except ImportError:
-            raise SweepError("--ray needs Ray: pip install 'tvm-tensil[sweep]' (or 'ray>=2.50')") from None
+            raise SweepError("--ray needs Ray: pip install 'ray>=2.50' (or the package's [sweep] extra)") from None
         self.ray = ray
         self.started = False
         if not ray.is_initialized():
