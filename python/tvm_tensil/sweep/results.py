@@ -121,7 +121,7 @@ def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Pa
     fig, ax = plt.subplots(figsize=(7, 4.5))
     parts = sorted({str(r.get("part")) for r in shown})
     colours = dict(zip(parts, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
-    for part in parts:
+    for k, part in enumerate(parts):
         mine = [r for r in shown if str(r.get("part")) == part]
         for fits, marker in ((True, "o"), (False, "x")):
             pts = [r for r in mine if bool(r.get("fits")) is fits]
@@ -135,7 +135,15 @@ def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Pa
                 )
         for r in mine:
             n = r.get("array_size")
-            ax.annotate(f"{n}x{n}", (r[resource], r["ms"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            below = k % 2  # parts alternate above and below: the same array on two parts would overlap
+            ax.annotate(
+                f"{n}x{n}",
+                (r[resource], r["ms"]),
+                fontsize=7,
+                xytext=(4, -10 if below else 4),
+                textcoords="offset points",
+                color=colours[part],
+            )
         front = sorted((r for r in mine if r.get("pareto")), key=lambda r: r[resource])
         if front:
             ax.step(
