@@ -146,3 +146,10 @@ def test_every_swept_parameter_is_a_column(cnn, tmp_path):
     rows = sweep(cnn, space, tmp_path, jobs=1).rows
     assert [r["stride0_depth"] for r in rows] == [4, 8] and all(r["status"] == "ok" for r in rows)
     assert "stride0_depth" in (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+
+
+def test_no_yosys_is_said_before_any_point_runs(cnn, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SweepError, match=r"apt-get install yosys.*\"synthesis\": false"):
+        sweep(cnn, {"parameters": {"array_size": [4]}}, tmp_path)
+    assert not (tmp_path / "points.jsonl").exists()

@@ -21,6 +21,7 @@ from typing import Any
 import onnx
 
 from ..progress import bar
+from ..rtl.synth import SynthesisError, find_yosys
 from .evaluate import evaluate_point, run_on_rtl
 from .results import COLUMNS, RESOURCES, append_row, full_row, pareto_front, plot, read_done, write_tables
 from .runners import LocalRunner, RayRunner
@@ -145,6 +146,11 @@ def sweep(
         raise SweepError(
             "a sweep draws its Pareto plot with matplotlib: pip install matplotlib (or the package's [sweep] extra)"
         )
+    if space.synthesis and not ray:
+        try:  # every point would fail the same way; on Ray it is each worker machine's Yosys that counts
+            find_yosys()
+        except SynthesisError as e:
+            raise SweepError(f'{e} (or set "synthesis": false in the space for a latency-only sweep)') from None
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
