@@ -7,16 +7,38 @@ benchmarks/rtl_resources.py (minutes per preset); CI synthesises a small archite
 import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
-from tvm_tensil.rtl.synth import SynthesisError, device_for_part, find_yosys, parse_stat, synthesize
+from tvm_tensil.rtl.synth import (
+    SynthesisError,
+    device_for_part,
+    find_yosys,
+    parse_stat,
+    synthesis_key,
+    synthesize,
+)
 
 
-def test_a_small_core_synthesises_clean(tmp_path):
+def test_a_small_core_synthesises_clean_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVM_TENSIL_CACHE", str(tmp_path / "cache"))
     arch = Architecture("FP16BP8", 4, 256, 256, 256, 64, stride0_depth=4, stride1_depth=4, name="small")
-    res = synthesize(arch, workdir=tmp_path)  # raises on latches or check problems
+    res = synthesize(arch, workdir=tmp_path / "work", cache=True)  # raises on latches or check problems
     assert res.dsp >= 4 * 4, "every MAC of the array maps to a DSP"
     assert res.bram36 >= 1, "local memory maps to block RAM"
     assert res.lut > 0 and res.ff > 0
-    assert "End of script" in (tmp_path / "synth.log").read_text()  # the log is kept in workdir
+    assert "End of script" in (tmp_path / "work" / "synth.log").read_text()  # the log is kept in workdir
+    # The same core again comes from the cache: no Yosys needed.
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert synthesize(arch.replace(name="renamed"), cache=True) == res
+    with pytest.raises(SynthesisError, match="Yosys was not found"):  # a new core is synthesised
+        synthesize(arch.replace(local_depth=512), cache=True)
+
+
+def test_the_synthesis_key_follows_the_core_and_the_family():
+    arch = PRESETS["pynqz1"]
+    key = synthesis_key(arch, "xc7")
+    assert synthesis_key(arch.replace(name="x", clock_mhz=100), "xc7") == key  # not part of the core
+    assert synthesis_key(arch, "xcup") != key
+    assert synthesis_key(arch.replace(array_size=4), "xc7") != key
+    assert synthesis_key(arch.replace(accumulator_depth=1024), "xc7") != key
 
 
 @pytest.mark.parametrize("preset", ["pynqz1", "ultra96v2"])
