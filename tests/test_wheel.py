@@ -2,6 +2,7 @@
 (which borrows the dev environment's other packages), builds a model and runs it on the emulator and
 on the Verilated RTL from outside the repository, against TVM's CPU build."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -87,8 +88,10 @@ def test_the_wheel_builds_and_runs_a_model_outside_the_checkout(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     work = tmp_path / "elsewhere"
     work.mkdir()
+    # A PYTHONPATH (a checkout run without installing it) would shadow the wheel.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run(
-        [python, "-c", SCRIPT.format(env=str(env))], cwd=work, capture_output=True, text=True, timeout=1200
+        [python, "-c", SCRIPT.format(env=str(env))], cwd=work, capture_output=True, text=True, timeout=1200, env=clean
     )
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 
