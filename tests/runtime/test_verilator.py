@@ -1,6 +1,6 @@
 """The "verilator" device (python/tvm_tensil/runtime/verilator.py, src/sim/tcu_sim.cc): the RTL core
-bit-identical with the emulator on random programs and whole compiled models; hangs, bad addresses
-and bad options give clear errors; the build is cached.
+bit-identical with the emulator on random programs and whole compiled models; hangs, bad addresses,
+cycle limits and bad options give clear errors; a signal stops a long run; the build is cached.
 
 `pytest --full` runs 5000 random programs per architecture and more architectures.
 """
@@ -124,6 +124,54 @@ def test_a_hang_names_the_program_counter_and_the_waiting_unit():
     dev.write_dram(0, 10, np.full((4, 4), 5))
     dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], TINY.layout))
     assert (dev.read_dram(0, 10, 4) == 0).all()
+
+
+def _slow_program(pairs: int) -> Program:
+    """DRAM0 -> local -> DRAM0 on one address, ``pairs`` times: each waits for the one before."""
+    body = []
+    for _ in range(pairs):
+        body += [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1), DataMove(Direction.LOCAL_TO_DRAM0, 0, 0, 1)]
+    return Program.from_instructions(body, TINY.layout)
+
+
+def test_max_cycles_bounds_a_run():
+    dev = get_device("verilator", TINY, read_latency=1000, max_cycles=5000)
+    with pytest.raises(DeviceError, match=r"did not finish within max_cycles=5000: program counter \d+ of 40"):
+        dev.execute(_slow_program(20))
+    assert dev.lib.tcu_sim_cycles(dev._handle) < 5000  # reset: a fresh core for the next run
+
+
+def test_a_signal_stops_a_long_run_and_the_next_run_starts_clean():
+    """Ctrl-C or a time limit (SIGALRM) lands between two slices of simulation, not after the run."""
+    import signal
+
+    class Stopped(Exception):
+        pass
+
+    dev = get_device("verilator", TINY, read_latency=50_000, write_latency=50_000)
+    prog = _slow_program(2000)  # 200 M cycles: minutes of simulation
+    start = dev.lib.tcu_sim_cycles(dev._handle)
+    seen = []
+
+    def on_alarm(signum, frame):
+        if dev.lib.tcu_sim_cycles(dev._handle) == start:  # not simulating yet: look again shortly
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
+        seen.append(int(dev.lib.tcu_sim_program_counter(dev._handle)))
+        raise Stopped
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Stopped):
+            dev.execute(prog)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert seen and seen[0] < len(prog)  # stopped mid-program
+    dev.write_dram(0, 10, np.full((4, 4), 5))
+    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], TINY.layout))
+    assert (dev.read_dram(0, 10, 4) == 0).all()  # a fresh core: local memory zero
 
 
 def test_an_address_outside_the_dram_buffer_is_an_error(tiny):

@@ -24,6 +24,9 @@ from .device import DeviceError, HostDramDevice, RunStats
 DEFAULT_READ_LATENCY = MEMORY_TIMING["read_latency"]
 DEFAULT_WRITE_LATENCY = MEMORY_TIMING["write_latency"]
 DEFAULT_MAX_READS = MEMORY_TIMING["max_reads"]
+# Cycles simulated per call into the harness. Between calls Python runs its signal handlers, so that
+# Ctrl-C and time limits (SIGALRM) stop a long run within a fraction of a second.
+SLICE_CYCLES = 100_000
 
 
 class Verilator(HostDramDevice):
@@ -110,9 +113,7 @@ class Verilator(HostDramDevice):
         buf = np.frombuffer(stream, dtype=np.uint8)
         cycles0 = self.lib.tcu_sim_cycles(self._handle)
         valid0, _ = self.counters()
-        rc = self.lib.tcu_sim_run(
-            self._handle, buf.ctypes.data, len(stream), self.bus_bytes, self.stall_limit, self.max_cycles
-        )
+        rc = self._run_in_slices(buf, cycles0)
         if rc != sim.RunStatus.DONE:
             self._fail(program, rc, len(head))
         flags = self.lib.tcu_sim_flags(self._handle)
@@ -130,8 +131,27 @@ class Verilator(HostDramDevice):
         self.last_stats = stats
         return stats
 
+    def _run_in_slices(self, stream: np.ndarray, cycles0: int) -> int:
+        """Stream the program and clock the core until it is done, fails, or passes ``max_cycles``."""
+        self.lib.tcu_sim_start(self._handle, stream.ctypes.data, len(stream), self.bus_bytes)
+        try:
+            while True:
+                budget = SLICE_CYCLES
+                if self.max_cycles:
+                    budget = min(budget, self.max_cycles - (self.lib.tcu_sim_cycles(self._handle) - cycles0))
+                rc = self.lib.tcu_sim_continue(self._handle, self.stall_limit, budget)
+                if rc != sim.RunStatus.CYCLE_LIMIT:
+                    return rc
+                if self.max_cycles and self.lib.tcu_sim_cycles(self._handle) - cycles0 >= self.max_cycles:
+                    return rc
+        except BaseException:  # Ctrl-C or a time limit between two slices: the core is mid-program
+            self.reset()
+            raise
+
     def _fail(self, program: Program, rc: int, head: int) -> None:
         msg = self.lib.tcu_sim_message(self._handle).decode()
+        if rc == sim.RunStatus.CYCLE_LIMIT:  # the message names the last slice's budget
+            msg = f"did not finish within max_cycles={self.max_cycles}"
         pc = min(int(self.lib.tcu_sim_program_counter(self._handle)) - head, len(program))  # not the padding
         act = int(self.lib.tcu_sim_activity(self._handle))
         waiting = [u for i, u in enumerate(sim.UNITS) if (act >> (2 * i)) & 1 and not (act >> (2 * i + 1)) & 1]
