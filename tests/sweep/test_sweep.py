@@ -122,7 +122,24 @@ def test_a_script_without_a_main_guard_is_told_why(cnn, tmp_path):
         f"sweep({str(cnn)!r}, {{'parameters': {{'array_size': [4]}}, 'synthesis': False}}, {str(tmp_path / 'o')!r})\n"
     )
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
-    assert 'call it under `if __name__ == "__main__":`' in r.stderr
+    # Said by the script's own process, before any worker starts: one error, no points run.
+    assert r.returncode != 0 and r.stderr.count("SweepError: unguarded.py:2 starts a sweep outside") == 1
+    assert not (tmp_path / "o" / "points.jsonl").exists()
+
+
+def test_a_guarded_script_runs_its_sweep(cnn, tmp_path):
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        "from tvm_tensil.sweep import sweep\n\n\n"
+        "def main():\n"
+        f"    sweep({str(cnn)!r}, {{'parameters': {{'array_size': [4]}}, 'synthesis': False}}, {str(tmp_path / 'o')!r},"
+        " jobs=1)\n\n\n"
+        "if '__main__' == __name__:\n"
+        "    main()\n"
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["rows"][0]["status"] == "ok"
 
 
 def test_one_rtl_run_per_distinct_core():

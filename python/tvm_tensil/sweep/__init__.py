@@ -9,6 +9,7 @@ and ms; Yosys: LUT, FF, DSP, BRAM and whether it fits the part), finds each part
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import json
@@ -105,6 +106,40 @@ def _core_key(arch: dict[str, Any]) -> str:
     return json.dumps(arch | {"tvm_tensil": board}, sort_keys=True)
 
 
+def _is_main_guard(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.comparators) == 1):
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    names = {s.id for s in sides if isinstance(s, ast.Name)}
+    strings = {s.value for s in sides if isinstance(s, ast.Constant)}
+    return isinstance(node.test.ops[0], ast.Eq) and names == {"__name__"} and strings == {"__main__"}
+
+
+def _unguarded_line_of_main_script() -> int | None:
+    """The line of the running script whose top-level code called sweep() outside a main guard.
+
+    Spawned workers import the script: without the guard each one would start a sweep of its own.
+    None when the call is guarded, or there is no script file (a notebook, ``python -c``).
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None or not path:
+        return None
+    try:
+        tree = ast.parse(Path(path).read_text(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    line = frame.f_lineno
+    for node in ast.walk(tree):
+        if _is_main_guard(node) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return None
+    return line
+
+
 def _called_by_a_worker_importing_main() -> bool:
     """True in a spawned worker that runs the user's script as ``__mp_main__`` (no main guard)."""
     frame = sys._getframe(1)
@@ -138,6 +173,12 @@ def sweep(
         raise SweepError(
             "sweep() was called again by a worker process importing your script: call it under "
             '`if __name__ == "__main__":` (the workers are spawned and import the main module)'
+        )
+    if not ray and (line := _unguarded_line_of_main_script()) is not None:
+        script = Path(sys.modules["__main__"].__file__).name
+        raise SweepError(
+            f'{script}:{line} starts a sweep outside `if __name__ == "__main__":`; put it under that guard '
+            "(the sweep's worker processes are spawned and import your script)"
         )
     if resource not in RESOURCES:
         raise SweepError(f"resource {resource!r} is not one of {', '.join(RESOURCES)}")
