@@ -1,5 +1,6 @@
 """Build a Verilator model per parameter sweep point and run cocotb tests on it."""
 
+import fcntl
 import hashlib
 import re
 from pathlib import Path
@@ -24,8 +25,6 @@ def run_cocotb(
     toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None, extra_env: dict | None = None
 ) -> None:
     """Build ``toplevel`` with ``parameters`` and run the cocotb tests in ``test_file``."""
-    from cocotb_tools.runner import get_runner
-
     apply_verilator_env()
     test_path = Path(test_file)
     point = "-".join(f"{k}{v}" for k, v in sorted(parameters.items()))
@@ -33,6 +32,15 @@ def run_cocotb(
         main = "-".join(f"{k}{parameters[k]}" for k in ("ARRAY_SIZE", "DATA_WIDTH") if k in parameters)
         point = f"{main}-{hashlib.sha1(point.encode()).hexdigest()[:12]}"
     build_dir = BUILD_ROOT / toplevel / point
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test workers may build the same point
+        _build_and_test(toplevel, test_path, parameters, sources, extra_env, build_dir)
+
+
+def _build_and_test(toplevel, test_path: Path, parameters: dict, sources, extra_env, build_dir: Path) -> None:
+    from cocotb_tools.runner import get_runner
+
     # The named constants come first: every module may import them.
     srcs = [RTL_DIR / s for s in ["tcu_isa_pkg.sv", *(sources or [f"{toplevel}.sv"])]]
     runner = get_runner("verilator")
