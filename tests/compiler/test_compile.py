@@ -298,6 +298,47 @@ def test_a_whole_map_passes_to_the_next_conv_in_local_memory():
     assert int((f.operand2[loads] + 1).sum()) == 3 * pixels  # x, and r, b for the add; never a or b for a conv
 
 
+def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more(monkeypatch):
+    """Tiled in bands, a stride-2 conv overlaps its own loads best, and the next conv then reads the
+    map back from DRAM0; as one whole tile it hands the map over. The choice looks through the next
+    conv, so the whole tile wins where the pair is faster, and the result stays exact."""
+    from tvm_tensil.compiler.schedule import Scheduler
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    monkeypatch.setattr(Scheduler, "LOOK_AHEAD", True)
+    arch = ARCH.replace(array_size=16, name="pynqz1_16x16")
+    rng = np.random.default_rng(3)
+    x_shape = (1, 32, 32, 64)
+    w1 = rng.choice([-1.0, 1.0], (64, 64, 1, 1)) * (rng.random((64, 64, 1, 1)) < 0.1)
+    w2 = rng.choice([-1.0, 1.0], (64, 64, 3, 3)) * (rng.random((64, 64, 3, 3)) < 0.02)
+    x = grid(rng, x_shape, -4, 4)
+    t = {"x": Tensor("x", x_shape), "a": Tensor("a", (1, 16, 16, 64)), "y": Tensor("y", (1, 16, 16, 64))}
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "a", dict(weight=0, bias=None, strides=(2, 2), groups=1), [("relu", {})]),
+            Node("conv2d", ["a"], "y", dict(weight=1, bias=None, padding=(1, 1, 1, 1), groups=1), [("relu", {})]),
+        ],
+        ["x"],
+        ["y"],
+        [w1, w2],
+    )
+    y, part, _ = run(g, {"x": x}, arch)
+    a = np.maximum(conv2d_nhwc(x, w1, None, strides=(2, 2)), 0)
+    np.testing.assert_array_equal(y["y"], np.maximum(conv2d_nhwc(a, w2, None, padding=(1, 1, 1, 1)), 0))
+
+    def loaded(program):  # vectors read from DRAM0
+        f = program.fields()
+        loads = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)
+        return int((f.operand2[loads] + 1).sum())
+
+    assert loaded(part.program) <= 32 * 32 * 4  # x's rows (every other one) and never a
+    monkeypatch.setattr(Scheduler, "LOOK_AHEAD", False)
+    greedy = compile_graph(g, arch, "t")
+    assert loaded(greedy.program) >= loaded(part.program) + 16 * 16 * 4  # a read back
+    assert part.report["cycles"]["total"] < greedy.report["cycles"]["total"]
+
+
 def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     """A conv whose tiles fit half the accumulators puts consecutive output blocks in the two halves,
     and one block's ReLU runs between the next block's MatMuls (the core overlaps them); the result

@@ -125,6 +125,10 @@ class _Overlap:
 
 
 class Scheduler:
+    # _cheapest measures hand-overs through the next node. Off until the figures in docs/results.md and
+    # docs/sweep/ are regenerated with it (it changes the programs, hence cycles); tests turn it on.
+    LOOK_AHEAD = False
+
     def __init__(
         self,
         arch: Architecture,
@@ -148,6 +152,11 @@ class Scheduler:
         self.carried: list[tuple[str, list[tuple]]] = []
         pinned = set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()}
         self._read_once = {t for t, users in _consumer_counts(graph).items() if users == 1 and t not in pinned}
+        # The node lowered after the current one (``_cheapest`` looks ahead into it), and whether a
+        # look-ahead is being lowered (it does not look further).
+        self._after = {id(a): b for a, b in zip(graph.nodes, graph.nodes[1:])}
+        self._following: Node | None = None
+        self._looking_ahead = False
 
     # -- shared pieces ---------------------------------------------------------------------------
     def _const_vectors(self, values: list[float], acc_base: int, *more_bases: int) -> dict[float, int]:
@@ -363,12 +372,18 @@ class Scheduler:
         if fused_plan[1:] == plain_plan[1:]:  # the same tiles: the second output only saves DRAM traffic
             self._conv2d_best(node)
         elif self._tile_count(node, plain_plan) <= 4:
-            self._cheapest(
-                [lambda: self._conv2d_best(node), lambda: (self._conv2d_best(plain), self._conv2d_best(affine))]
-            )
+            self._cheapest([lambda: self._conv2d_best(node), lambda: self._conv2d_pair(plain, affine)])
         else:
+            self._conv2d_pair(plain, affine)
+
+    def _conv2d_pair(self, plain: Node, affine: Node) -> None:
+        """A conv, then its second output as a layer of its own (which comes next while lowering it)."""
+        following, self._following = self._following, affine
+        try:
             self._conv2d_best(plain)
-            self._conv2d_best(affine)
+        finally:
+            self._following = following
+        self._conv2d_best(affine)
 
     def _conv2d_best(self, node: Node) -> None:
         """The faster of the single- and double-buffered schedules, by the latency model: double
@@ -408,37 +423,77 @@ class Scheduler:
     def _cheapest(self, emitters, stop_when_worse: bool = False) -> None:
         """Emit the alternative the latency model finds fastest (each is emitted once to measure it;
         with ``stop_when_worse``, from the third on, the search stops at the first alternative
-        slower than the one before it)."""
+        slower than the one before it).
+
+        What a node leaves to the next one counts too: the stores it carries, and, when only some
+        alternatives leave the next conv's input in local memory, that conv itself: each is then
+        measured with the next node lowered after it (a greedy choice would keep the faster tiling
+        of this node and pay a DRAM round trip of its whole output in the next)."""
         if len(emitters) == 1:
             emitters[0]()
             return
-        final, best, previous = self.lir, None, None
+        final, previous = self.lir, None
         start = (self.in_local, self.carried)
         consts_before = self.consts.state()  # a losing alternative's weights must not stay in DRAM1
+        tried = []  # (cycles, lir, (in_local, carried), consts state)
         for i, emit in enumerate(emitters):
             self.lir = LIR(self.arch)
             self.in_local, self.carried = start
             self.consts.restore(consts_before)
             try:
                 emit()
-                # What a node leaves to the next one counts too: the stores it carries.
-                trial = LIR(self.arch)
-                trial.extend(self.lir)
-                for _, moves in self.carried:
-                    for move in moves:
-                        trial.datamove(*move)
-                cycles = estimate_cycles(trial.program(), self.arch)["total"]
+                cycles = self._cycles_with(self.lir, self.carried)
                 worse = i >= 2 and cycles > previous
                 previous = cycles
-                if best is None or cycles < best[0]:
-                    best = (cycles, self.lir, (self.in_local, self.carried), self.consts.state())
+                tried.append((cycles, self.lir, (self.in_local, self.carried), self.consts.state()))
             finally:
                 self.lir = final
             if stop_when_worse and worse:
                 break
+        nxt = self._following
+        hands = [nxt is not None and nxt.inputs[0] in held for _, _, (held, _), _ in tried]
+        if (
+            len(set(hands)) == 2
+            and self.LOOK_AHEAD
+            and not self._looking_ahead
+            and nxt.op in ("conv2d", "bias_add", "global_avg_pool")  # the nodes that take a hand-over
+        ):
+            # The next node costs about the same after any alternative that does not hand over: only
+            # the fastest of those is looked through, beside each one that does.
+            best_plain = min((t for t, h in zip(tried, hands) if not h), key=lambda t: t[0])
+            tried = [best_plain] + [t for t, h in zip(tried, hands) if h]
+            tried = [(self._cycles_through(nxt, *t[1:]),) + t[1:] for t in tried]
+        best = min(tried, key=lambda t: t[0])
         final.extend(best[1])
         self.in_local, self.carried = best[2]
         self.consts.restore(best[3])
+
+    def _cycles_with(self, lir: LIR, carried) -> int:
+        """Latency-model cycles of ``lir`` followed by the stores it still carries."""
+        trial = LIR(self.arch)
+        trial.extend(lir)
+        for _, moves in carried:
+            for move in moves:
+                trial.datamove(*move)
+        return estimate_cycles(trial.program(), self.arch)["total"]
+
+    def _cycles_through(self, nxt: Node, lir: LIR, state, consts_state) -> int:
+        """Cycles of ``lir`` (one alternative, leaving ``state``) and then ``nxt`` lowered after it;
+        the scheduler is left as it was."""
+        final, saved = self.lir, (self.in_local, self.carried)
+        self.lir = LIR(self.arch)
+        self.lir.extend(lir)
+        self.in_local, self.carried = dict(state[0]), list(state[1])
+        self.consts.restore(consts_state)
+        self._looking_ahead = True
+        try:
+            self.lower(nxt)
+            return self._cycles_with(self.lir, self.carried)
+        finally:
+            self._looking_ahead = False
+            self.lir = final
+            self.in_local, self.carried = saved
+            self.consts.restore(consts_state)
 
     @staticmethod
     def _covering_tap(in_shape, out_shape, window, padding, taps) -> int | None:
@@ -1395,6 +1450,13 @@ class Scheduler:
         self.carried, self.in_local = [], {}
 
     def lower(self, node: Node) -> None:
+        following, self._following = self._following, self._after.get(id(node))
+        try:
+            self._lower(node)
+        finally:
+            self._following = following
+
+    def _lower(self, node: Node) -> None:
         if node.op not in ("conv2d", "bias_add", "global_avg_pool"):  # these take what a conv left
             self._issue_carried()
         if node.op in ("conv2d", "bias_add"):
