@@ -453,9 +453,9 @@ class Scheduler:
         nxt = self._following
         hands = [nxt is not None and nxt.inputs[0] in held for _, _, (held, _), _ in tried]
         if (
-            len(set(hands)) == 2
-            and self.LOOK_AHEAD
+            self.LOOK_AHEAD
             and not self._looking_ahead
+            and len(set(hands)) == 2
             and nxt.op in ("conv2d", "bias_add", "global_avg_pool")  # the nodes that take a hand-over
         ):
             # The next node costs about the same after any alternative that does not hand over: only

@@ -49,6 +49,11 @@ class RunStatus(enum.IntEnum):
     CYCLE_LIMIT = 3  # max_cycles passed (tcu_sim_continue: the slice is over, call it again)
 
 
+# Cycles simulated per tcu_sim_continue call. Between calls the caller's Python runs: signal handlers
+# (Ctrl-C, time limits) and the board server's check that its client is still there.
+SLICE_CYCLES = 100_000
+
+
 UNITS = ("array", "accumulators", "dataflow", "dram1", "dram0", "local_port_b", "local_port_a", "instruction")
 
 

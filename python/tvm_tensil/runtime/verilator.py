@@ -24,9 +24,6 @@ from .device import DeviceError, HostDramDevice, RunStats
 DEFAULT_READ_LATENCY = MEMORY_TIMING["read_latency"]
 DEFAULT_WRITE_LATENCY = MEMORY_TIMING["write_latency"]
 DEFAULT_MAX_READS = MEMORY_TIMING["max_reads"]
-# Cycles simulated per call into the harness. Between calls Python runs its signal handlers, so that
-# Ctrl-C and time limits (SIGALRM) stop a long run within a fraction of a second.
-SLICE_CYCLES = 100_000
 
 
 class Verilator(HostDramDevice):
@@ -136,7 +133,7 @@ class Verilator(HostDramDevice):
         self.lib.tcu_sim_start(self._handle, stream.ctypes.data, len(stream), self.bus_bytes)
         try:
             while True:
-                budget = SLICE_CYCLES
+                budget = sim.SLICE_CYCLES
                 if self.max_cycles:
                     budget = min(budget, self.max_cycles - (self.lib.tcu_sim_cycles(self._handle) - cycles0))
                 rc = self.lib.tcu_sim_continue(self._handle, self.stall_limit, budget)

@@ -32,10 +32,9 @@ from typing import Callable
 import numpy as np
 
 from ...arch import MEMORY_TIMING, Architecture
-from ...rtl.sim import CoreFlag, RunStatus
+from ...rtl.sim import SLICE_CYCLES, CoreFlag, RunStatus
 from .driver import WINDOW_ALIGN
 
-SLICE_CYCLES = 200_000  # simulated between checks that the client is still there
 MAX_PROGRAM_BYTES = 1 << 30
 
 
