@@ -305,7 +305,6 @@ def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more(monkeypatch):
     from tvm_tensil.compiler.schedule import Scheduler
     from tvm_tensil.isa.instructions import Direction, Opcode
 
-    monkeypatch.setattr(Scheduler, "LOOK_AHEAD", True)
     arch = ARCH.replace(array_size=16, name="pynqz1_16x16")
     rng = np.random.default_rng(3)
     x_shape = (1, 32, 32, 64)
