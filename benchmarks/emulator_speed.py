@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+import machine
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 
@@ -155,10 +156,7 @@ def main() -> None:
         "instruction_mix": mix,
         "resnet20v2": nets,
         "first_call_resnet20v2_pynqz1": jit,
-        "machine": (
-            f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}, "
-            f"numpy {np.__version__}, numba {numba.__version__}"
-        ),
+        "machine": f"{machine.describe()}, numpy {np.__version__}, numba {numba.__version__}",
         "date": time.strftime("%Y-%m-%d"),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

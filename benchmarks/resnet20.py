@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
+import machine
 import tvm_tensil
 from tvm_tensil import zoo
 
@@ -113,7 +113,7 @@ def main() -> None:
         "model": "resnet20v2 (random weights)",
         "macs": macs,
         "results": results,
-        "machine": f"{platform.machine()}, CPython {platform.python_version()}",
+        "machine": machine.describe(),
         "date": time.strftime("%Y-%m-%d"),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import machine
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "workloads.json"
@@ -196,7 +196,7 @@ def main() -> None:
             {
                 "results": rows,
                 "accuracy_fp16bp8": [row for a in args.arch for row in accuracy(a)],
-                "machine": f"{platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}",
+                "machine": machine.describe(),
                 "date": time.strftime("%Y-%m-%d"),
             },
             indent=2,
