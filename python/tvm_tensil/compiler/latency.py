@@ -21,7 +21,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector.
   Its reads share local memory's second port with DRAM -> local responses (one per vector, at the
   DRAM rate), which take their share of the port while they stream;
-- local <-> accumulators ``size + move``;
+- local <-> accumulators ``size + move``; while MatMuls stream the move uses local memory's second
+  port, after the weights and DRAM engines, including those dispatched after it: each of their
+  accesses in the meantime delays the move's end a cycle;
 - SIMD: one per cycle after the accumulator engine's moves; a SIMD reading what the previous one
   wrote waits for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
@@ -234,11 +236,12 @@ _C, _O, _W, _D0R, _D0W, _D1R, _D1W, _ENGINES = 0, 1, 2, 3, 4, 5, 6, 7
     _C_BANKS,
     _M_BANKS,
     _S_BANKS,
-) = range(14)
+    _O_PORT_B_END,
+) = range(15)
 (_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO, _DRAM_HI) = (
-    14 + k * _ENGINES for k in range(11)
+    15 + k * _ENGINES for k in range(11)
 )
-_STATE_SIZE = 14 + 11 * _ENGINES
+_STATE_SIZE = 15 + 11 * _ENGINES
 _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
@@ -308,6 +311,9 @@ def _simulate(
     buffered, capacity = state[_BUFFERED], ib + bb
     # Accumulator banks (bit k: bank k) of the MatMuls in flight, of the move, of the SIMD pipeline.
     c_banks, m_banks, s_banks = state[_C_BANKS], state[_M_BANKS], state[_S_BANKS]
+    # Until when the accumulator engine's move uses local port B (while MatMuls stream): port-B users
+    # dispatched later still go first, and each of their accesses meanwhile delays the move a cycle.
+    o_port_b_end = state[_O_PORT_B_END]
     for i in range(ops.shape[0]):
         ready = dispatch + 1
         if buffered + bb < ib:
@@ -429,6 +435,7 @@ def _simulate(
                     )
                 cost = done - start
                 m_banks = banks
+                o_port_b_end = done - move if c_issued > start else 0
             else:
                 cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
                 done = start + cost
@@ -438,6 +445,15 @@ def _simulate(
                 else:  # a writer: local reads at the bus rate
                     stream_lo[eng], stream_hi[eng] = start, done - wl - write
                     stream_period[eng] = bpv
+            if eng != _C and eng != _O and o_port_b_end > start and end[_O] > start:
+                if eng == _W:
+                    t0, per = first, 1
+                else:
+                    t0, per = stream_lo[eng], stream_period[eng]
+                taken = min(k, max(0, (o_port_b_end - t0 + per - 1) // per))
+                end[_O] += taken
+                o_port_b_end += taken
+                finish = max(finish, end[_O])
             end[eng], owner[eng] = done, me
             has[eng], lo_[eng], hi_[eng], writes_[eng] = not zeros, lo, hi, writes
             busy[op] += cost
@@ -461,6 +477,7 @@ def _simulate(
     state[_DRAM_LO : _DRAM_LO + _ENGINES], state[_DRAM_HI : _DRAM_HI + _ENGINES] = dram_lo, dram_hi
     state[_BUFFERED] = buffered
     state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
+    state[_O_PORT_B_END] = o_port_b_end
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
