@@ -83,3 +83,15 @@ def test_missing_yosys_says_how_to_install(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SynthesisError, match="apt-get install yosys"):
         find_yosys()
+
+
+def test_a_killed_yosys_is_named_as_such(tmp_path, monkeypatch):
+    """The kernel's out-of-memory killer ends Yosys with SIGKILL and no message of its own."""
+    fake = tmp_path / "bin" / "yosys"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nkill -9 $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    arch = Architecture("FP16BP8", 4, 256, 256, 256, 64, stride0_depth=4, stride1_depth=4, name="small")
+    with pytest.raises(SynthesisError, match="killed by signal 9 .*out of memory"):
+        synthesize(arch, workdir=tmp_path / "work")

@@ -217,6 +217,12 @@ def synthesize(
         except subprocess.TimeoutExpired:
             raise SynthesisError(f"Yosys did not finish within {timeout:g} s ({work / 'synth.log'})") from None
         log = (work / "synth.log").read_text() if (work / "synth.log").exists() else ""
+        if r.returncode < 0:  # a signal: most often the kernel's out-of-memory killer (SIGKILL)
+            raise SynthesisError(
+                f"Yosys was killed by signal {-r.returncode} while synthesising architecture "
+                f"'{arch.name or 'custom'}' (out of memory? large arrays need several GB per Yosys process; "
+                f"run fewer at once) ({work / 'synth.log'})"
+            )
         if r.returncode != 0 or "End of script" not in log:
             tail = (r.stderr or log)[-2000:]
             raise SynthesisError(f"Yosys failed on architecture '{arch.name or 'custom'}':\n{tail}")
