@@ -445,7 +445,7 @@ def _simulate(
                 else:  # a writer: local reads at the bus rate
                     stream_lo[eng], stream_hi[eng] = start, done - wl - write
                     stream_period[eng] = bpv
-            if eng != _C and eng != _O and o_port_b_end > start and end[_O] > start:
+            if eng != _C and eng != _O and not zeros and o_port_b_end > start and end[_O] > start:
                 if eng == _W:
                     t0, per = first, 1
                 else:

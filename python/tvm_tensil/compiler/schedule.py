@@ -124,6 +124,11 @@ class _Overlap:
         self.busy = max(self.busy, 0) + self._cost[key]
 
 
+# The ops that take what the conv before them left in local memory (the others start by issuing its
+# carried stores).
+_TAKES_HAND_OVER = ("conv2d", "bias_add", "global_avg_pool")
+
+
 class Scheduler:
     # _cheapest measures a hand-over through the next node; a test turns it off to show what it gains.
     LOOK_AHEAD = True
@@ -428,8 +433,7 @@ class Scheduler:
         alternative does not leave the next conv's input in local memory but another does, that conv
         itself: those are then measured with the next node lowered after them (a greedy choice would
         keep the faster tiling of this node and pay a DRAM round trip of its whole output in the
-        next). A hand-over that is fastest on its own is kept without looking (on MobileNet-v2 that
-        skips most look-aheads, at a cost of under 0.01% of its cycles)."""
+        next). A hand-over that is fastest on its own is kept without looking."""
         if len(emitters) == 1:
             emitters[0]()
             return
@@ -459,12 +463,11 @@ class Scheduler:
             and not self._looking_ahead
             and not hands[fastest]  # a hand-over that is fastest on its own is kept
             and any(hands)
-            and nxt.op in ("conv2d", "bias_add", "global_avg_pool")  # the nodes that take a hand-over
+            and nxt.op in _TAKES_HAND_OVER
         ):
             # The next node costs about the same after any alternative that does not hand over: only
-            # the fastest of those is looked through, beside each one that does.
-            best_plain = min((t for t, h in zip(tried, hands) if not h), key=lambda t: t[0])
-            tried = [best_plain] + [t for t, h in zip(tried, hands) if h]
+            # the fastest (of all) is looked through, beside each one that does.
+            tried = [tried[fastest]] + [t for t, h in zip(tried, hands) if h]
             tried = [(self._cycles_through(nxt, *t[1:]),) + t[1:] for t in tried]
         best = min(tried, key=lambda t: t[0])
         final.extend(best[1])
@@ -1460,7 +1463,7 @@ class Scheduler:
             self._following = following
 
     def _lower(self, node: Node) -> None:
-        if node.op not in ("conv2d", "bias_add", "global_avg_pool"):  # these take what a conv left
+        if node.op not in _TAKES_HAND_OVER:
             self._issue_carried()
         if node.op in ("conv2d", "bias_add"):
             self.conv2d(node)
