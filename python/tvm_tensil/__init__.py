@@ -37,6 +37,8 @@ __all__ = [
     "current_session",
     "byoc",
     "build",
+    "CalibrationError",
+    "PrecisionWarning",
     "offload",
     "partition_for_tensil",
     "tensil_pipeline",
@@ -56,7 +58,7 @@ except ImportError:  # pragma: no cover - TVM is a dependency; a hand-made board
         raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
 else:
     from . import byoc
-    from .byoc import build, offload, partition_for_tensil, tensil_pipeline
+    from .byoc import CalibrationError, PrecisionWarning, build, offload, partition_for_tensil, tensil_pipeline
 
 
 def last_run_stats(report=None):

@@ -154,7 +154,7 @@ def _cmd_compile(args) -> int:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .byoc import build
+    from .byoc import CalibrationError, build
 
     src = Path(args.model)
     try:
@@ -172,7 +172,14 @@ def _cmd_compile(args) -> int:
             raise ModelError(f"TVM's ONNX importer cannot import {src}: {_first_line(e)}") from None
     for w in noted:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    ex = build(mod, target="tensil", arch=arch, model_dir=out)
+    params = [str(p.name) for p in mod["main"].params]
+    calibration = _run_inputs(args.calibrate, params) if args.calibrate else None
+    if calibration is not None:
+        calibration = dict(zip(params, calibration))  # each file a stack of samples
+    try:
+        ex = build(mod, target="tensil", arch=arch, model_dir=out, calibration=calibration)
+    except CalibrationError as e:
+        raise ModelError(str(e)) from None
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"
     ex.export_library(str(tmp))
@@ -491,6 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help=".onnx file (static input shapes, weights as initializers)")
     c.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
     c.add_argument("-o", "--output", default="out", help="output folder (default: out)")
+    c.add_argument(
+        "--calibrate",
+        action="append",
+        metavar="[NAME=]FILE.npy",
+        help="sample inputs like the model will see, stacked along the first axis (one per model input): "
+        "every tensor on the TCU gets its own scale (docs/compiler.md, Scales)",
+    )
     c.set_defaults(func=_cmd_compile)
 
     r = command(

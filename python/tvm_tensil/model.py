@@ -190,6 +190,11 @@ class TensilModel:
             return tuple(int(s) for s in info["user_shape"])
         return None
 
+    def shift(self, name: str, outputs: bool = False) -> int:
+        """The tensor's power-of-two scale (our extension): ``value * 2**shift`` is stored."""
+        v = self._tensor_info(name, outputs).get("shift", 0)
+        return int(v) if isinstance(v, int) else 0
+
     def _tensor_info(self, name: str, outputs: bool) -> dict:
         table = self.extras.get("outputs" if outputs else "inputs", {})
         info = table.get(name) if isinstance(table, dict) else None

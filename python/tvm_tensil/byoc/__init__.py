@@ -5,11 +5,14 @@ tag and the ``tensil`` Relax pipeline.
 """
 
 from . import codegen  # noqa: F401 - registers relax.ext.tensil
-from .build import BuildReport, TensilPipeline, build, offload, tensil_pipeline, write_models
+from .build import BuildReport, PrecisionWarning, TensilPipeline, build, offload, tensil_pipeline, write_models
+from .calibrate import CalibrationError
 from .patterns import Rejections, make_patterns, partition_for_tensil
 
 __all__ = [
     "BuildReport",
+    "CalibrationError",
+    "PrecisionWarning",
     "build",
     "offload",
     "tensil_pipeline",

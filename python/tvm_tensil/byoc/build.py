@@ -18,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -29,6 +31,7 @@ from tvm import relax
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition
 from . import codegen
+from .calibrate import partition_inputs, samples_for
 from .frontend import shape_of
 from .patterns import Rejections, partition_for_tensil
 
@@ -38,6 +41,35 @@ ARCH_ENV = "TVM_TENSIL_ARCH"
 # target="tensil": the host's LLVM, marked with a key the pipelines below recognise.
 if TARGET not in tvm.target.tag.list_tags():
     tvm.target.tag.register_tag(TARGET, {"kind": "llvm", "keys": [TARGET, "cpu"]})
+
+
+# A layer losing more than this share of its weights (or of their magnitude) to rounding is reported.
+WEIGHT_LOSS_LIMIT = 0.10
+
+
+class PrecisionWarning(UserWarning):
+    """A build whose numbers will be wrong: weights that the data type rounds away."""
+
+
+def weight_losses(report: "BuildReport") -> list[str]:
+    """One line per layer that loses more than ``WEIGHT_LOSS_LIMIT`` of its weights to rounding."""
+    lines = []
+    dt = report.arch.data_type.name
+    for sym, p in report.partitions.items():
+        for node in p["nodes"]:
+            zeroed, error = node.get("weights_zeroed", 0.0), node.get("weights_error", 0.0)
+            if zeroed > WEIGHT_LOSS_LIMIT or error > WEIGHT_LOSS_LIMIT:
+                fix = (
+                    "use a wider data type (e.g. FP32BP16)"
+                    if p.get("shifts")
+                    else "build with calibration=sample inputs (each tensor then gets its own scale)"
+                )
+                lines.append(
+                    f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}: "
+                    f"{zeroed:.0%} of its weights round to zero at {dt}, {error:.0%} of their magnitude "
+                    f"is lost; {fix}"
+                )
+    return lines
 
 
 @dataclass
@@ -94,8 +126,12 @@ class BuildReport:
                     f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
                     f"(from {', '.join(node['relax_ops'])})"
                 )
+            if p.get("shifts"):
+                ks = p["shifts"].values()
+                lines.append(f"  scales: per tensor from calibration, 2^{min(ks)} .. 2^{max(ks)}")
             if p.get("weights_saturated"):
                 lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
+        lines += [f"warning: {w}" for w in weight_losses(self)]
         if self.cpu_ops:
             lines.append("on the CPU:")
             for op in self.cpu_ops:
@@ -108,11 +144,13 @@ class BuildReport:
         return "\n".join(lines)
 
 
-def _namespace_symbols(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
-    """Give each Tensil partition a symbol unique to this model and architecture."""
-    digest = hashlib.sha1(
-        f"{tvm_ffi.structural_hash(mod)}:{json.dumps(arch.to_dict(), sort_keys=True)}".encode()
-    ).hexdigest()[:12]
+def _namespace_symbols(mod: tvm.IRModule, arch: Architecture, samples=None) -> tvm.IRModule:
+    """Give each Tensil partition a symbol unique to this model, architecture and calibration data."""
+    key = hashlib.sha1(f"{tvm_ffi.structural_hash(mod)}:{json.dumps(arch.to_dict(), sort_keys=True)}".encode())
+    for sample in samples or ():
+        for x in sample:
+            key.update(np.ascontiguousarray(x).tobytes())
+    digest = key.hexdigest()[:12]
     for i, (gv, func) in enumerate(_partitions(mod)):
         mod[gv] = func.with_attr("global_symbol", f"tensil_{digest}_{i}")
     return mod
@@ -183,15 +221,15 @@ def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> No
 
 
 def _compile_partitions(
-    mod: tvm.IRModule, arch: Architecture, rejections: Rejections
+    mod: tvm.IRModule, arch: Architecture, rejections: Rejections, samples: dict[str, list] | None = None
 ) -> tuple[tvm.IRModule, dict[str, CompiledPartition]]:
     """Compile every partition now (each function then carries its description for the codegen);
     one that fails (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU with
-    the reason recorded for each of its ops."""
+    the reason recorded for each of its ops. ``samples``: each partition's calibration inputs."""
     compiled = {}
     for gv, func in _partitions(mod):
         try:
-            part = codegen.compile_partition(func, arch)
+            part = codegen.compile_partition(func, arch, (samples or {}).get(gv.name_hint))
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
             mod[gv] = _back_to_cpu(func)
             _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")
@@ -201,9 +239,13 @@ def _compile_partitions(
     return mod, compiled
 
 
-def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[tvm.IRModule, BuildReport]:
-    """Partition and compile the Tensil parts; returns the module for the host and the report."""
+def offload(
+    mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1", calibration=None
+) -> tuple[tvm.IRModule, BuildReport]:
+    """Partition and compile the Tensil parts; returns the module for the host and the report.
+    ``calibration``: sample inputs (see ``build``)."""
     arch = load_arch(arch)
+    samples = samples_for(mod["main"], calibration) if calibration is not None else None
     rejections = Rejections()
     try:
         mod = partition_for_tensil(mod, arch, rejections)
@@ -212,10 +254,15 @@ def offload(mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1") -> tuple[t
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
                 _reject_all(rejections, func, reason)
-    mod = _namespace_symbols(mod, arch)
-    mod, compiled = _compile_partitions(mod, arch, rejections)
+    mod = _namespace_symbols(mod, arch, samples)
+    seen = (
+        partition_inputs(mod, dict(_partitions(mod)), samples, _back_to_cpu) if samples and _partitions(mod) else None
+    )
+    mod, compiled = _compile_partitions(mod, arch, rejections, seen)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections), compiled=compiled)
     report.partitions = {sym: part.report for sym, part in compiled.items()}
+    for line in weight_losses(report):
+        warnings.warn(PrecisionWarning(line), stacklevel=3)
     mod = relax.transform.RunCodegen({TARGET: {"arch": json.dumps(arch.to_dict())}})(mod)
     return mod, report
 
@@ -226,6 +273,7 @@ def build(
     arch: "str | os.PathLike | Architecture" = "pynqz1",
     params: dict | None = None,
     model_dir: "str | os.PathLike | None" = None,
+    calibration=None,
 ):
     """Compile a Relax module for the Tensil compute unit and the host CPU.
 
@@ -243,6 +291,11 @@ def build(
         Weights to bind as constants when the module takes them as inputs.
     model_dir : path, optional
         Also write each partition as Tensil model files (.tmodel/.tprog/.tdata) here.
+    calibration : optional
+        Sample inputs like those the model will see: an array (a stack of samples along the first
+        axis, for a one-input model), a dict of such arrays by input name, or an iterable of
+        samples (arrays or dicts). TVM's CPU build runs them, and every tensor on the TCU gets a
+        power-of-two scale that fits the range it took (docs/compiler.md, "Scales").
 
     Returns
     -------
@@ -255,7 +308,7 @@ def build(
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     host = _host_target(target)
-    mod, report = offload(mod, arch)
+    mod, report = offload(mod, arch, calibration)
     if model_dir is not None:
         write_models(report, model_dir)
     ex = tvm.compile(mod, target=host)

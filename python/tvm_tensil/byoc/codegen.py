@@ -14,11 +14,14 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import tvm
 import tvm_ffi
 
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition, compile_graph
+from ..compiler.compile import tensor_stats
+from ..model import from_user_layout
 from .frontend import collect_constants, relax_to_graph
 
 STUB = Path(__file__).with_name("tensil_stub.cc")
@@ -64,11 +67,20 @@ def stub_source(symbol: str, desc: dict) -> str:
     return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
 
 
-def compile_partition(func, arch: Architecture) -> CompiledPartition:
-    """Compile one partition function. Raises whatever the frontend or the compiler raises."""
+def compile_partition(func, arch: Architecture, samples=None) -> CompiledPartition:
+    """Compile one partition function. ``samples``: calibration data, a list of tuples of the
+    function's arguments (numpy, the framework's layout); each tensor then gets its own scale.
+    Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
-    part = compile_graph(graph, arch, name=symbol)
+    stats = None
+    if samples:
+        feeds = [
+            {t: from_user_layout(np.asarray(v, dtype=np.float64), io_shapes[t]) for t, v in zip(graph.inputs, args)}
+            for args in samples
+        ]
+        stats = tensor_stats(graph, feeds)
+    part = compile_graph(graph, arch, name=symbol, stats=stats)
     # The model's inputs and outputs under the names and in the layout the user knows.
     in_names, out_names = io_names(func, len(graph.outputs))
     part.inputs = {name: part.inputs[t] for name, t in zip(in_names, graph.inputs)}
@@ -76,6 +88,8 @@ def compile_partition(func, arch: Architecture) -> CompiledPartition:
     part.user_shapes = {
         name: tuple(io_shapes[t]) for name, t in zip(in_names + out_names, list(graph.inputs) + list(graph.outputs))
     }
+    renamed = dict(zip(graph.inputs, in_names)) | dict(zip(graph.outputs, out_names))
+    part.shifts = {renamed[t]: k for t, k in part.shifts.items()}
     external = dict(zip(graph.outputs, out_names))
     for node in part.report["nodes"]:
         node["output"] = external.get(node["output"], node["output"])

@@ -14,9 +14,11 @@ from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode
 from ..isa.program import Program
 from ..model import ConstsEntry, TensilModel, TensorEntry
 from .graph import EPILOGUE_OPS, Graph, Node, layer_kind
+from .interpret import interpret
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
+from .scales import TensorStats, apply_shifts, choose_shifts, derive_constants
 from .schedule import ScheduleError, Scheduler
 
 
@@ -34,6 +36,10 @@ class CompiledPartition:
     # Each input's and output's shape in the framework's layout (NCHW or (batch, features)), if known.
     user_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     constants: list | None = None  # the float weights, when compiled in this process
+    # Each input's and output's shift (stored = value * 2**shift; 0 when not listed), and the
+    # constants derived from the model's weights for the scaled graph ((source, shift) each).
+    shifts: dict[str, int] = field(default_factory=dict)
+    derived: list = field(default_factory=list)
     description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
 
     def model(self, constants) -> TensilModel:
@@ -41,12 +47,13 @@ class CompiledPartition:
         ``constants=None``, the model without its DRAM1 image (enough to check its DRAM0 maps)."""
         consts = []
         if constants is not None:
-            data = pack_consts(self.recipes, constants, self.arch)
+            data = pack_consts(self.recipes, derive_constants(constants, self.derived), self.arch)
             consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
         extras = {
             kind: {
                 name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
                 | ({"user_shape": list(self.user_shapes[name])} if name in self.user_shapes else {})
+                | ({"shift": self.shifts[name]} if self.shifts.get(name) else {})
                 for name, p in table.items()
             }
             for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
@@ -72,7 +79,11 @@ class CompiledPartition:
             "outputs": {k: p.to_json() for k, p in self.outputs.items()},
             "user_shapes": {k: list(v) for k, v in self.user_shapes.items()},
             "report": self.report,
-        }
+        } | (
+            {"shifts": self.shifts, "derived": [list(d) for d in self.derived]}
+            if self.derived or any(self.shifts.values())
+            else {}
+        )
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CompiledPartition":
@@ -87,6 +98,8 @@ class CompiledPartition:
             outputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["outputs"].items()},
             report=d.get("report", {}),
             user_shapes={k: tuple(v) for k, v in d.get("user_shapes", {}).items()},
+            shifts={k: int(v) for k, v in d.get("shifts", {}).items()},
+            derived=[tuple(int(x) for x in e) for e in d.get("derived", [])],
         )
 
 
@@ -212,8 +225,28 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
                 break
 
 
-def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> CompiledPartition:
-    graph = fuse(graph)
+def tensor_stats(graph: Graph, samples) -> dict[str, TensorStats]:
+    """Each tensor's largest magnitude and mean square over ``samples`` (each a dict of input values
+    by graph input name, (n, h, w, c))."""
+    peak: dict[str, float] = {}
+    square: dict[str, float] = {}
+    count = 0
+    for sample in samples:
+        count += 1
+        for name, value in interpret(graph, sample).items():
+            peak[name] = max(peak.get(name, 0.0), float(np.max(np.abs(value))) if value.size else 0.0)
+            square[name] = square.get(name, 0.0) + (float(np.mean(value**2)) if value.size else 0.0)
+    return {t: TensorStats(peak[t], square[t] / count) for t in peak}
+
+
+def compile_graph(
+    graph: Graph, arch: Architecture, name: str = "partition", stats: dict[str, TensorStats] | None = None
+) -> CompiledPartition:
+    """Compile a partition. ``stats`` (what calibration saw of each tensor, from ``tensor_stats``)
+    gives every tensor its own power-of-two scale; without them every tensor uses the data type's
+    binary point."""
+    shifts = choose_shifts(graph, stats, arch) if stats else {}
+    graph, scaling = apply_shifts(fuse(graph), shifts)
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
     for t in list(graph.inputs) + list(graph.outputs):
@@ -254,6 +287,7 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
                 "relax_ops": node.source_ops,
                 "instructions": len(lir) - start,
             }
+            | weight_rounding(node, graph, arch)
         )
     sched.finish()
     consts.check()
@@ -269,6 +303,8 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }
+    if not scaling.trivial:
+        report["shifts"] = {t: k for t, k in scaling.shifts.items() if t in graph.tensors}
     return CompiledPartition(
         name,
         arch,
@@ -277,7 +313,27 @@ def compile_graph(graph: Graph, arch: Architecture, name: str = "partition") -> 
         {t: place[t] for t in graph.inputs},
         {t: place[t] for t in graph.outputs},
         report,
+        shifts={t: scaling.shifts[t] for t in list(graph.inputs) + list(graph.outputs) if scaling.shifts.get(t)},
+        derived=list(scaling.derived),
     )
+
+
+def weight_rounding(node: Node, graph: Graph, arch: Architecture) -> dict[str, float]:
+    """What the data type does to a layer's weights (as scaled): the share of its nonzero weights
+    that round to zero, and the share of their magnitude lost to rounding."""
+    index = node.attrs.get("weight") if node.op == "conv2d" else None
+    if index is None:
+        return {}
+    w = np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)
+    w = w[w != 0]
+    if not w.size:
+        return {}
+    dt = arch.data_type
+    q = dt.to_float(dt.from_float(w))
+    return {
+        "weights_zeroed": float(np.mean(q == 0)),
+        "weights_error": float(np.sum(np.abs(q - w)) / np.sum(np.abs(w))),
+    }
 
 
 def _lifetimes(graph: Graph, placed: set[str]) -> dict[str, tuple[int, int]]:

@@ -212,13 +212,16 @@ class Device(ABC):
             if np.isnan(x).any():
                 raise ModelError(f"input '{name}' holds NaN values; the TCU's fixed-point numbers have no NaN")
             clipped = SaturationCounter()
-            vec = tensor_to_vectors(dt.from_float(x, clipped), n, cpad, model.block_major(name))
+            scale = 2.0 ** model.shift(name)
+            vec = tensor_to_vectors(dt.from_float(x * scale, clipped), n, cpad, model.block_major(name))
             if warn_saturation and clipped.count:
                 warnings.warn(
                     SaturationWarning(
                         f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
-                        f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}], clipped to it. Scale the "
-                        "input, or use a wider data type (e.g. FP32BP16)."
+                        f"its range [{dt.min_float / scale:g}, {dt.max_float / scale:g}] ({dt.name}"
+                        + (f" at scale 2^{model.shift(name)}" if scale != 1 else "")
+                        + "), clipped to it. Build with calibration inputs like these, or use a wider data "
+                        "type (e.g. FP32BP16)."
                     ),
                     stacklevel=2,
                 )
@@ -253,7 +256,7 @@ class Device(ABC):
         outputs = {}
         for name in model.output_names():
             vec = np.concatenate([self.read_dram(0, e.base, e.size) for e in model.entries(name, True)])
-            values = dt.to_float(vec)
+            values = dt.to_float(vec) / 2.0 ** model.shift(name, outputs=True)
             shape = model.tensor_shape(name, outputs=True)
             cpad = model.channels_padded(name, outputs=True)
             outputs[name] = (

@@ -1,0 +1,163 @@
+"""The compiler's graph computed in float: every tensor's real value, for calibration.
+
+``interpret(graph, inputs)`` runs a partition graph (before or after ``fuse``) on float inputs
+in the graph's (n, h, w, c) layout and returns every tensor's value. It follows the meaning of
+each node as the frontend wrote it (the Relax op), not the TCU's rounding: calibration needs
+the values the fixed-point program has to represent.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .graph import Graph, Node
+
+
+def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
+    """Each tap's input pixels: ``(ky, kx, view (n, oh, ow, c))`` over ``x`` padded with ``fill``."""
+    t, left = pad[0], pad[1]
+    oh, ow = out_hw
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
+    rows = (oh - 1) * sh + (kh - 1) * dh + 1
+    cols = (ow - 1) * sw + (kw - 1) * dw + 1
+    n, h, w, c = x.shape
+    xp = np.full((n, max(rows, t + h), max(cols, left + w), c), fill, dtype=x.dtype)
+    xp[:, t : t + h, left : left + w] = x
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dh, kx * dw
+            yield ky, kx, xp[:, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
+
+
+def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
+    a = node.attrs
+    if a.get("weight") is None:  # an identity (a bias add lowered as a depthwise conv)
+        y = x.copy()
+    elif a.get("layout") == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
+        w = np.asarray(graph.constants[a["weight"]], dtype=np.float64)
+        y = (x.reshape(-1, x.shape[-1]) @ w).reshape(out_shape)
+    else:
+        w = np.asarray(graph.constants[a["weight"]], dtype=np.float64)
+        y = np.zeros(out_shape)
+        depthwise = a.get("groups", 1) != 1
+        window = _window(
+            x, a.get("padding", (0, 0, 0, 0)), 0.0, out_shape[1:3], w.shape[2:], a.get("strides", (1, 1)),
+            a.get("dilation", (1, 1)),
+        )  # fmt: skip
+        for ky, kx, tap in window:
+            y += tap * w[:, 0, ky, kx] if depthwise else tap @ w[:, :, ky, kx].T
+    if a.get("bias") is not None:
+        y = y + np.asarray(graph.constants[a["bias"]], dtype=np.float64).reshape(-1)
+    return y
+
+
+def _pool(node: Node, x: np.ndarray, out_shape) -> np.ndarray:
+    a = node.attrs
+    is_max = node.op == "max_pool2d"
+    taps = [
+        tap
+        for _, _, tap in _window(
+            x, a["padding"], -np.inf if is_max else np.nan, out_shape[1:3], a["kernel"], a["strides"], a["dilation"]
+        )
+    ]
+    stack = np.stack(taps)
+    if is_max:
+        return stack.max(0)
+    counted = stack
+    if a.get("count_include_pad"):  # explicit padding counts; a ceil-mode overhang does not
+        t, left, b, r = a["padding"]
+        box = np.ones((1, x.shape[1] + t + b, x.shape[2] + left + r, 1))
+        window = _window(box, (0, 0, 0, 0), np.nan, out_shape[1:3], a["kernel"], a["strides"], a["dilation"])
+        counted = np.stack([tap for _, _, tap in window])
+    return np.nansum(stack, 0) / np.sum(~np.isnan(counted), 0)
+
+
+def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
+    mh = np.asarray(node.attrs["rows"], dtype=np.float64)
+    mw = np.asarray(node.attrs["cols"], dtype=np.float64)
+    return np.einsum("oh,nhwc,pw->nopc", mh, x, mw)
+
+
+def _clip(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+_ELEMENTWISE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
+    "relu": lambda x, a: np.maximum(x, 0.0),
+    "leaky_relu": lambda x, a: np.maximum(x, a["alpha"] * x),
+    "clip": lambda x, a: _clip(x, a["lo"], a["hi"]),
+}
+
+
+def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    out_shape = graph.tensors[node.output].shape
+    a, op, x = node.attrs, node.op, args[0]
+    if op == "conv2d":
+        y = _conv(node, x, graph, out_shape)
+        if a.get("residual"):
+            y = y + args[1]
+    elif op == "bias_add":
+        y = x + np.asarray(graph.constants[a["bias"]], dtype=np.float64).reshape(-1)
+    elif op == "add":
+        y = x + args[1]
+    elif op in _ELEMENTWISE:
+        y = _ELEMENTWISE[op](x, a)
+    elif op in ("max_pool2d", "avg_pool2d"):
+        y = _pool(node, x, out_shape)
+    elif op == "global_avg_pool":
+        y = x.mean(axis=(1, 2), keepdims=True)
+    elif op == "concat":
+        y = np.concatenate(args, axis=3)
+    elif op == "slice":
+        y = x[..., a["begin"] : a["end"]]
+    elif op == "pad":
+        t, left, b, r = a["padding"]
+        y = np.pad(x, ((0, 0), (t, b), (left, r), (0, 0)), constant_values=a["value"])
+    elif op == "resize_nearest":
+        y = x[:, a["rows"]][:, :, a["cols"]]
+    elif op == "resize_linear":
+        y = _resize_linear(node, x)
+    elif op == "copy":
+        y = x.reshape(out_shape)
+    else:
+        raise ValueError(f"no float meaning for graph op {op!r}")
+    for ep, ea in node.epilogue:
+        y = _ELEMENTWISE[ep](y, ea)
+    return y.reshape(out_shape)
+
+
+def _view(graph: Graph, values: dict[str, np.ndarray], view: str) -> np.ndarray:
+    src, kind = graph.views[view]
+    x = values[src]
+    shape = graph.tensors[view].shape
+    if kind == "flatten":  # NCHW flatten of an (n, h, w, c) map: (n, c*h*w) as one row of n pixels
+        return x.transpose(0, 3, 1, 2).reshape(shape)
+    return x.reshape(shape)
+
+
+def interpret(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor's float value (float64, (n, h, w, c)) for ``inputs`` given by graph tensor name."""
+    values = {name: np.asarray(inputs[name], dtype=np.float64).reshape(graph.tensors[name].shape)
+              for name in graph.inputs}  # fmt: skip
+    pending_views = dict(graph.views)
+
+    def resolve(name: str) -> np.ndarray:
+        if name not in values and name in pending_views:
+            src = pending_views.pop(name)[0]
+            resolve(src)
+            values[name] = _view(graph, values, name)
+        return values[name]
+
+    for node in graph.nodes:
+        args = [resolve(t) for t in node.inputs]
+        values[node.output] = _node(node, args, graph)
+        second = node.attrs.get("second")
+        if second:
+            sub = Node("conv2d", [node.output], second["output"], {**second, "residual": False},
+                       epilogue=list(second["epilogue"]))  # fmt: skip
+            values[second["output"]] = _node(sub, [values[node.output]], graph)
+    for name in list(pending_views):
+        resolve(name)
+    return values

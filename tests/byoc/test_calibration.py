@@ -1,0 +1,119 @@
+"""Calibration: trained networks at FP16BP8 with a scale per tensor, against TVM's CPU build at the
+logits; the calibration data's errors; the build that will be wrong says so.
+
+The trained networks (tests/trained_nets.py) learn scikit-learn's digits in seconds. Logit bounds
+are the errors measured at FP16BP8 with calibration, with some room (resnet 1.3%, mobilenet 0.6%,
+wide_range 2.8% of the logits' range when written): 16-bit accumulators round every product at
+1/256 of the output's scale, so a layer's weights keep about 8 fractional bits whatever its scale
+(docs/compiler.md, "Scales").
+"""
+
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_tensil
+from tvm_tensil.runtime.device import SaturationWarning
+
+trained_nets = pytest.importorskip("trained_nets")
+BATCH = 64
+
+
+def _logits(vm_main, x: np.ndarray) -> np.ndarray:
+    out = []
+    for i in range(0, len(x), BATCH):
+        r = vm_main(tvm.runtime.tensor(x[i : i + BATCH]))
+        out.append((r[0] if type(r).__name__ == "Array" or isinstance(r, (list, tuple)) else r).numpy())
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("kind, bound", [("resnet", 0.02), ("mobilenet", 0.01), ("wide_range", 0.04)])
+def test_trained_network_keeps_its_answers_with_calibration(kind, bound):
+    """Top-1 on the held-back split within 0.5 point of float, no saturation on it after calibrating on
+    the training split, logits within ``bound`` of their range."""
+    net, data = trained_nets.trained(kind), trained_nets.digits()
+    n = len(data.x_test) // BATCH * BATCH
+    x, y = data.x_test[:n], data.y_test[:n]
+    mod = trained_nets.relax_module(net, BATCH)
+    cpu = _logits(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], x)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[: 4 * BATCH])
+    assert ex.tensil_report.cpu_ops == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        tcu = _logits(relax.VirtualMachine(ex, tvm.cpu())["main"], x)
+    float_acc, tcu_acc = np.mean(cpu.argmax(1) == y), np.mean(tcu.argmax(1) == y)
+    assert float_acc > 0.95  # the network really learned
+    assert tcu_acc >= float_acc - 0.005, (float_acc, tcu_acc)
+    assert np.max(np.abs(tcu - cpu)) <= bound * np.ptp(cpu)
+
+
+def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
+    """The wide-range net without calibration: its inputs saturate and a layer's weights round to zero,
+    and the build warns once per such layer, naming it; calibrated, it does not."""
+    net, data = trained_nets.trained("wide_range"), trained_nets.digits()
+    mod = trained_nets.relax_module(net, BATCH)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    lines = [str(w.message) for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
+    assert any("100% of its weights round to zero at FP16BP8" in line and "calibration=" in line for line in lines)
+    assert all("\n" not in line and line.startswith("conv2d -> t") for line in lines)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:BATCH])
+    assert not [w for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
+    assert "scales: per tensor from calibration" in str(ex.tensil_report)
+
+
+def test_calibration_data_that_does_not_fit_is_one_clear_error():
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+
+    mod = from_onnx(zoo.small_cnn(), keep_params_in_input=False)
+    cases = {
+        "has shape (2, 3, 15, 16); the model takes (1, 3, 16, 16)": np.zeros((2, 3, 15, 16), np.float32),
+        "no value for input(s) ['x']": [{"y": np.zeros((1, 3, 16, 16), np.float32)}],
+        "holds NaN or infinite values": np.full((1, 3, 16, 16), np.nan, np.float32),
+        "holds no sample": [],
+    }
+    for message, data in cases.items():
+        with pytest.raises(tvm_tensil.CalibrationError, match=re.escape(message)):
+            tvm_tensil.build(mod, target="tensil", calibration=data)
+
+
+def test_cli_compile_with_calibration_runs_in_a_fresh_process(tmp_path):
+    """`compile --calibrate` (a stack of samples) writes a library whose scales survive export: `run`
+    in a new process matches TVM's CPU build within the FP16BP8 bound of the uncalibrated build."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+
+    model = zoo.small_cnn(softmax=False)
+    onnx.save(model, tmp_path / "cnn.onnx")
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "cal.npy", rng.standard_normal((8, 3, 16, 16)).astype(np.float32))
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+
+    def cli(*args):
+        run = [sys.executable, "-m", "tvm_tensil.cli", *(str(a) for a in args)]
+        return subprocess.run(run, capture_output=True, text=True, timeout=600)
+
+    r = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "out", "--calibrate", tmp_path / "cal.npy")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "scales: per tensor from calibration" in r.stdout
+    r = cli("run", tmp_path / "out" / "cnn.so", "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr[-3000:]
+    mod = from_onnx(model, keep_params_in_input=False)
+    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.max(np.abs(np.load(tmp_path / "y.npy") - cpu)) <= 0.01 * np.ptp(cpu)
+    bad = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "o2", *["--calibrate", tmp_path / "x.npy"] * 2)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "input" in bad.stderr

@@ -1,0 +1,152 @@
+"""Small networks trained here, in seconds, on scikit-learn's digits (real 8x8 images, upscaled to
+16x16): random weights prove the compiler's logic, trained ones its numbers.
+
+- ``resnet``: stem conv, two residual blocks (batch norm, residual adds), a stride-2 conv, GAP, dense;
+- ``mobilenet``: depthwise-separable blocks (depthwise 3x3 + pointwise, ReLU6), GAP, dense;
+- ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
+  whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
+  (its running variance ~1e7). The float function is the same network's, up to rounding.
+
+Everything is seeded: the float accuracy is reproducible. ``trained(kind)`` returns the module in
+eval mode with the data split; ``relax_module(net, batch)`` imports it through torch.export.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class Digits:
+    x_train: np.ndarray  # (N, 1, 16, 16) float32 in [0, 1]
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+@functools.cache
+def digits() -> Digits:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
+    x = np.kron(x, np.ones((1, 1, 2, 2), np.float32))  # 16x16
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.3, random_state=0)
+    return Digits(x_train, y_train, x_test, y_test)
+
+
+def _bn_relu(c: int, six: bool = False) -> list[nn.Module]:
+    return [nn.BatchNorm2d(c), nn.ReLU6() if six else nn.ReLU()]
+
+
+class _Residual(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 3, padding=1, bias=False), *_bn_relu(c), nn.Conv2d(c, c, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c),
+        )  # fmt: skip
+
+    def forward(self, x):
+        return torch.relu(x + self.body(x))
+
+
+class _Head(nn.Module):
+    def __init__(self, c: int):
+        super().__init__()
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _resnet() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), *_bn_relu(16), _Residual(16),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), *_bn_relu(32), _Residual(32), _Head(32),
+    )  # fmt: skip
+
+
+def _separable(cin: int, cout: int, stride: int) -> list[nn.Module]:
+    return [
+        nn.Conv2d(cin, cin, 3, stride=stride, padding=1, groups=cin, bias=False), *_bn_relu(cin, six=True),
+        nn.Conv2d(cin, cout, 1, bias=False), *_bn_relu(cout, six=True),
+    ]  # fmt: skip
+
+
+def _mobilenet() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), *_bn_relu(16, six=True), *_separable(16, 24, 1),
+        *_separable(24, 32, 2), *_separable(32, 48, 1), _Head(48),
+    )  # fmt: skip
+
+
+def _plain() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), *_bn_relu(16),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), *_bn_relu(32),
+        nn.Conv2d(32, 32, 3, padding=1, bias=False), *_bn_relu(32), _Head(32),
+    )  # fmt: skip
+
+
+def _train(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    for m in net.modules():  # seeded initialisation
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+    x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train).long()
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    net.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            opt.step()
+    return net.eval()
+
+
+def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
+    """The same function with the first batch norm's output ``factor`` times larger (activations in
+    the thousands) and the next batch norm undoing it (running variance times ``factor**2``): folded,
+    the second conv's weights are ``factor`` times smaller."""
+    bns = [m for m in net.modules() if isinstance(m, nn.BatchNorm2d)]
+    first, second = bns[0], bns[1]
+    with torch.no_grad():
+        first.weight *= factor
+        first.bias *= factor
+        second.running_mean *= factor
+        second.running_var.mul_(factor**2).add_(second.eps * (factor**2 - 1))
+    return net
+
+
+@functools.cache
+def trained(kind: str) -> nn.Module:
+    """A trained network (eval mode): "resnet", "mobilenet" or "wide_range"."""
+    torch.set_num_threads(1)
+    data = digits()
+    if kind == "resnet":
+        return _train(_resnet(), data)
+    if kind == "mobilenet":
+        return _train(_mobilenet(), data)
+    if kind == "wide_range":
+        return _widen_range(_train(_plain(), data))
+    raise ValueError(kind)
+
+
+def relax_module(net: nn.Module, batch: int):
+    from tvm.relax.frontend.torch import from_exported_program
+
+    x = torch.zeros(batch, 1, 16, 16)
+    return from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=False)
+
+
+def float_logits(net: nn.Module, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return net(torch.from_numpy(x)).numpy()
