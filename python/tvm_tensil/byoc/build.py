@@ -60,9 +60,10 @@ def weight_losses(report: "BuildReport") -> list[str]:
             zeroed, error = node.get("weights_zeroed", 0.0), node.get("weights_error", 0.0)
             if zeroed > WEIGHT_LOSS_LIMIT or error > WEIGHT_LOSS_LIMIT:
                 fix = (
-                    "use a wider data type (e.g. FP32BP16)"
+                    "a wider data type (e.g. FP32BP16) keeps them"
                     if p.get("shifts")
-                    else "build with calibration=sample inputs (each tensor then gets its own scale)"
+                    else "calibration=sample inputs can give the layer finer weights where its input's range "
+                    "allows, a wider data type (e.g. FP32BP16) keeps them"
                 )
                 lines.append(
                     f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}: "

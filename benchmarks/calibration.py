@@ -1,0 +1,95 @@
+"""What calibration (a power-of-two scale per tensor) does to the error at FP16BP8.
+
+For the suite's trained digits networks and zoo networks: the largest logit error against TVM's CPU
+build, as a share of the logits' range, without and with calibration (16 samples for the zoo, 256
+training images for the trained nets), top-1 agreement, and saturation warnings on the test inputs.
+Writes results/calibration.json and prints a table.
+
+    python benchmarks/calibration.py [--arch pynqz1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+
+import tvm_tensil
+from tvm_tensil import zoo
+from tvm_tensil.runtime.device import SaturationWarning
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import trained_nets  # noqa: E402
+from machine import describe  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(main, xs, batch):
+    out = []
+    for i in range(0, len(xs), batch):
+        r = main(tvm.runtime.tensor(xs[i : i + batch]))
+        out.append((r[0] if type(r).__name__ == "Array" or isinstance(r, (list, tuple)) else r).numpy())
+    return np.concatenate(out)
+
+
+def measure(name, mod, batch, cal, test, arch, labels=None) -> dict:
+    cpu = _run(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], test, batch)
+    row = {"network": name}
+    for label, data in (("default", None), ("calibrated", cal)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)
+            got = _run(relax.VirtualMachine(ex, tvm.cpu())["main"], test, batch)
+        row[label] = {
+            "error_of_range": float(np.max(np.abs(got - cpu)) / np.ptp(cpu)),
+            "top1_agreement": float(np.mean(got.argmax(-1) == cpu.argmax(-1))),
+            "saturation_warnings": sum(issubclass(w.category, SaturationWarning) for w in seen),
+            "precision_warnings": sum(issubclass(w.category, tvm_tensil.PrecisionWarning) for w in seen),
+            "cycles": ex.tensil_report.total_cycles,
+        }
+        if labels is not None:
+            row[label]["top1"] = float(np.mean(got.argmax(-1) == labels))
+    if labels is not None:
+        row["float_top1"] = float(np.mean(cpu.argmax(-1) == labels))
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="pynqz1")
+    p.add_argument("-o", "--output", default=str(HERE / "results" / "calibration.json"))
+    args = p.parse_args()
+    rows = []
+    data = trained_nets.digits()
+    n = len(data.x_test) // 64 * 64
+    for kind in ("resnet", "mobilenet", "wide_range"):
+        mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
+        rows.append(measure(f"digits {kind}", mod, 64, data.x_train[:256], data.x_test[:n], args.arch, data.y_test[:n]))
+    rng = np.random.default_rng(0)
+    for name, model, shape in (
+        ("ResNet-20 v2 (32)", zoo.resnet20v2(softmax=False), (3, 32, 32)),
+        ("MobileNet-v2 (96)", zoo.mobilenetv2(96, softmax=False), (3, 96, 96)),
+        ("YOLOv4-tiny (128)", zoo.yolov4_tiny(128), (3, 128, 128)),
+    ):
+        xs = rng.standard_normal((24, *shape)).astype(np.float32)
+        rows.append(measure(name, from_onnx(model, keep_params_in_input=False), 1, xs[:16], xs[16:], args.arch))
+    result = {"arch": args.arch, "machine": describe(), "rows": rows}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'network':24} {'default':>9} {'calibrated':>11}  top-1 (float / default / calibrated)")
+    for r in rows:
+        d, c = r["default"], r["calibrated"]
+        top = f"{r['float_top1']:.3f} / {d['top1']:.3f} / {c['top1']:.3f}" if "float_top1" in r else ""
+        print(f"{r['network']:24} {d['error_of_range']:9.2%} {c['error_of_range']:11.2%}  {top}")
+
+
+if __name__ == "__main__":
+    main()
