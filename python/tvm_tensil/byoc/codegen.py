@@ -20,7 +20,6 @@ import tvm_ffi
 
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition, compile_graph
-from ..compiler.compile import tensor_stats
 from ..model import from_user_layout
 from .frontend import collect_constants, relax_to_graph
 
@@ -73,14 +72,11 @@ def compile_partition(func, arch: Architecture, samples=None) -> CompiledPartiti
     Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
-    stats = None
-    if samples:
-        feeds = [
-            {t: from_user_layout(np.asarray(v, dtype=np.float64), io_shapes[t]) for t, v in zip(graph.inputs, args)}
-            for args in samples
-        ]
-        stats = tensor_stats(graph, feeds)
-    part = compile_graph(graph, arch, name=symbol, stats=stats)
+    feeds = [
+        {t: from_user_layout(np.asarray(v, dtype=np.float64), io_shapes[t]) for t, v in zip(graph.inputs, args)}
+        for args in samples or ()
+    ]
+    part = compile_graph(graph, arch, name=symbol, calibration=feeds)
     # The model's inputs and outputs under the names and in the layout the user knows.
     in_names, out_names = io_names(func, len(graph.outputs))
     part.inputs = {name: part.inputs[t] for name, t in zip(in_names, graph.inputs)}

@@ -225,6 +225,10 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
                 break
 
 
+# Calibration samples a choice of scales is simulated on (docs/compiler.md, "Scales").
+SIMULATED_SAMPLES = 4
+
+
 def tensor_stats(graph: Graph, samples) -> dict[str, TensorStats]:
     """Each tensor's largest magnitude and mean square over ``samples`` (each a dict of input values
     by graph input name, (n, h, w, c))."""
@@ -240,12 +244,14 @@ def tensor_stats(graph: Graph, samples) -> dict[str, TensorStats]:
 
 
 def compile_graph(
-    graph: Graph, arch: Architecture, name: str = "partition", stats: dict[str, TensorStats] | None = None
+    graph: Graph, arch: Architecture, name: str = "partition", calibration: list[dict] | None = None
 ) -> CompiledPartition:
-    """Compile a partition. ``stats`` (what calibration saw of each tensor, from ``tensor_stats``)
-    gives every tensor its own power-of-two scale; without them every tensor uses the data type's
-    binary point."""
-    shifts = choose_shifts(graph, stats, arch) if stats else {}
+    """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
+    every tensor its own power-of-two scale; without it every tensor uses the data type's binary
+    point."""
+    shifts = {}
+    if calibration:
+        shifts = choose_shifts(graph, tensor_stats(graph, calibration), arch, calibration[:SIMULATED_SAMPLES])
     graph, scaling = apply_shifts(fuse(graph), shifts)
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}

@@ -137,8 +137,15 @@ def _view(graph: Graph, values: dict[str, np.ndarray], view: str) -> np.ndarray:
     return x.reshape(shape)
 
 
-def interpret(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor's float value (float64, (n, h, w, c)) for ``inputs`` given by graph tensor name."""
+def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dict[str, np.ndarray]:
+    """Every tensor's float value (float64, (n, h, w, c)) for ``inputs`` given by graph tensor name.
+
+    ``rounding`` (a ``DataType``): also round every input, constant and node result to it, saturating
+    (a model of the TCU's numbers without the rounding of each product)."""
+    if rounding is not None:
+        constants = [rounding.to_float(rounding.from_float(c)) for c in graph.constants]
+        graph = Graph(graph.tensors, graph.nodes, graph.inputs, graph.outputs, constants, graph.views)
+        inputs = {k: rounding.to_float(rounding.from_float(v)) for k, v in inputs.items()}
     values = {name: np.asarray(inputs[name], dtype=np.float64).reshape(graph.tensors[name].shape)
               for name in graph.inputs}  # fmt: skip
     pending_views = dict(graph.views)
@@ -153,6 +160,8 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
     for node in graph.nodes:
         args = [resolve(t) for t in node.inputs]
         values[node.output] = _node(node, args, graph)
+        if rounding is not None:
+            values[node.output] = rounding.to_float(rounding.from_float(values[node.output]))
         second = node.attrs.get("second")
         if second:
             sub = Node("conv2d", [node.output], second["output"], {**second, "residual": False},

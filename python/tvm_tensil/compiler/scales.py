@@ -26,6 +26,7 @@ import numpy as np
 
 from ..arch import Architecture
 from .graph import Graph, Node
+from .interpret import interpret
 
 # Values stay below the data type's largest by this factor: room for partial sums, which can
 # exceed the final result, and for inputs a little beyond those seen in calibration.
@@ -94,20 +95,46 @@ class TensorStats:
     mean_square: float
 
 
-def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture) -> dict[str, int]:
-    """Each tensor's shift from calibration ``stats``, one per group: the largest shifts such that
+def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture) -> dict[str, dict[str, int]]:
+    """Two choices of every tensor's shift from calibration ``stats``, one shift per group:
 
-    - a group's peak (and any bias added in its accumulators), times ``HEADROOM``, fits the data
-      type;
-    - no layer's scaled weights saturate;
-    - no layer's weights keep fewer bits than at the data type's own binary point (shift 0 on both
-      sides), unless their largest still uses all but two bits of the data type.
-
-    Each condition bounds one shift by another plus a constant (a layer's weights are multiplied
-    by ``2**(out - in)``), so the largest solution is found by lowering shifts until all hold."""
-    limit = arch.data_type.max_float
-    bp, width = arch.data_type.binary_point, arch.data_type.width
+    - ``largest``: the largest shifts such that a group's peak (and any bias added in its
+      accumulators), times ``HEADROOM``, fits the data type, no layer's scaled weights saturate, and
+      no layer's weights keep fewer bits than at the data type's own binary point unless their peak
+      still uses all but two bits;
+    - ``balanced``: from there, shifts come down where the modelled rounding noise says a layer's
+      weights gain more than its input loses."""
     group = scale_groups(graph)
+    top = _top_shifts(graph, group, stats, arch)
+    layers = [
+        _Layer(n, group, graph, stats, arch)
+        for n in graph.nodes
+        if n.op == "conv2d" and n.attrs.get("weight") is not None and _max_abs(graph.constants[n.attrs["weight"]]) > 0
+    ]
+    signal: dict[str, float] = {}
+    for t, g in group.items():
+        signal[g] = max(signal.get(g, 0.0), stats[t].mean_square if t in stats else 0.0)
+    largest = _bounded(dict(top), layers)
+    balanced = _balanced(largest, layers, signal)
+    return {
+        name: {t: shifts[g] for t, g in group.items()}
+        for name, shifts in (("largest", largest), ("balanced", balanced))
+    }
+
+
+def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=()) -> dict[str, int]:
+    """Every tensor's shift: of the ``candidate_shifts`` and no shifts at all (the data type as it
+    is), the one with the smallest simulated error on ``samples`` (inputs by graph input name), so
+    that calibration is never worse than none; without samples, the balanced one."""
+    candidates = candidate_shifts(graph, stats, arch)
+    if not samples:
+        return candidates["balanced"]
+    options = [candidates["balanced"], candidates["largest"], dict.fromkeys(graph.tensors, 0)]
+    options = [o for i, o in enumerate(options) if o not in options[:i]]
+    return min(options, key=lambda shifts: simulated_error(graph, shifts, arch, samples))
+
+
+def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStats], arch: Architecture):
     peak: dict[str, float] = {}
     for t, g in group.items():
         peak[g] = max(peak.get(g, 0.0), stats[t].peak if t in stats else 0.0)
@@ -115,24 +142,102 @@ def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architectur
         if node.op in ("conv2d", "bias_add") and node.attrs.get("bias") is not None:
             g = group[node.output]
             peak[g] = max(peak[g], _max_abs(graph.constants[node.attrs["bias"]]))
-    shift = {g: _shift_for(limit / HEADROOM, v) for g, v in peak.items()}
-    # (input group, output group, smallest and largest weight shift out - in)
-    bounds = []
-    for n in graph.nodes:
-        if n.op == "conv2d" and n.attrs.get("weight") is not None:
-            w = _max_abs(graph.constants[n.attrs["weight"]])
-            if w > 0:
-                lowest = min(0, math.floor(math.log2(2.0 ** (width - 2) / (w * 2.0**bp))))
-                bounds.append((group[n.inputs[0]], group[n.output], lowest, _shift_for(limit, w)))
+    return {g: _shift_for(arch.data_type.max_float / HEADROOM, v) for g, v in peak.items()}
+
+
+class _Layer:
+    """A conv or dense layer: its groups, its weights' bounds, and its share of the rounding noise as
+    a function of its input's and output's shifts (the standard model: each rounding an independent
+    error, uniform over one unit: K products, K weights times the input's mean square, the input's
+    own rounding times the weights' sum of squares)."""
+
+    SAMPLE = 1 << 16  # weights sampled for the weight-rounding term of large layers
+
+    def __init__(self, node: Node, group: dict[str, str], graph: Graph, stats: dict[str, TensorStats], arch):
+        self.gin, self.gout = group[node.inputs[0]], group[node.output]
+        w = np.abs(np.asarray(graph.constants[node.attrs["weight"]], dtype=np.float64))
+        self.terms = w.size / (w.shape[1] if node.attrs.get("layout") == "KM" else w.shape[0])
+        flat = w.reshape(-1)
+        self.w_peak, self.w_mean_square = float(flat.max()), float(np.mean(flat**2))
+        self.w = np.random.default_rng(0).choice(flat, self.SAMPLE, replace=False) if flat.size > self.SAMPLE else flat
+        self.x_ms = stats[node.inputs[0]].mean_square if node.inputs[0] in stats else 0.0
+        dt = arch.data_type
+        self.bp, self.max_int = dt.binary_point, dt.max_int
+        self.highest = _shift_for(dt.max_float, self.w_peak)  # weight shifts that do not saturate
+        self.lowest = min(0, math.floor(math.log2(2.0 ** (dt.width - 2) / (self.w_peak * dt.one))))
+        self._rounding: dict[int, float] = {}
+
+    def weight_rounding(self, shift: int) -> float:
+        """Mean square error of the weights times ``2**shift``, rounded (inf where they saturate)."""
+        if shift not in self._rounding:
+            unit = 2.0 ** (shift + self.bp)
+            error = np.floor(self.w * unit + 0.5) / unit - self.w
+            self._rounding[shift] = math.inf if shift > self.highest else float(np.mean(error**2))
+        return self._rounding[shift]
+
+    def noise(self, k_in: int, k_out: int) -> float:
+        ulp_in, ulp_out = 2.0 ** -(k_in + self.bp), 2.0 ** -(k_out + self.bp)
+        products = self.terms * ulp_out**2 / 12
+        weights = self.terms * self.x_ms * self.weight_rounding(k_out - k_in)
+        inputs = self.terms * self.w_mean_square * ulp_in**2 / 12
+        return products + weights + inputs
+
+
+def _bounded(shift: dict[str, int], layers: list[_Layer]) -> dict[str, int]:
+    """Lower shifts until every layer's weight shift lies within its bounds. Each bound ties one
+    shift to another plus a constant, so this finds the largest solution (shifts only come down)."""
     changed = True
-    while changed:  # shifts only come down, and every bound can hold at once: this ends
+    while changed:
         changed = False
-        for gin, gout, lowest, highest in bounds:
-            if shift[gout] > shift[gin] + highest:
-                shift[gout], changed = shift[gin] + highest, True
-            if shift[gin] > shift[gout] - lowest:
-                shift[gin], changed = shift[gout] - lowest, True
-    return {t: shift[g] for t, g in group.items()}
+        for layer in layers:
+            if shift[layer.gout] > shift[layer.gin] + layer.highest:
+                shift[layer.gout], changed = shift[layer.gin] + layer.highest, True
+            if shift[layer.gin] > shift[layer.gout] - layer.lowest:
+                shift[layer.gin], changed = shift[layer.gout] - layer.lowest, True
+    return shift
+
+
+def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, float], sweeps: int = 4):
+    """Coordinate descent from ``start``, each group's shift at most its start: the modelled noise of
+    the layers around a group, relative to the signal each joins (a residual branch's small result
+    joins the larger sum), as small as it gets."""
+    shift = dict(start)
+    touching: dict[str, list[_Layer]] = {g: [] for g in shift}
+    for layer in layers:
+        touching[layer.gin].append(layer)
+        if layer.gout != layer.gin:
+            touching[layer.gout].append(layer)
+
+    def cost(g: str, k: int) -> float:
+        trial = {**shift, g: k}
+        return sum(
+            layer.noise(trial[layer.gin], trial[layer.gout]) / max(signal[layer.gout], 1e-30) for layer in touching[g]
+        )
+
+    for _ in range(sweeps):
+        moved = False
+        for g in shift:
+            if touching[g]:
+                best = min(range(start[g], start[g] - 12, -1), key=lambda k: (cost(g, k), -k))
+                if cost(g, best) < cost(g, shift[g]):
+                    shift[g], moved = best, True
+        if not moved:
+            break
+    return shift
+
+
+def simulated_error(graph: Graph, shifts: dict[str, int], arch: Architecture, samples) -> float:
+    """The outputs' RMS error, relative to their spread, when every tensor, weight and bias is
+    rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``."""
+    scaled, _ = apply_shifts(graph, shifts)
+    errors = []
+    for sample in samples:
+        want = interpret(graph, sample)
+        got = interpret(scaled, {k: v * 2.0 ** shifts.get(k, 0) for k, v in sample.items()}, rounding=arch.data_type)
+        for o in graph.outputs:
+            spread = float(np.mean((want[o] - want[o].mean()) ** 2)) or 1.0
+            errors.append(float(np.mean((got[o] / 2.0 ** shifts.get(o, 0) - want[o]) ** 2)) / spread)
+    return float(np.mean(errors))
 
 
 class _Derived:
