@@ -50,15 +50,17 @@ class DeviceRuns:
     stats: dict  # device name -> {partition symbol: RunStats}
 
 
-def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0) -> DeviceRuns:
-    """Build ``onnx_model`` with tvm_tensil and run the same executable under each device."""
+def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0, calibration=None) -> DeviceRuns:
+    """Build ``onnx_model`` with tvm_tensil (and ``calibration`` samples) and run the same executable
+    under each device."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
     import tvm_tensil
 
-    ex = tvm_tensil.build(from_onnx(onnx_model, keep_params_in_input=False), target="tensil", arch=arch)
+    mod = from_onnx(onnx_model, keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=calibration)
     x = tvm.runtime.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     runs = DeviceRuns({}, ex.tensil_report, {})

@@ -68,7 +68,10 @@ def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
         warnings.simplefilter("always")
         ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:BATCH])
     assert not [w for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
-    assert "scales: per tensor from calibration" in str(ex.tensil_report)
+    assert "scales: per tensor from 1 calibration sample, 2^" in str(ex.tensil_report)
+    (part,) = ex.tensil_report.partitions.values()
+    for name, scale in part["scales"].items():  # each tensor's scale keeps the range it took
+        assert scale["headroom"] is None or scale["headroom"] >= 1.0, name
 
 
 def test_calibration_data_that_does_not_fit_is_one_clear_error():
@@ -109,7 +112,7 @@ def test_cli_compile_with_calibration_runs_in_a_fresh_process(tmp_path):
 
     r = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "out", "--calibrate", tmp_path / "cal.npy")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "scales: per tensor from calibration" in r.stdout
+    assert "calibration samples, 2^" in r.stdout
     r = cli("run", tmp_path / "out" / "cnn.so", "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
     assert r.returncode == 0, r.stderr[-3000:]
     mod = from_onnx(model, keep_params_in_input=False)

@@ -207,9 +207,10 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
     assert sim.build_key(other) != sim.build_key(TINY)
 
 
-@pytest.mark.parametrize("model", ["mlp", "small_cnn", "resnet20v2"])
+@pytest.mark.parametrize("model", ["mlp", "small_cnn", "small_cnn_calibrated", "resnet20v2"])
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
-    """The same executable under both devices: outputs equal bit for bit, cycles reported."""
+    """The same executable under both devices: outputs equal bit for bit, cycles reported (also with
+    a scale per tensor from calibration)."""
     import zoo
 
     from helpers import outputs_on_devices
@@ -217,9 +218,15 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
     onnx_model, shape = {
         "mlp": (zoo.mlp(batch=2), (2, 64)),
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "small_cnn_calibrated": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
     }[model]
-    runs = outputs_on_devices(onnx_model, shape, ("emulator", "verilator"))
+    calibration = np.random.default_rng(1).standard_normal((4, *shape[1:])).astype(np.float32)
+    runs = outputs_on_devices(
+        onnx_model, shape, ("emulator", "verilator"), calibration=calibration if "calibrated" in model else None
+    )
+    if "calibrated" in model:
+        assert any(s["shift"] for p in runs.report.partitions.values() for s in p["scales"].values())
     assert np.array_equal(runs.outputs["emulator"], runs.outputs["verilator"])
     stats = runs.stats["verilator"]
     assert set(stats) == set(runs.report.partitions)  # every partition ran, and only this build's

@@ -61,7 +61,7 @@ def weight_losses(report: "BuildReport") -> list[str]:
             if zeroed > WEIGHT_LOSS_LIMIT or error > WEIGHT_LOSS_LIMIT:
                 fix = (
                     "a wider data type (e.g. FP32BP16) keeps them"
-                    if p.get("shifts")
+                    if p.get("calibration_samples")
                     else "calibration=sample inputs can give the layer finer weights where its input's range "
                     "allows, a wider data type (e.g. FP32BP16) keeps them"
                 )
@@ -127,9 +127,15 @@ class BuildReport:
                     f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
                     f"(from {', '.join(node['relax_ops'])})"
                 )
-            if p.get("shifts"):
-                ks = p["shifts"].values()
-                lines.append(f"  scales: per tensor from calibration, 2^{min(ks)} .. 2^{max(ks)}")
+            if p.get("calibration_samples"):
+                ks = [v["shift"] for v in p["scales"].values()]
+                room = min((v["headroom"] for v in p["scales"].values() if v["headroom"]), default=None)
+                lines.append(
+                    f"  scales: per tensor from {p['calibration_samples']} calibration sample"
+                    + ("s" if p["calibration_samples"] != 1 else "")
+                    + f", 2^{min(ks)} .. "
+                    f"2^{max(ks)}" + (f"; the tightest tensor has {room:.1f}x headroom" if room else "")
+                )
             if p.get("weights_saturated"):
                 lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
         lines += [f"warning: {w}" for w in weight_losses(self)]

@@ -249,9 +249,10 @@ def compile_graph(
     """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
     every tensor its own power-of-two scale; without it every tensor uses the data type's binary
     point."""
-    shifts = {}
+    shifts, stats = {}, {}
     if calibration:
-        shifts = choose_shifts(graph, tensor_stats(graph, calibration), arch, calibration[:SIMULATED_SAMPLES])
+        stats = tensor_stats(graph, calibration)
+        shifts = choose_shifts(graph, stats, arch, calibration[:SIMULATED_SAMPLES])
     graph, scaling = apply_shifts(fuse(graph), shifts)
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
@@ -309,8 +310,18 @@ def compile_graph(
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
     }
-    if not scaling.trivial:
-        report["shifts"] = {t: k for t, k in scaling.shifts.items() if t in graph.tensors}
+    if calibration:
+        report["calibration_samples"] = len(calibration)
+        report["scales"] = {
+            t: {
+                "shift": k,
+                "peak": stats[t].peak,
+                # How many times the largest value seen fits the data type at this scale.
+                "headroom": arch.data_type.max_float / (stats[t].peak * 2.0**k) if stats[t].peak else None,
+            }
+            for t, k in scaling.shifts.items()
+            if t in graph.tensors and t in stats
+        }
     return CompiledPartition(
         name,
         arch,
