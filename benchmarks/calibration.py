@@ -5,7 +5,10 @@ build, as a share of the logits' range, without and with calibration (16 samples
 training images for the trained nets), top-1 agreement, and saturation warnings on the test inputs.
 Writes results/calibration.json and prints a table.
 
-    python benchmarks/calibration.py [--arch pynqz1]
+    python benchmarks/calibration.py [--arch pynqz1] [--data-type FP8BP4] [--full-size]
+
+``--full-size`` builds the zoo networks at their published input sizes (ResNet-50 v2 224, YOLOv4-tiny
+416, MobileNet-v2 224) instead of ResNet-20 v2 and small MobileNet-v2 / YOLOv4-tiny inputs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_tensil
 from tvm_tensil import zoo
+from tvm_tensil.numbers import data_type
 from tvm_tensil.runtime.device import SaturationWarning
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -65,25 +69,38 @@ def measure(name, mod, batch, cal, test, arch, labels=None) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="pynqz1")
-    p.add_argument("-o", "--output", default=str(HERE / "results" / "calibration.json"))
+    p.add_argument("--data-type", help="the architecture with another data type, e.g. FP8BP4")
+    p.add_argument("--full-size", action="store_true", help="the zoo at its published input sizes")
+    p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full].json")
     args = p.parse_args()
+    arch = tvm_tensil.load_arch(args.arch)
+    if args.data_type:
+        arch = arch.replace(data_type=data_type(args.data_type), name=f"{arch.name}_{args.data_type.lower()}")
+    suffix = (f"_{args.data_type.lower()}" if args.data_type else "") + ("_full" if args.full_size else "")
+    output = Path(args.output or HERE / "results" / f"calibration{suffix}.json")
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
-    for kind in ("resnet", "mobilenet", "wide_range"):
+    for kind in () if args.full_size else ("resnet", "mobilenet", "wide_range"):
         mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
         rows.append(measure(f"digits {kind}", mod, 64, data.x_train[:256], data.x_test[:n], args.arch, data.y_test[:n]))
     rng = np.random.default_rng(0)
-    for name, model, shape in (
-        ("ResNet-20 v2 (32)", zoo.resnet20v2(softmax=False), (3, 32, 32)),
-        ("MobileNet-v2 (96)", zoo.mobilenetv2(96, softmax=False), (3, 96, 96)),
-        ("YOLOv4-tiny (128)", zoo.yolov4_tiny(128), (3, 128, 128)),
-    ):
-        xs = rng.standard_normal((24, *shape)).astype(np.float32)
-        rows.append(measure(name, from_onnx(model, keep_params_in_input=False), 1, xs[:16], xs[16:], args.arch))
-    result = {"arch": args.arch, "machine": describe(), "rows": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    small = (
+        ("ResNet-20 v2 (32)", lambda: zoo.resnet20v2(softmax=False), (3, 32, 32)),
+        ("MobileNet-v2 (96)", lambda: zoo.mobilenetv2(96, softmax=False), (3, 96, 96)),
+        ("YOLOv4-tiny (128)", lambda: zoo.yolov4_tiny(128), (3, 128, 128)),
+    )
+    full = (
+        ("ResNet-50 v2 (224)", lambda: zoo.resnet50v2(softmax=False), (3, 224, 224)),
+        ("YOLOv4-tiny (416)", lambda: zoo.yolov4_tiny(416), (3, 416, 416)),
+        ("MobileNet-v2 (224)", lambda: zoo.mobilenetv2(softmax=False), (3, 224, 224)),
+    )
+    for name, model, shape in full if args.full_size else small:
+        xs = rng.standard_normal((20, *shape)).astype(np.float32)
+        rows.append(measure(name, from_onnx(model(), keep_params_in_input=False), 1, xs[:16], xs[16:], arch))
+    result = {"arch": arch.name, "data_type": arch.data_type.name, "machine": describe(), "rows": rows}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'network':24} {'default':>9} {'calibrated':>11}  top-1 (float / default / calibrated)")
     for r in rows:
         d, c = r["default"], r["calibrated"]

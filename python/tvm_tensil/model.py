@@ -195,6 +195,11 @@ class TensilModel:
         v = self._tensor_info(name, outputs).get("shift", 0)
         return int(v) if isinstance(v, int) else 0
 
+    def source(self, name: str) -> str:
+        """Where an input comes from in the framework's model (our extension), as `` (...)``, or ""."""
+        v = self._tensor_info(name, False).get("source")
+        return f" ({v})" if isinstance(v, str) and v else ""
+
     def _tensor_info(self, name: str, outputs: bool) -> dict:
         table = self.extras.get("outputs" if outputs else "inputs", {})
         info = table.get(name) if isinstance(table, dict) else None

@@ -62,7 +62,10 @@ def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
         warnings.simplefilter("always")
         tvm_tensil.build(mod, target="tensil", arch="pynqz1")
     lines = [str(w.message) for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
-    assert any("100% of its weights round to zero at FP16BP8" in line and "calibration=" in line for line in lines)
+    assert any(
+        "100% of its weights round to zero and 0% saturate at FP16BP8" in line and "calibration=" in line
+        for line in lines
+    )
     assert all("\n" not in line and line.startswith("conv2d -> t") for line in lines)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -120,3 +123,28 @@ def test_cli_compile_with_calibration_runs_in_a_fresh_process(tmp_path):
     assert np.max(np.abs(np.load(tmp_path / "y.npy") - cpu)) <= 0.01 * np.ptp(cpu)
     bad = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "o2", *["--calibrate", tmp_path / "x.npy"] * 2)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "input" in bad.stderr
+
+
+def test_run_time_saturation_names_the_models_input_and_what_to_do():
+    """Inputs beyond the data type's range: the warning names the model's own input and says to
+    calibrate; built with inputs like these, nothing saturates and the result matches the CPU's."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+
+    b = zoo.OnnxBuilder(0)
+    mod = from_onnx(b.model({"x": [2, 16]}, b.op("Relu", [b.gemm("x", 16, 8)])), keep_params_in_input=False)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16)).astype(np.float32) * 100
+    for calibration in (None, rng.standard_normal((8, 16)).astype(np.float32) * 100):
+        ex = tvm_tensil.build(mod, target="tensil", calibration=calibration)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        messages = [str(w.message) for w in seen if issubclass(w.category, SaturationWarning)]
+        if calibration is None:
+            assert any("input 'x' (model input 'x') has" in m and "calibration=" in m for m in messages)
+        else:
+            assert not messages
+            cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x))
+            assert np.max(np.abs(y - cpu.numpy())) <= 0.01 * np.ptp(cpu.numpy())

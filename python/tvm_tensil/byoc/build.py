@@ -67,8 +67,8 @@ def weight_losses(report: "BuildReport") -> list[str]:
                 )
                 lines.append(
                     f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}: "
-                    f"{zeroed:.0%} of its weights round to zero at {dt}, {error:.0%} of their magnitude "
-                    f"is lost; {fix}"
+                    f"{zeroed:.0%} of its weights round to zero and {node.get('weights_saturating', 0.0):.0%} "
+                    f"saturate at {dt}, {error:.0%} of their magnitude is lost; {fix}"
                 )
     return lines
 
@@ -227,6 +227,40 @@ def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> No
     relax.analysis.post_order_visit(func.body, record)
 
 
+def _argument_sources(mod: tvm.IRModule) -> dict[str, list[str]]:
+    """For each partition called from ``main``, where each argument comes from: a model input (by
+    its name) or the op that produced it."""
+    main = mod["main"]
+    params = {p: str(p.name) for p in main.params}
+    bound, symbols = {}, {gv: str(f.attrs["global_symbol"]) for gv, f in _partitions(mod)}
+    sources: dict[str, list[str]] = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            bound[binding.var] = binding.value
+            v = binding.value
+            if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.GlobalVar) and v.op in symbols:
+                sources[v.op.name_hint] = [_source(arg, params, bound, symbols) for arg in v.args]
+    return sources
+
+
+def _source(expr, params: dict, bound: dict, symbols: dict) -> str:
+    while (
+        isinstance(expr, relax.Var)
+        and expr not in params
+        and isinstance(bound.get(expr), (relax.Var, relax.TupleGetItem))
+    ):
+        value = bound[expr]
+        expr = value.tuple_value if isinstance(value, relax.TupleGetItem) else value
+    if expr in params:
+        return f"model input '{params[expr]}'"
+    value = bound.get(expr)
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar) and value.op in symbols:
+        return f"an output of TCU partition {symbols[value.op]}"
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        return f"the result of {value.op.name} on the CPU"
+    return ""
+
+
 def _compile_partitions(
     mod: tvm.IRModule, arch: Architecture, rejections: Rejections, samples: dict[str, list] | None = None
 ) -> tuple[tvm.IRModule, dict[str, CompiledPartition]]:
@@ -234,9 +268,10 @@ def _compile_partitions(
     one that fails (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU with
     the reason recorded for each of its ops. ``samples``: each partition's calibration inputs."""
     compiled = {}
+    sources = _argument_sources(mod)
     for gv, func in _partitions(mod):
         try:
-            part = codegen.compile_partition(func, arch, (samples or {}).get(gv.name_hint))
+            part = codegen.compile_partition(func, arch, (samples or {}).get(gv.name_hint), sources.get(gv.name_hint))
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
             mod[gv] = _back_to_cpu(func)
             _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")

@@ -66,9 +66,10 @@ def stub_source(symbol: str, desc: dict) -> str:
     return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
 
 
-def compile_partition(func, arch: Architecture, samples=None) -> CompiledPartition:
+def compile_partition(func, arch: Architecture, samples=None, sources=None) -> CompiledPartition:
     """Compile one partition function. ``samples``: calibration data, a list of tuples of the
     function's arguments (numpy, the framework's layout); each tensor then gets its own scale.
+    ``sources``: where each argument comes from in the model (for messages).
     Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
@@ -86,6 +87,7 @@ def compile_partition(func, arch: Architecture, samples=None) -> CompiledPartiti
     }
     renamed = dict(zip(graph.inputs, in_names)) | dict(zip(graph.outputs, out_names))
     part.shifts = {renamed[t]: k for t, k in part.shifts.items()}
+    part.sources = dict(zip(in_names, sources or ()))
     external = dict(zip(graph.outputs, out_names))
     for node in part.report["nodes"]:
         node["output"] = external.get(node["output"], node["output"])

@@ -40,6 +40,9 @@ class CompiledPartition:
     # constants derived from the model's weights for the scaled graph ((source, shift) each).
     shifts: dict[str, int] = field(default_factory=dict)
     derived: list = field(default_factory=list)
+    # Where each input comes from in the framework's model ("model input 'x'", "the result of ..."),
+    # for messages about it.
+    sources: dict[str, str] = field(default_factory=dict)
     description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
 
     def model(self, constants) -> TensilModel:
@@ -54,6 +57,7 @@ class CompiledPartition:
                 name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
                 | ({"user_shape": list(self.user_shapes[name])} if name in self.user_shapes else {})
                 | ({"shift": self.shifts[name]} if self.shifts.get(name) else {})
+                | ({"source": self.sources[name]} if kind == "inputs" and name in self.sources else {})
                 for name, p in table.items()
             }
             for kind, table in (("inputs", self.inputs), ("outputs", self.outputs))
@@ -70,19 +74,23 @@ class CompiledPartition:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "arch": self.arch.to_dict(),
-            "program": base64.b64encode(self.program.data).decode(),
-            "recipes": [r.to_json() for r in self.recipes],
-            "inputs": {k: p.to_json() for k, p in self.inputs.items()},
-            "outputs": {k: p.to_json() for k, p in self.outputs.items()},
-            "user_shapes": {k: list(v) for k, v in self.user_shapes.items()},
-            "report": self.report,
-        } | (
-            {"shifts": self.shifts, "derived": [list(d) for d in self.derived]}
-            if self.derived or any(self.shifts.values())
-            else {}
+        return (
+            {
+                "name": self.name,
+                "arch": self.arch.to_dict(),
+                "program": base64.b64encode(self.program.data).decode(),
+                "recipes": [r.to_json() for r in self.recipes],
+                "inputs": {k: p.to_json() for k, p in self.inputs.items()},
+                "outputs": {k: p.to_json() for k, p in self.outputs.items()},
+                "user_shapes": {k: list(v) for k, v in self.user_shapes.items()},
+                "report": self.report,
+            }
+            | ({"sources": self.sources} if self.sources else {})
+            | (
+                {"shifts": self.shifts, "derived": [list(d) for d in self.derived]}
+                if self.derived or any(self.shifts.values())
+                else {}
+            )
         )
 
     @classmethod
@@ -100,6 +108,7 @@ class CompiledPartition:
             user_shapes={k: tuple(v) for k, v in d.get("user_shapes", {}).items()},
             shifts={k: int(v) for k, v in d.get("shifts", {}).items()},
             derived=[tuple(int(x) for x in e) for e in d.get("derived", [])],
+            sources=dict(d.get("sources", {})),
         )
 
 
@@ -336,8 +345,8 @@ def compile_graph(
 
 
 def weight_rounding(node: Node, graph: Graph, arch: Architecture) -> dict[str, float]:
-    """What the data type does to a layer's weights (as scaled): the share of its nonzero weights
-    that round to zero, and the share of their magnitude lost to rounding."""
+    """What the data type does to a layer's weights (as scaled): the shares of its nonzero weights
+    that round to zero and that saturate, and the share of their magnitude lost to both."""
     index = node.attrs.get("weight") if node.op == "conv2d" else None
     if index is None:
         return {}
@@ -349,6 +358,7 @@ def weight_rounding(node: Node, graph: Graph, arch: Architecture) -> dict[str, f
     q = dt.to_float(dt.from_float(w))
     return {
         "weights_zeroed": float(np.mean(q == 0)),
+        "weights_saturating": float(np.mean(np.abs(w) > dt.max_float)),
         "weights_error": float(np.sum(np.abs(q - w)) / np.sum(np.abs(w))),
     }
 

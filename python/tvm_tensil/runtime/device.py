@@ -217,11 +217,11 @@ class Device(ABC):
             if warn_saturation and clipped.count:
                 warnings.warn(
                     SaturationWarning(
-                        f"model '{model.name}' on {self.name}: input '{name}' has {clipped.count} values outside "
-                        f"its range [{dt.min_float / scale:g}, {dt.max_float / scale:g}] ({dt.name}"
+                        f"model '{model.name}' on {self.name}: input '{name}'{model.source(name)} has "
+                        f"{clipped.count} values outside its range [{dt.min_float / scale:g}, "
+                        f"{dt.max_float / scale:g}] ({dt.name}"
                         + (f" at scale 2^{model.shift(name)}" if scale != 1 else "")
-                        + "), clipped to it. Build with calibration inputs like these, or use a wider data "
-                        "type (e.g. FP32BP16)."
+                        + f"), clipped to it. {_fix(model)}"
                     ),
                     stacklevel=2,
                 )
@@ -249,7 +249,7 @@ class Device(ABC):
                     f"model '{model.name}' on {self.name}: {how_many} at "
                     f"the {dt.name} range [{dt.min_float:g}, {dt.max_float:g}]"
                     + (f" ({by_op})" if by_op else "")
-                    + "; outputs may be clipped. A wider data type (e.g. FP32BP16) avoids this."
+                    + f"; outputs may be clipped. {_fix(model)}"
                 ),
                 stacklevel=2,
             )
@@ -265,6 +265,19 @@ class Device(ABC):
                 else values
             )
         return outputs
+
+
+def _fix(model: TensilModel) -> str:
+    """What to do about values beyond the data type's range."""
+    if model.extras.get("report", {}).get("calibration_samples"):
+        return (
+            "These inputs go beyond the calibration samples' range: calibrate with inputs like these, or use a "
+            "wider data type (e.g. FP32BP16)."
+        )
+    return (
+        "Build with calibration=sample inputs like these (each tensor then gets a scale that fits its range), "
+        "or use a wider data type (e.g. FP32BP16)."
+    )
 
 
 class HostDramDevice(Device):
