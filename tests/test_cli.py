@@ -16,7 +16,9 @@ def test_arch(capsys):
     out = capsys.readouterr().out
     assert "instruction          8 bytes" in out and "operand2             16 bits" in out
     assert main(["arch", "--list"]) == 0
-    assert "ultra96v2_300mhz" in capsys.readouterr().out
+    rows = {line.split()[0]: line.split(maxsplit=1)[1] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert set(rows) == set(PRESETS)
+    assert len(set(rows.values())) == len(rows)  # no two presets look alike (ultra96v2's DRAM1 differs)
     assert main(["arch", "pynqz1", "--json", "--plain"]) == 0
     assert '"tvm_tensil"' not in capsys.readouterr().out
 

@@ -17,9 +17,12 @@ examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -48,11 +51,16 @@ _USER_ERRORS = (
 
 def _cmd_arch(args) -> int:
     if args.list:
+        print(f"{'preset':<18} {'array':^7} {'data':<9} {'clock':<8} {'memories (vectors)':<44} board")
         for name, arch in PRESETS.items():
             clock = f"{arch.clock_mhz:g} MHz" if arch.clock_mhz else ""
+            memories = (
+                f"local {arch.local_depth} acc {arch.accumulator_depth} "
+                f"DRAM0 {_vectors(arch.dram0_depth)} DRAM1 {_vectors(arch.dram1_depth)}"
+            )
             print(
                 f"{name:<18} {arch.array_size:>3}x{arch.array_size:<3} {arch.data_type.name:<9} "
-                f"{clock:<8} {arch.board or ''}"
+                f"{clock:<8} {memories:<44} {arch.board or ''}"
             )
         return 0
     if not args.arch:
@@ -63,6 +71,10 @@ def _cmd_arch(args) -> int:
     else:
         print(arch.describe())
     return 0
+
+
+def _vectors(n: int) -> str:
+    return f"{n >> 20}M" if n >= 1 << 20 and not n % (1 << 20) else f"{n >> 10}K" if not n % 1024 else str(n)
 
 
 def _program_and_arch(path: Path, arch_arg: str | None):
@@ -604,13 +616,54 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextlib.contextmanager
+def _noting_interrupts():
+    """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the list this yields: TVM turns
+    a KeyboardInterrupt raised inside its callbacks into a RuntimeError."""
+    noted: list = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    if previous is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
+    try:
+        yield noted
+    finally:
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with _noting_interrupts() as interrupted:
+        return _run(args, interrupted)
+
+
+def _run(args, interrupted: list) -> int:
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # inside the try: a closed pipe is met here, not at interpreter exit
+        return code
     except _USER_ERRORS as e:
+        if interrupted:
+            return 130
         print(f"tvm-tensil: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention, no traceback
+        return 130
+    except BrokenPipeError:  # `tvm-tensil ... | head` closed the pipe: nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception:
+        if interrupted:  # Ctrl-C inside TVM reaches Python as another error
+            return 130
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -175,3 +175,26 @@ def test_run_and_emulate_reach_a_running_simulated_board(tmp_path):
     log = (tmp_path / "server.log").read_text()
     for client in (1, 2):
         assert f"client {client} connected (pid" in log and f"client {client} left after 1 run(s)" in log, log
+
+
+def test_a_closed_pipe_and_ctrl_c_end_quietly(tmp_path):
+    """Output into a closed pipe (`tvm-tensil ... | head` after head is done) and Ctrl-C during a
+    compile: no traceback; the exit codes shells expect (141, 130)."""
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "tvm_tensil.cli"]
+    closed = subprocess.Popen([*cmd, "arch", "--list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    closed.stdout.close()  # the reader is gone before the first line
+    assert closed.wait(timeout=600) == 141
+    assert closed.stderr.read() == b""
+    onnx.save(zoo.mobilenetv2(), tmp_path / "mb.onnx")
+    compile_ = subprocess.Popen(
+        [*cmd, "compile", str(tmp_path / "mb.onnx"), "-o", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(8)  # importing TVM, then inside the build (which takes about 10 s more)
+    compile_.send_signal(signal.SIGINT)
+    out, err = compile_.communicate(timeout=600)
+    assert compile_.returncode == 130, err[-3000:]
+    assert b"Traceback" not in err and not (tmp_path / "out" / "mb.so").exists()

@@ -136,6 +136,7 @@ def test_weights_given_as_graph_inputs_are_named_as_the_reason():
     ex = tvm_tensil.build(from_onnx(_model(b, _float([1, 8, 8, 8]), [y]), keep_params_in_input=True), target="tensil")
     conv = next(o for o in ex.tensil_report.cpu_ops if o["op"] == "relax.nn.conv2d")
     assert "weights are a graph input" in conv["reason"] and "keep_params_in_input=False" in conv["reason"]
+    assert "keep_params_as_input=False" in conv["reason"]  # the PyTorch importer's name for it
 
 
 def test_inputs_outside_the_range_warn_with_the_name_and_count():

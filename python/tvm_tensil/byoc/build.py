@@ -189,7 +189,8 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                 if reason is None and _weights_not_constant(e):
                     reason = (
                         "its weights are a graph input, not constants: import with "
-                        "from_onnx(model, keep_params_in_input=False) or pass params= to build()"
+                        "from_onnx(model, keep_params_in_input=False) (PyTorch: from_exported_program(..., "
+                        "keep_params_as_input=False)) or pass params= to build()"
                     )
                 ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}"})
 
@@ -225,6 +226,18 @@ def _reject_all(rejections: Rejections, func: relax.Function, reason: str) -> No
             rejections.add(expr, reason, replace=True)
 
     relax.analysis.post_order_visit(func.body, record)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def _raise_if_interrupted(e: BaseException) -> None:
+    """TVM turns a KeyboardInterrupt raised in Python code it called (a pass's callback) into a
+    RuntimeError without a message: that is Ctrl-C, not a failure to report and work around."""
+    if type(e) is RuntimeError and not str(e).strip():
+        raise e
 
 
 def _argument_sources(mod: tvm.IRModule) -> dict[str, list[str]]:
@@ -273,6 +286,7 @@ def _compile_partitions(
         try:
             part = codegen.compile_partition(func, arch, (samples or {}).get(gv.name_hint), sources.get(gv.name_hint))
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
+            _raise_if_interrupted(e)
             mod[gv] = _back_to_cpu(func)
             _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")
             continue
@@ -292,7 +306,8 @@ def offload(
     try:
         mod = partition_for_tensil(mod, arch, rejections)
     except Exception as e:  # noqa: BLE001 - TVM's partitioning passes themselves failed: all on the CPU
-        reason = f"TVM's partitioning failed on this model ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        _raise_if_interrupted(e)
+        reason = f"TVM's partitioning failed on this model ({type(e).__name__}: {_first_line(e)[:200]})"
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
                 _reject_all(rejections, func, reason)
