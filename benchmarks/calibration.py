@@ -58,6 +58,7 @@ def measure(name, mod, batch, cal, test, arch, labels=None) -> dict:
             "saturation_warnings": sum(issubclass(w.category, SaturationWarning) for w in seen),
             "precision_warnings": sum(issubclass(w.category, tvm_tensil.PrecisionWarning) for w in seen),
             "cycles": ex.tensil_report.total_cycles,
+            "ops_on_cpu": len(ex.tensil_report.cpu_ops),
         }
         if labels is not None:
             row[label]["top1"] = float(np.mean(got.argmax(-1) == labels))
@@ -83,7 +84,7 @@ def main() -> None:
     n = len(data.x_test) // 64 * 64
     for kind in () if args.full_size else ("resnet", "mobilenet", "wide_range"):
         mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
-        rows.append(measure(f"digits {kind}", mod, 64, data.x_train[:256], data.x_test[:n], args.arch, data.y_test[:n]))
+        rows.append(measure(f"digits {kind}", mod, 64, data.x_train[:256], data.x_test[:n], arch, data.y_test[:n]))
     rng = np.random.default_rng(0)
     small = (
         ("ResNet-20 v2 (32)", lambda: zoo.resnet20v2(softmax=False), (3, 32, 32)),

@@ -140,8 +140,10 @@ def _view(graph: Graph, values: dict[str, np.ndarray], view: str) -> np.ndarray:
 def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dict[str, np.ndarray]:
     """Every tensor's float value (float64, (n, h, w, c)) for ``inputs`` given by graph tensor name.
 
-    ``rounding`` (a ``DataType``): also round every input, constant and node result to it, saturating
-    (a model of the TCU's numbers without the rounding of each product)."""
+    ``rounding`` (a ``DataType``): also round every input, constant and node result to it, saturating,
+    and add to each conv's result the rounding of its products as noise of the same variance (K
+    products each uniform over one unit; seeded): a model of the TCU's numbers, not bit-exact."""
+    noise = np.random.default_rng(0)
     if rounding is not None:
         constants = [rounding.to_float(rounding.from_float(c)) for c in graph.constants]
         graph = Graph(graph.tensors, graph.nodes, graph.inputs, graph.outputs, constants, graph.views)
@@ -161,7 +163,12 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
         args = [resolve(t) for t in node.inputs]
         values[node.output] = _node(node, args, graph)
         if rounding is not None:
-            values[node.output] = rounding.to_float(rounding.from_float(values[node.output]))
+            y = values[node.output]
+            if node.op == "conv2d" and node.attrs.get("weight") is not None:
+                w = np.shape(graph.constants[node.attrs["weight"]])
+                terms = w[0] if node.attrs.get("layout") == "KM" else int(np.prod(w[1:]))
+                y = y + noise.standard_normal(y.shape) * (rounding.resolution * np.sqrt(terms / 12))
+            values[node.output] = rounding.to_float(rounding.from_float(y))
         second = node.attrs.get("second")
         if second:
             sub = Node("conv2d", [node.output], second["output"], {**second, "residual": False},
