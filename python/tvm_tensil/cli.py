@@ -166,7 +166,7 @@ def _cmd_compile(args) -> int:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .byoc import CalibrationError, build
+    from .byoc import CalibrationError, ToolchainError, build
 
     src = Path(args.model)
     try:
@@ -190,7 +190,7 @@ def _cmd_compile(args) -> int:
         calibration = dict(zip(params, calibration))  # each file a stack of samples
     try:
         ex = build(mod, target="tensil", arch=arch, model_dir=out, calibration=calibration)
-    except CalibrationError as e:
+    except (CalibrationError, ToolchainError) as e:
         raise ModelError(str(e)) from None
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"

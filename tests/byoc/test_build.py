@@ -96,3 +96,19 @@ def test_tvm_compile_for_the_tensil_target_offloads_and_other_targets_do_not():
     with tvm_tensil.device("emulator") as session:
         relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x)
     assert not session.run_stats, "an LLVM build must stay on the CPU"
+
+
+def test_a_missing_cxx_compiler_is_one_line_before_anything_is_built(monkeypatch):
+    """Every partition is a C++ source module: without a C++ compiler the build says what to
+    install instead of TVM's TypeError after the report."""
+    from tvm_tensil.byoc import ToolchainError
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    mod = from_onnx(zoo.small_cnn(), keep_params_in_input=False)
+    with pytest.raises(ToolchainError, match=r"needs a C\+\+ compiler .*/nonexistent/g\+\+.*apt-get install g\+\+"):
+        tvm_tensil.build(mod, target="tensil")
+    monkeypatch.delenv("CXX")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ToolchainError, match=r"none of g\+\+, clang\+\+, c\+\+ is on PATH"):
+        tvm_tensil.build(mod, target="tensil")

@@ -198,3 +198,16 @@ def test_a_closed_pipe_and_ctrl_c_end_quietly(tmp_path):
     out, err = compile_.communicate(timeout=600)
     assert compile_.returncode == 130, err[-3000:]
     assert b"Traceback" not in err and not (tmp_path / "out" / "mb.so").exists()
+
+
+def test_compile_without_a_cxx_compiler_is_one_line(tmp_path):
+    import os
+
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    env = dict(os.environ, CXX="/nonexistent/g++")
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "needs a C++ compiler" in r.stderr and not (tmp_path / "out" / "mlp.so").exists()

@@ -5,7 +5,16 @@ tag and the ``tensil`` Relax pipeline.
 """
 
 from . import codegen  # noqa: F401 - registers relax.ext.tensil
-from .build import BuildReport, PrecisionWarning, TensilPipeline, build, offload, tensil_pipeline, write_models
+from .build import (
+    BuildReport,
+    PrecisionWarning,
+    TensilPipeline,
+    ToolchainError,
+    build,
+    offload,
+    tensil_pipeline,
+    write_models,
+)
 from .calibrate import CalibrationError
 from .patterns import Rejections, make_patterns, partition_for_tensil
 
@@ -13,6 +22,7 @@ __all__ = [
     "BuildReport",
     "CalibrationError",
     "PrecisionWarning",
+    "ToolchainError",
     "build",
     "offload",
     "tensil_pipeline",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,6 +362,7 @@ def build(
         ``ex.tensil_report`` is the build's ``BuildReport`` (``print`` it).
     """
     _check_module(mod)
+    _check_cxx()
     arch = load_arch(arch)
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
@@ -371,6 +373,24 @@ def build(
     ex = tvm.compile(mod, target=host)
     ex.tensil_report = report
     return ex
+
+
+class ToolchainError(RuntimeError):
+    """Something the build needs on this machine is missing."""
+
+
+def _check_cxx() -> None:
+    """Each Tensil partition becomes a C++ source module that TVM compiles with the machine's C++
+    compiler (when the executable is loaded or exported): say so before building anything."""
+    from tvm.support.cc import get_cc
+
+    cc = get_cc()
+    if cc is None or shutil.which(cc.split()[0]) is None:
+        where = f"$CXX/$CC names {cc!r}, which is not found" if cc else "none of g++, clang++, c++ is on PATH"
+        raise ToolchainError(
+            f"tvm_tensil.build needs a C++ compiler ({where}): install one (Debian/Ubuntu: apt-get install g++) "
+            "or set CXX to its path"
+        )
 
 
 def _check_module(mod) -> None:
@@ -435,6 +455,7 @@ class TensilPipeline:
         self.report: BuildReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        _check_cxx()
         mod, self.report = offload(mod, self.arch)
         return relax.pipeline.get_default_pipeline(tvm.target.Target("llvm"))(mod)
 
