@@ -282,8 +282,10 @@ def _run_inputs(specs: list[str], params: list[str]) -> list[np.ndarray]:
     for i, spec in enumerate(specs):
         name, sep, path = spec.rpartition("=")
         if sep and name:
+            # TVM's importers make names identifiers: ONNX's "input.1" is the parameter "input_1".
+            name = name if name in params else re.sub(r"\W", "_", name)
             if name not in params:
-                raise ModelError(f"no input named '{name}'; {usage}")
+                raise ModelError(f"no input named '{spec.rpartition('=')[0]}'; {usage}")
             i = params.index(name)
         arrays[i] = _load_input(params[i], path).astype(np.float32)
     if any(a is None for a in arrays):

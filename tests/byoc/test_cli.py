@@ -211,3 +211,20 @@ def test_compile_without_a_cxx_compiler_is_one_line(tmp_path):
     )  # fmt: skip
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "needs a C++ compiler" in r.stderr and not (tmp_path / "out" / "mlp.so").exists()
+
+
+def test_an_onnx_input_is_given_by_its_onnx_name(tmp_path):
+    """ONNX's "input.1" is the parameter input_1 after TVM's import; both names are accepted."""
+    model = zoo.mlp(batch=2)
+    old = model.graph.input[0].name
+    for node in model.graph.node:
+        node.input[:] = ["input.1" if i == old else i for i in node.input]
+    model.graph.input[0].name = "input.1"
+    onnx.save(model, tmp_path / "dot.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    assert cli("compile", str(tmp_path / "dot.onnx"), "-o", str(tmp_path / "out")).returncode == 0
+    for name in ("input.1", "input_1"):
+        r = cli("run", str(tmp_path / "out" / "dot.so"), "--input", f"{name}={tmp_path / 'x.npy'}")
+        assert r.returncode == 0 and "output 0: (2, 10)" in r.stdout, r.stderr[-2000:]
+    r = cli("run", str(tmp_path / "out" / "dot.so"), "--input", f"inp.1={tmp_path / 'x.npy'}")
+    assert r.returncode == 2 and "no input named 'inp.1'" in r.stderr and "(input_1)" in r.stderr
