@@ -112,7 +112,8 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
     # 4. a compiled model
     if model and ok:
         ok &= _model_step(device, log)
-    log("self-test " + ("passed" if ok else "FAILED"))
+    what = f"on the {device.name} device, architecture {arch.name or 'custom'} ({n}x{n} {dt.name})"
+    log(f"self-test {'passed' if ok else 'FAILED'} {what}")
     return ok
 
 
