@@ -37,7 +37,16 @@ from .rtl.synth import SynthesisError
 from .runtime import DEVICES, DeviceError, get_device
 from .sweep.space import SweepError
 
+# Exit codes: bad input (a file, an option, a model) and a device that failed are told apart.
+EXIT_USAGE = 2
+EXIT_DEVICE = 3
+
+class UsageError(ValueError):
+    """Options that do not go together."""
+
+
 _USER_ERRORS = (
+    UsageError,
     ArchitectureError,
     ModelError,
     ProgramError,
@@ -217,11 +226,17 @@ def _cmd_run(args) -> int:
     from .runtime import device as select
 
     with select(args.device, **_device_options(args)) as session:
+        session.last_error = None
         try:
             result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
         except (ModelError, DeviceError):
             raise
-        except Exception as e:  # noqa: BLE001 - the VM's checks of the inputs, restated
+        except Exception as e:  # noqa: BLE001 - a device's error (TVM hands it on), or the VM's input checks
+            failure = session.last_error
+            if isinstance(failure, (ModelError, DeviceError, KeyboardInterrupt)):
+                raise failure from None
+            if failure is not None:
+                raise DeviceError(f"the {args.device} device failed: {_first_line(failure)}") from None
             raise ModelError(_input_mismatch(e, params, arrays)) from None
     outs = result if isinstance(result, (list, tuple)) else [result]
     for i, o in enumerate(outs):
@@ -243,7 +258,7 @@ def _device_options(args) -> dict:
     """The options of the device a command runs on: --socket reaches a running `tvm-tensil serve`."""
     if getattr(args, "socket", None):
         if args.device != "sim-board":
-            raise DeviceError(f"--socket is for --device sim-board (a `tvm-tensil serve` server), not {args.device}")
+            raise UsageError(f"--socket is for --device sim-board (a `tvm-tensil serve` server), not {args.device}")
         return {"socket_path": args.socket}
     return {}
 
@@ -390,7 +405,7 @@ def _cmd_selftest(args) -> int:
     options = _device_options(args)
     if args.bitstream:
         if args.device != "pynq":
-            raise DeviceError("--bitstream is for --device pynq")
+            raise UsageError("--bitstream is for --device pynq")
         options["bitstream"] = args.bitstream
     dev = get_device(args.device, args.arch, **options)
     try:
@@ -656,7 +671,7 @@ def _run(args, interrupted: list) -> int:
         if interrupted:
             return 130
         print(f"tvm-tensil: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_DEVICE if isinstance(e, DeviceError) else EXIT_USAGE
     except KeyboardInterrupt:  # Ctrl-C: the shell's convention, no traceback
         return 130
     except BrokenPipeError:  # `tvm-tensil ... | head` closed the pipe: nothing more to say

@@ -228,3 +228,16 @@ def test_an_onnx_input_is_given_by_its_onnx_name(tmp_path):
         assert r.returncode == 0 and "output 0: (2, 10)" in r.stdout, r.stderr[-2000:]
     r = cli("run", str(tmp_path / "out" / "dot.so"), "--input", f"inp.1={tmp_path / 'x.npy'}")
     assert r.returncode == 2 and "no input named 'inp.1'" in r.stderr and "(input_1)" in r.stderr
+
+
+def test_a_device_failing_inside_the_model_is_a_device_error(tmp_path):
+    """A missing sim-board server is the device's failure, not the inputs': its own message and
+    exit code 3 (bad inputs exit 2)."""
+    onnx.save(zoo.mlp(batch=2), tmp_path / "mlp.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((2, 64), np.float32))
+    assert cli("compile", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "out")).returncode == 0
+    sock = tmp_path / "nobody.sock"
+    r = cli("run", str(tmp_path / "out" / "mlp.so"), "-i", str(tmp_path / "x.npy"), "--device", "sim-board",
+            "--socket", str(sock))  # fmt: skip
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.count("\n") == 1 and str(sock) in r.stderr and "rejected its inputs" not in r.stderr

@@ -92,6 +92,9 @@ class DeviceSession:
                     )
         self.devices: dict[Architecture, Device] = {}
         self.run_stats: dict[str, RunStats] = {}
+        # The error a device (or the model's conversion) raised in the latest run: TVM hands it on
+        # as a RuntimeError with the same message, so callers that care about the kind look here.
+        self.last_error: BaseException | None = None
         self._lock = threading.Lock()
 
     def device_for(self, arch: "str | Architecture") -> Device:

@@ -71,14 +71,22 @@ def invoke(symbol: str, *tensors) -> int:
     if part.model is None:  # a partition without constants gets no __init_ call
         part.model = part.compiled.model([])
     n_in = len(part.inputs)
-    ins, outs = tensors[:n_in], tensors[n_in:]
     session = current_session()
+    session.last_error = None
+    try:
+        _run(str(symbol), part, session, tensors[:n_in], tensors[n_in:])
+    except BaseException as e:
+        session.last_error = e
+        raise
+    return 0
+
+
+def _run(symbol: str, part: Partition, session, ins, outs) -> None:
     dev = session.device_for(part.compiled.arch)
     shapes = part.compiled.user_shapes
     feeds = {k: from_user_layout(_to_numpy(t).astype(np.float64), shapes[k]) for k, t in zip(part.inputs, ins)}
     results = dev.run_model(part.model, feeds)
-    session.run_stats[str(symbol)] = dev.last_stats
+    session.run_stats[symbol] = dev.last_stats
     for k, out in zip(part.outputs, outs):
         y = to_user_layout(results[k], shapes[k]).astype(np.float32)
         out.copyfrom(np.ascontiguousarray(y))
-    return 0
