@@ -120,7 +120,7 @@ def test_an_oversized_input_is_rejected_before_anything_is_written(server):
 
 def test_a_second_client_waits_until_the_first_leaves(server):
     first = SimBoardTransport(ARCH, server)
-    with pytest.raises(DriverError, match="cannot reach"):
+    with pytest.raises(DriverError, match="did not greet within 1 s .*busy with another client"):
         SimBoardTransport(ARCH, server, connect_timeout=1.0)  # queued: no greeting while the first is on
     first.close()
     second = SimBoardTransport(ARCH, server, connect_timeout=30)  # served once the first is gone
@@ -173,6 +173,24 @@ def test_a_hung_core_times_out_with_a_clear_error_and_the_server_recovers():
     assert proc.returncode == 0 and not os.path.exists(sock)
 
 
+def test_a_stopped_server_is_a_clear_error_within_the_time_limit():
+    """A server stopped (SIGSTOP) after accepting: connecting and greeting fail within the client's
+    limit, naming the server, instead of hanging."""
+    import signal
+
+    proc, sock = start_server(ARCH)
+    try:
+        proc.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(DriverError, match=f"simulated board at {sock} did not greet within 2 s"):
+            SimBoardTransport(ARCH, sock, connect_timeout=2)
+        assert time.monotonic() - start < 20
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_a_server_for_another_architecture_is_refused(server):
     other = ARCH.replace(local_depth=128)
     with pytest.raises(DriverError, match="runs architecture 'board_4x4'"):
@@ -215,3 +233,30 @@ os._exit(0)  # no cleanup of any kind
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)
     raise AssertionError("the private server outlived its client")
+
+
+def test_the_server_frees_its_core_once_even_if_closed_from_a_signal_handler(tmp_path):
+    """SIGTERM's handler calls close() and then ends the process; it may land while the server is
+    freeing its core (closing after its client, or making a new core for the next): the core is freed
+    exactly once."""
+    from tvm_tensil.runtime.board.serve import SimBoardServer
+
+    for freeing in ("close", "new_core"):
+        server = SimBoardServer(ARCH, str(tmp_path / f"{freeing}.sock"))
+        server.new_core()
+        real, freed = server.lib, []
+
+        class Interrupted:  # the library, with a SIGTERM arriving as the core is freed
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def tcu_sim_free(self, core):
+                freed.append(core)
+                server.close()  # the handler
+                raise SystemExit(0)  # ... and os._exit: the interrupted call never goes on
+
+        server.lib = Interrupted()
+        with pytest.raises(SystemExit):
+            getattr(server, freeing)()
+        assert len(freed) == 1, freeing
+        real.tcu_sim_free(freed[0])

@@ -126,8 +126,7 @@ class SimBoardServer:
         self.runs, self.cycles = 0, 0  # the current client's
 
     def new_core(self) -> None:
-        if self.core:
-            self.lib.tcu_sim_free(self.core)
+        self._free_core()
         ptr = self.memory.ctypes.data
         self.core = self.lib.tcu_sim_new(ptr, self.size, ptr, self.size, self.stream_bytes, *self.timing, b"")
 
@@ -236,13 +235,18 @@ class SimBoardServer:
             "cycles": cycles,
         }
 
+    def _free_core(self) -> None:
+        # Taken before it is freed: a SIGTERM handler calling close() meanwhile finds nothing to free.
+        core, self.core = self.core, None
+        if core:
+            self.lib.tcu_sim_free(core)
+
     def close(self) -> None:
-        if self.core:
-            self.lib.tcu_sim_free(self.core)
-            self.core = None
-        if self.sock:
-            self.sock.close()
-            self.sock = None
+        """Free the core and remove the socket, once, even when re-entered from a signal handler."""
+        self._free_core()
+        sock, self.sock = self.sock, None
+        if sock:
+            sock.close()
             if os.path.exists(self.socket_path):
                 os.unlink(self.socket_path)
         self.memory = None

@@ -42,6 +42,7 @@ class SimBoardTransport(Transport):
             self._folder = tempfile.mkdtemp(prefix="tvm_tensil_board_")
             socket_path, self.process = self._spawn(arch, self._folder, connect_timeout, server_options)
         self.socket_path = socket_path
+        self.control_timeout = connect_timeout  # every exchange but a run's wait is bounded by this
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.settimeout(connect_timeout)
         try:
@@ -49,7 +50,13 @@ class SimBoardTransport(Transport):
             msg, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 1)  # the greeting and the memory's descriptor
             self._buf = bytearray(msg)
             line = recv_line(self.conn, self._buf) if msg else None
-        except (OSError, socket.timeout) as e:
+        except socket.timeout:
+            self.close()
+            raise DriverError(
+                f"the simulated board at {socket_path} did not greet within {connect_timeout:g} s "
+                "(is its server stopped or busy with another client?)"
+            ) from None
+        except OSError as e:
             self.close()
             raise DriverError(
                 f"cannot reach the simulated board at {socket_path}: {e}. Start one with "
@@ -108,9 +115,13 @@ class SimBoardTransport(Transport):
     def stream(self, data: bytes) -> None:
         if self._pending:
             raise DriverError("a program is still running on the simulated board")
+        self.conn.settimeout(self.control_timeout)
         try:
             send_message(self.conn, {"op": "run", "bytes": len(data)})
             self.conn.sendall(data)
+        except socket.timeout:
+            self.close()
+            raise DriverError(self._silent("take the program")) from None
         except OSError as e:
             raise DriverError(f"lost the simulated board at {self.socket_path}: {e}") from None
         self._pending = True
@@ -142,10 +153,23 @@ class SimBoardTransport(Transport):
         return {"cycles": reply.get("cycles")}
 
     def reset(self) -> None:
-        send_message(self.conn, {"op": "reset"})
-        line = recv_line(self.conn, self._buf)
+        self.conn.settimeout(self.control_timeout)
+        try:
+            send_message(self.conn, {"op": "reset"})
+            line = recv_line(self.conn, self._buf)
+        except socket.timeout:
+            self.close()
+            raise DriverError(self._silent("reset")) from None
+        except OSError as e:
+            raise DriverError(f"lost the simulated board at {self.socket_path}: {e}") from None
         if line is None or not json.loads(line).get("ok"):
-            raise DriverError("the simulated board did not reset")
+            raise DriverError(f"the simulated board at {self.socket_path} did not reset")
+
+    def _silent(self, what: str) -> str:
+        return (
+            f"the simulated board at {self.socket_path} did not {what} within {self.control_timeout:g} s "
+            "(is its server stopped?); the connection was closed"
+        )
 
     def close(self) -> None:
         conn, self.conn = getattr(self, "conn", None), None
