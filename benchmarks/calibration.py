@@ -7,6 +7,10 @@ Writes results/calibration.json and prints a table.
 
     python benchmarks/calibration.py [--arch pynqz1] [--data-type FP8BP4] [--full-size]
 
+``--random-nets N`` measures the suite's random networks 0..N-1 instead (one test input each, the
+suite's; 16 calibration inputs of the same distribution) and counts those within 1% of their
+outputs' range.
+
 ``--full-size`` builds the zoo networks at their published input sizes (ResNet-50 v2 224, YOLOv4-tiny
 416, MobileNet-v2 224) instead of ResNet-20 v2 and small MobileNet-v2 / YOLOv4-tiny inputs.
 """
@@ -72,13 +76,17 @@ def main() -> None:
     p.add_argument("--arch", default="pynqz1")
     p.add_argument("--data-type", help="the architecture with another data type, e.g. FP8BP4")
     p.add_argument("--full-size", action="store_true", help="the zoo at its published input sizes")
-    p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full].json")
+    p.add_argument("--random-nets", type=int, metavar="N", help="the suite's random networks 0..N-1 instead")
+    p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full|_random].json")
     args = p.parse_args()
     arch = tvm_tensil.load_arch(args.arch)
     if args.data_type:
         arch = arch.replace(data_type=data_type(args.data_type), name=f"{arch.name}_{args.data_type.lower()}")
     suffix = (f"_{args.data_type.lower()}" if args.data_type else "") + ("_full" if args.full_size else "")
+    suffix += "_random" if args.random_nets else ""
     output = Path(args.output or HERE / "results" / f"calibration{suffix}.json")
+    if args.random_nets:
+        return random_nets(args.random_nets, arch, output)
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
@@ -107,6 +115,39 @@ def main() -> None:
         d, c = r["default"], r["calibrated"]
         top = f"{r['float_top1']:.3f} / {d['top1']:.3f} / {c['top1']:.3f}" if "float_top1" in r else ""
         print(f"{r['network']:24} {d['error_of_range']:9.2%} {c['error_of_range']:11.2%}  {top}")
+
+
+def random_nets(count: int, arch, output: Path) -> None:
+    from random_nets import random_net
+
+    rows = []
+    for seed in range(count):
+        net = random_net(seed)
+        mod = from_onnx(net.model, keep_params_in_input=False)
+        x = np.random.default_rng(len(net.steps)).standard_normal(net.input_shape).astype(np.float32)
+        cal = np.random.default_rng(1000 + len(net.steps)).standard_normal((16, *net.input_shape[1:]))
+        cpu = _outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)))
+        row = {"seed": seed}
+        for label, data in (("default", None), ("calibrated", cal.astype(np.float32))):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)
+                got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)))
+            row[label] = max(float(np.max(np.abs(c - g)) / max(np.ptp(c), 1e-3)) for c, g in zip(cpu, got))
+        rows.append(row)
+        print(f"seed {seed}: {row['default']:.2%} -> {row['calibrated']:.2%}", flush=True)
+    within = {k: sum(r[k] <= 0.01 for r in rows) for k in ("default", "calibrated")}
+    result = {"arch": arch.name, "data_type": arch.data_type.name, "machine": describe(), "rows": rows,
+              "within_1_percent": within}  # fmt: skip
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"within 1% of the outputs' range: {within['default']} of {count} default, {within['calibrated']} calibrated")
+
+
+def _outputs(result) -> list:
+    if isinstance(result, (list, tuple)) or type(result).__name__ == "Array":
+        return [r.numpy() for r in result]
+    return [result.numpy()]
 
 
 if __name__ == "__main__":
