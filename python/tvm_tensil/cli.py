@@ -41,6 +41,7 @@ from .sweep.space import SweepError
 EXIT_USAGE = 2
 EXIT_DEVICE = 3
 
+
 class UsageError(ValueError):
     """Options that do not go together."""
 

@@ -165,6 +165,20 @@ def test_every_swept_parameter_is_a_column(cnn, tmp_path):
     assert "stride0_depth" in (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
 
 
+def test_a_latency_only_sweep_needs_no_matplotlib(cnn, tmp_path, monkeypatch):
+    """Without synthesis there is no plot: a sweep runs where matplotlib is not installed."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # importing it fails
+    space = {"parameters": {"array_size": [4]}, "synthesis": False, "rtl": False}
+    result = sweep(cnn, space, tmp_path / "latency", jobs=1)
+    assert [r["status"] for r in result.rows] == ["ok"] and result.plot is None
+    with pytest.raises(SweepError, match=r"matplotlib.*\"synthesis\": false"):
+        sweep(cnn, {"parameters": {"array_size": [4]}}, tmp_path / "synth")
+
+
 def test_no_yosys_is_said_before_any_point_runs(cnn, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SweepError, match=r"apt-get install yosys.*\"synthesis\": false"):

@@ -183,9 +183,10 @@ def sweep(
     if resource not in RESOURCES:
         raise SweepError(f"resource {resource!r} is not one of {', '.join(RESOURCES)}")
     space = space if isinstance(space, Space) else Space.load(space)
-    if importlib.util.find_spec("matplotlib") is None:
+    if space.synthesis and importlib.util.find_spec("matplotlib") is None:  # a latency-only sweep draws nothing
         raise SweepError(
-            "a sweep draws its Pareto plot with matplotlib: pip install matplotlib (or the package's [sweep] extra)"
+            "a sweep with synthesis draws its Pareto plot with matplotlib: pip install matplotlib (or the "
+            'package\'s [sweep] extra), or set "synthesis": false in the space for a latency-only sweep'
         )
     if space.synthesis and not ray:
         try:  # every point would fail the same way; on Ray it is each worker machine's Yosys that counts

@@ -106,15 +106,16 @@ def write_tables(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) ->
 
 
 def plot(out: Path, rows: list[dict[str, Any]], resource: str, title: str) -> Path | None:
-    """ms against ``resource``: fitting points as dots, others as crosses, each part's front joined."""
+    """ms against ``resource``: fitting points as dots, others as crosses, each part's front joined.
+    None when no point has the resource (a latency-only sweep: matplotlib is then not needed)."""
+    shown = [rows[i] for i in comparable(rows) if rows[i].get(resource) is not None]
+    if not shown:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [rows[i] for i in comparable(rows) if rows[i].get(resource) is not None]
-    if not shown:
-        return None
     hidden = sum(r.get("ms") is not None for r in rows) - len(shown)
     if hidden:
         title += f"\n{hidden} not shown: they leave more ops on the CPU"
