@@ -399,3 +399,19 @@ def test_compiled_models_are_bit_identical_to_the_reference(model, data_type):
     outs = outputs_on_devices(onnx_model, shape, ("emulator", "reference"), arch=arch).outputs
     assert np.array_equal(outs["emulator"], outs["reference"])
     assert np.ptp(outs["emulator"]) > 0  # a real output, not all zeros or all saturated
+
+
+def test_the_instruction_loop_is_loaded_when_the_emulator_is_made():
+    """Loading numba's compiled loop belongs to making the device, not to the first run's time."""
+    import subprocess
+    import sys
+
+    script = (
+        "import tvm_tensil\n"
+        "from tvm_tensil.runtime import emulator\n"
+        "assert not emulator._run_kernel.signatures\n"
+        "emulator.Emulator(tvm_tensil.load_arch('pynqz1'))\n"
+        "print(len(emulator._run_kernel.signatures))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]

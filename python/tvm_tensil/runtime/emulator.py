@@ -15,6 +15,8 @@ import numba
 import numpy as np
 
 from ..isa.instructions import ConfigRegister, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag, SIMDOp
+from ..isa.program import Program
+from ..numbers import SaturationCounter
 from .reference import ReferenceEmulator
 
 __all__ = ["Emulator"]
@@ -268,6 +270,12 @@ class Emulator(ReferenceEmulator):
     """Bit-exact TCU model, the reference's state with the instruction loop compiled."""
 
     name = "emulator"
+
+    def __init__(self, arch):
+        super().__init__(arch)
+        # Load (or compile) the instruction loop now, so that no run's time includes it.
+        empty = Program.from_instructions([], arch.layout)
+        self._run(empty, {name: SaturationCounter() for name in ("matmul", "datamove", "simd")})
 
     def _run(self, program, counters) -> None:
         arch = self.arch
