@@ -333,7 +333,8 @@ def _cmd_synth(args) -> int:
         f"({device.family if device else 'xc7'}); this takes minutes...",
         flush=True,
     )
-    res = synthesize(arch, workdir=args.workdir)
+    # The same cache as sweeps: a core synthesised once, here or in a sweep, is not synthesised again.
+    res = synthesize(arch, workdir=args.workdir, cache=True)
     used = {"LUT": res.lut + res.lut_ram, "FF": res.ff, "DSP": res.dsp, "BRAM36": res.bram36}
     util = res.utilisation(device) if device else {}
     for (label, value), key in zip(used.items(), ("lut", "ff", "dsp", "bram36")):

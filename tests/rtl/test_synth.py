@@ -7,6 +7,7 @@ benchmarks/rtl_resources.py (minutes per preset); CI synthesises a small archite
 import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
+from tvm_tensil.cli import main
 from tvm_tensil.rtl.synth import (
     SynthesisError,
     device_for_part,
@@ -28,6 +29,8 @@ def test_a_small_core_synthesises_clean_once(tmp_path, monkeypatch):
     # The same core again comes from the cache: no Yosys needed.
     monkeypatch.setenv("PATH", "/nonexistent")
     assert synthesize(arch.replace(name="renamed"), cache=True) == res
+    (tmp_path / "small.tarch").write_text(arch.to_json())  # `tvm-tensil synth` shares the sweeps' cache
+    assert main(["synth", "--arch", str(tmp_path / "small.tarch")]) == 0
     with pytest.raises(SynthesisError, match="Yosys was not found"):  # a new core is synthesised
         synthesize(arch.replace(local_depth=512), cache=True)
 
