@@ -148,3 +148,17 @@ def test_run_time_saturation_names_the_models_input_and_what_to_do():
             assert not messages
             cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x))
             assert np.max(np.abs(y - cpu.numpy())) <= 0.01 * np.ptp(cpu.numpy())
+
+
+def test_the_tensil_pipeline_takes_calibration_data():
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+
+    b = zoo.OnnxBuilder(0)
+    mod = from_onnx(b.model({"x": [2, 16]}, b.op("Relu", [b.gemm("x", 16, 8)])), keep_params_in_input=False)
+    samples = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32) * 100
+    pipeline = tvm_tensil.tensil_pipeline("pynqz1", calibration=samples)
+    tvm.compile(mod, target="tensil", relax_pipeline=pipeline)
+    (part,) = pipeline.report.partitions.values()
+    assert part["calibration_samples"] == 4 and part["scales"]

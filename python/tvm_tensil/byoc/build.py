@@ -450,22 +450,23 @@ class TensilPipeline:
     """The Relax pipeline of a Tensil build: offload, then TVM's default LLVM pipeline for the
     rest. After it has run, ``report`` is the build's ``BuildReport``."""
 
-    def __init__(self, arch: "str | Architecture | None" = None):
+    def __init__(self, arch: "str | Architecture | None" = None, calibration=None):
         self.arch = arch or os.environ.get(ARCH_ENV) or "pynqz1"
+        self.calibration = calibration
         self.report: BuildReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
         _check_cxx()
-        mod, self.report = offload(mod, self.arch)
+        mod, self.report = offload(mod, self.arch, self.calibration)
         return relax.pipeline.get_default_pipeline(tvm.target.Target("llvm"))(mod)
 
 
 @relax.pipeline.register_pipeline(TARGET)
-def tensil_pipeline(arch: "str | Architecture | None" = None) -> TensilPipeline:
+def tensil_pipeline(arch: "str | Architecture | None" = None, calibration=None) -> TensilPipeline:
     """``tvm.compile(mod, target="tensil", relax_pipeline=tensil_pipeline(arch))`` (or
-    ``relax_pipeline="tensil"``): arch from the argument, else ``$TVM_TENSIL_ARCH``, else pynqz1.
-    Keep the returned pass to read its ``report`` after the build."""
-    return TensilPipeline(arch)
+    ``relax_pipeline="tensil"``): arch from the argument, else ``$TVM_TENSIL_ARCH``, else pynqz1;
+    ``calibration`` as for ``build``. Keep the returned pass to read its ``report`` after the build."""
+    return TensilPipeline(arch, calibration)
 
 
 def _offload_under_the_tensil_target() -> None:
