@@ -134,6 +134,19 @@ def test_calibration_keeps_the_answer_the_single_format_loses():
     assert calibrated < 0.01, (default, calibrated)
 
 
+def test_weights_no_scale_can_hold_end_the_search():
+    """conv(x) + x with weights beyond the data type: input and output share a shift, so no choice
+    fits the weights; the choice ends (they saturate, and the report says so)."""
+    w = np.full((4, 4, 1, 1), 300.0, np.float32)
+    shapes = {"x": (1, 2, 2, 4), "c": (1, 2, 2, 4), "y": (1, 2, 2, 4)}
+    conv = dict(weight=0, bias=None, strides=(1, 1), dilation=(1, 1), padding=(0, 0, 0, 0), groups=1)
+    nodes = [Node("conv2d", ["x"], "c", conv), Node("add", ["c", "x"], "y")]
+    graph = Graph({k: Tensor(k, v) for k, v in shapes.items()}, nodes, ["x"], ["y"], [w])
+    x = {"x": np.random.default_rng(0).standard_normal((1, 2, 2, 4)) * 1e-3}
+    shifts = choose_shifts(graph, tensor_stats(graph, [x]), FP16, [x])
+    assert len(set(shifts.values())) == 1
+
+
 @pytest.mark.parametrize("op", ["avg_pool2d", "global_avg_pool"])
 def test_interpret_pools(op):
     """The float meaning of the pools (calibration's reference) against numpy written out by hand."""

@@ -5,9 +5,10 @@ The hardware does not change: a MatMul of an input at shift ``a`` by weights mul
 ``2**(c - a)`` leaves its accumulators at shift ``c``, so a conv or dense layer moves its result
 to any shift for free, through its weights and bias (exact: powers of two). Every other op keeps
 its input's shift (moves, comparisons, adds of two tensors, pools, selections), so the tensors
-it joins form a *group* that shares one shift (``scale_groups``). A group's shift is the largest
-that keeps its calibrated range, with headroom, inside the data type (``choose_shifts``);
-``apply_shifts`` rewrites the compiled graph: scaled copies of the weights and biases, the
+it joins form a *group* that shares one shift (``scale_groups``). ``choose_shifts`` picks the
+groups' shifts from calibration: the largest that keep each range, with headroom, inside the data
+type, or a balance of activation bits against weight bits, whichever a simulation on calibration
+samples finds closer to float (docs/compiler.md, "Scales"). ``apply_shifts`` rewrites the graph: scaled copies of the weights and biases, the
 constants of clips and pads, and the shift of each partition input and output (the runtime
 converts with it).
 
@@ -185,15 +186,24 @@ class _Layer:
 
 def _bounded(shift: dict[str, int], layers: list[_Layer]) -> dict[str, int]:
     """Lower shifts until every layer's weight shift lies within its bounds. Each bound ties one
-    shift to another plus a constant, so this finds the largest solution (shifts only come down)."""
+    shift to another plus a constant, so this finds the largest solution (shifts only come down).
+    Bounds that no shifts satisfy (weights beyond the data type in a layer whose input and output
+    share a group, as in ``conv(x) + x``) stop at ``-MAX_SHIFT``: those weights saturate, and the
+    build's report says so."""
+
+    def lower(g: str, to: int) -> bool:
+        to = max(to, -MAX_SHIFT)
+        if shift[g] > to:
+            shift[g] = to
+            return True
+        return False
+
     changed = True
     while changed:
         changed = False
         for layer in layers:
-            if shift[layer.gout] > shift[layer.gin] + layer.highest:
-                shift[layer.gout], changed = shift[layer.gin] + layer.highest, True
-            if shift[layer.gin] > shift[layer.gout] - layer.lowest:
-                shift[layer.gin], changed = shift[layer.gout] - layer.lowest, True
+            changed |= lower(layer.gout, shift[layer.gin] + layer.highest)
+            changed |= lower(layer.gin, shift[layer.gout] - layer.lowest)
     return shift
 
 
