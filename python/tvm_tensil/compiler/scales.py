@@ -8,9 +8,9 @@ its input's shift (moves, comparisons, adds of two tensors, pools, selections), 
 it joins form a *group* that shares one shift (``scale_groups``). ``choose_shifts`` picks the
 groups' shifts from calibration: the largest that keep each range, with headroom, inside the data
 type, or a balance of activation bits against weight bits, whichever a simulation on calibration
-samples finds closer to float (docs/compiler.md, "Scales"). ``apply_shifts`` rewrites the graph: scaled copies of the weights and biases, the
-constants of clips and pads, and the shift of each partition input and output (the runtime
-converts with it).
+samples finds closer to float (docs/compiler.md, "Scales"). ``apply_shifts`` rewrites the graph:
+scaled copies of the weights and biases, the constants of clips and pads, and the shift of each
+partition input and output (the runtime converts with it).
 
 Scaled weights are *derived constants*: ``(source constant index, shift)``. The runtime receives
 the model's own float weights and derives the same arrays before packing them, so the weight
