@@ -38,6 +38,8 @@ __all__ = [
     "byoc",
     "build",
     "CalibrationError",
+    "InputShapeError",
+    "OffloadWarning",
     "PrecisionWarning",
     "offload",
     "partition_for_tensil",
@@ -58,7 +60,16 @@ except ImportError:  # pragma: no cover - TVM is a dependency; a hand-made board
         raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
 else:
     from . import byoc
-    from .byoc import CalibrationError, PrecisionWarning, build, offload, partition_for_tensil, tensil_pipeline
+    from .byoc import (
+        CalibrationError,
+        InputShapeError,
+        OffloadWarning,
+        PrecisionWarning,
+        build,
+        offload,
+        partition_for_tensil,
+        tensil_pipeline,
+    )
 
 
 def last_run_stats(report=None):

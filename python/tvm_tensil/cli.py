@@ -83,6 +83,21 @@ def _cmd_arch(args) -> int:
     return 0
 
 
+def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=1,3,224,224`` options."""
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) < 1:
+            raise UsageError(f"--input-shape {spec!r}: write NAME=D0,D1,... with positive sizes, e.g. x=1,3,224,224")
+        shapes[name] = shape
+    return shapes
+
+
 def _vectors(n: int) -> str:
     return f"{n >> 20}M" if n >= 1 << 20 and not n % (1 << 20) else f"{n >> 10}K" if not n % 1024 else str(n)
 
@@ -176,7 +191,7 @@ def _cmd_compile(args) -> int:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .byoc import CalibrationError, ToolchainError, build
+    from .byoc import CalibrationError, InputShapeError, ToolchainError, build
 
     src = Path(args.model)
     try:
@@ -199,9 +214,18 @@ def _cmd_compile(args) -> int:
     if calibration is not None:
         calibration = dict(zip(params, calibration))  # each file a stack of samples
     try:
-        ex = build(mod, target="tensil", arch=arch, model_dir=out, calibration=calibration)
-    except (CalibrationError, ToolchainError) as e:
+        ex = build(
+            mod,
+            target="tensil",
+            arch=arch,
+            model_dir=out,
+            calibration=calibration,
+            input_shapes=_input_shapes(args.input_shape or []),
+        )
+    except (CalibrationError, ToolchainError, InputShapeError) as e:
         raise ModelError(str(e)) from None
+    if args.require_offload and not ex.tensil_report.partitions:
+        raise ModelError(f"nothing of {src.name} runs on the TCU (--require-offload); see the report in {out}")
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"
     ex.export_library(str(tmp))
@@ -529,6 +553,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help=".onnx file (static input shapes, weights as initializers)")
     c.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
     c.add_argument("-o", "--output", default="out", help="output folder (default: out)")
+    c.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="NAME=D0,D1,...",
+        help="a static shape for an input with symbolic dimensions (a symbolic batch alone is built for 1)",
+    )
+    c.add_argument("--require-offload", action="store_true", help="exit 2 when nothing of the model runs on the TCU")
     c.add_argument(
         "--calibrate",
         action="append",

@@ -100,21 +100,21 @@ def test_int8_clip_with_constant_bounds_does_not_abort():
     np.testing.assert_array_equal(tcu, cpu)
 
 
-def test_dynamic_batch_and_symbolic_reshape_stay_on_the_cpu():
+def test_a_dynamic_batch_with_a_reshape_runs_for_the_batch_given():
+    """A symbolic batch (and a Reshape keeping it) is bound from input_shapes: offloaded and right."""
     b = OnnxBuilder(1)
     y = b.op("Relu", [b.conv("x", 8, 8)])
     b.inits.append(helper.make_tensor("shape", TensorProto.INT64, [2], [0, -1]))
     y = b.op("Reshape", [y, "shape"])
     model = _model(b, _float(["N", 8, 8, 8]), [y])
     mod = from_onnx(model, keep_params_in_input=False)
-    ex = tvm_tensil.build(mod, target="tensil", arch=FP32)
+    ex = tvm_tensil.build(mod, target="tensil", arch=FP32, input_shapes={"x": (3, 8, 8, 8)})
     report = ex.tensil_report
-    assert report.partitions == {}
-    assert any("symbolic shape" in o["reason"] for o in report.cpu_ops)
+    assert report.partitions
     x = _rand((3, 8, 8, 8))
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-    np.testing.assert_allclose(tcu, cpu, atol=1e-5)
+    assert np.max(np.abs(tcu - cpu)) < 0.01 * np.ptp(cpu)  # FP32BP16: a logic error would be far above
 
 
 def test_dram0_space_of_dead_tensors_is_reused():

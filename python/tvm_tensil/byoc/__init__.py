@@ -7,6 +7,7 @@ tag and the ``tensil`` Relax pipeline.
 from . import codegen  # noqa: F401 - registers relax.ext.tensil
 from .build import (
     BuildReport,
+    OffloadWarning,
     PrecisionWarning,
     TensilPipeline,
     ToolchainError,
@@ -17,10 +18,15 @@ from .build import (
 )
 from .calibrate import CalibrationError
 from .patterns import Rejections, make_patterns, partition_for_tensil
+from .shapes import InputShapeError, InputShapeWarning, bind_input_shapes
 
 __all__ = [
     "BuildReport",
     "CalibrationError",
+    "InputShapeError",
+    "InputShapeWarning",
+    "OffloadWarning",
+    "bind_input_shapes",
     "PrecisionWarning",
     "ToolchainError",
     "build",

@@ -35,6 +35,7 @@ from . import codegen
 from .calibrate import partition_inputs, samples_for
 from .frontend import shape_of
 from .patterns import Rejections, partition_for_tensil
+from .shapes import bind_input_shapes
 
 TARGET = "tensil"
 ARCH_ENV = "TVM_TENSIL_ARCH"
@@ -46,6 +47,10 @@ if TARGET not in tvm.target.tag.list_tags():
 
 # A layer losing more than this share of its weights (or of their magnitude) to rounding is reported.
 WEIGHT_LOSS_LIMIT = 0.10
+
+
+class OffloadWarning(UserWarning):
+    """A build that runs nothing on the TCU."""
 
 
 class PrecisionWarning(UserWarning):
@@ -297,11 +302,12 @@ def _compile_partitions(
 
 
 def offload(
-    mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1", calibration=None
+    mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1", calibration=None, input_shapes=None
 ) -> tuple[tvm.IRModule, BuildReport]:
     """Partition and compile the Tensil parts; returns the module for the host and the report.
-    ``calibration``: sample inputs (see ``build``)."""
+    ``calibration``, ``input_shapes``: see ``build``."""
     arch = load_arch(arch)
+    mod = bind_input_shapes(mod, input_shapes)
     samples = samples_for(mod["main"], calibration) if calibration is not None else None
     rejections = Rejections()
     try:
@@ -321,6 +327,9 @@ def offload(
     report.partitions = {sym: part.report for sym, part in compiled.items()}
     for line in weight_losses(report):
         warnings.warn(PrecisionWarning(line), stacklevel=3)
+    if not report.partitions:
+        first = report.cpu_ops[0]["reason"] if report.cpu_ops else "the model has no ops"
+        warnings.warn(OffloadWarning(f"nothing of this model runs on the TCU ({first})"), stacklevel=3)
     mod = relax.transform.RunCodegen({TARGET: {"arch": json.dumps(arch.to_dict())}})(mod)
     return mod, report
 
@@ -332,6 +341,7 @@ def build(
     params: dict | None = None,
     model_dir: "str | os.PathLike | None" = None,
     calibration=None,
+    input_shapes: "dict[str, tuple[int, ...]] | None" = None,
 ):
     """Compile a Relax module for the Tensil compute unit and the host CPU.
 
@@ -354,6 +364,10 @@ def build(
         axis, for a one-input model), a dict of such arrays by input name, or an iterable of
         samples (arrays or dicts). TVM's CPU build runs them, and every tensor on the TCU gets a
         power-of-two scale that fits the range it took (docs/compiler.md, "Scales").
+    input_shapes : dict, optional
+        Static shapes for inputs with symbolic dimensions, by input name, e.g. ``{"x": (1, 3, 224,
+        224)}``. A symbolic batch alone is bound to 1 with a warning; other symbolic dimensions need
+        a shape here (the TCU needs static shapes).
 
     Returns
     -------
@@ -367,7 +381,7 @@ def build(
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     host = _host_target(target)
-    mod, report = offload(mod, arch, calibration)
+    mod, report = offload(mod, arch, calibration, input_shapes)
     if model_dir is not None:
         write_models(report, model_dir)
     ex = tvm.compile(mod, target=host)
