@@ -33,3 +33,11 @@ def test_the_examples_run(page, tmp_path, monkeypatch):
 
 def test_the_pages_with_examples_are_found():
     assert {p.name for p in WITH_CODE} >= {"README.md", "adding-a-device.md", "compiler.md", "verilator.md"}
+
+
+def test_ci_runs_exactly_the_readmes_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert len(block) == 2 and ci[-2:] == block
+    assert readme.index("```bash") < readme.index("## ")  # what it is, then the commands, first of all

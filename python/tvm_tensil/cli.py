@@ -347,6 +347,12 @@ def _input_mismatch(e: BaseException, params: list[str], arrays: list[np.ndarray
     return f"the model rejected its inputs: {_first_line(e)}"
 
 
+def _cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return 0 if run_demo(args.arch, args.network, rtl=not args.no_rtl) else 1
+
+
 def _cmd_synth(args) -> int:
     from .rtl.synth import device_for_part, synthesize
 
@@ -632,6 +638,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--arch", required=True, help="preset name or .tarch path")
     i.add_argument("-o", "--output", required=True, help="output folder (params.tcl; Vivado writes here too)")
     i.set_defaults(func=_cmd_ip)
+
+    m = command(
+        "demo",
+        "build a zoo network, run it on the emulator and the RTL core, compare with TVM's CPU build",
+        "tvm-tensil demo\ntvm-tensil demo --arch ultra96v2 --network mobilenetv2",
+    )
+    m.add_argument("--arch", default="pynqz1", help="preset name or .tarch path (default: pynqz1)")
+    m.add_argument("--network", default="resnet20v2", choices=["resnet20v2", "small_cnn", "mobilenetv2"])
+    m.add_argument("--no-rtl", action="store_true", help="the emulator only (no Verilator build)")
+    m.set_defaults(func=_cmd_demo)
 
     y = command(
         "synth",
