@@ -189,9 +189,8 @@ def _timing(stats) -> str:
 
 def _cmd_compile(args) -> int:
     import onnx
-    from tvm.relax.frontend.onnx import from_onnx
 
-    from .byoc import CalibrationError, InputShapeError, ToolchainError, build
+    from .byoc import CalibrationError, InputShapeError, ToolchainError, build, import_onnx
 
     src = Path(args.model)
     try:
@@ -204,7 +203,10 @@ def _cmd_compile(args) -> int:
     with warnings.catch_warnings(record=True) as noted:  # the importer warns, then fails: one message
         warnings.simplefilter("always")
         try:
-            mod = from_onnx(model, keep_params_in_input=False)
+            # Static input shapes, and shape arithmetic folded, before TVM's importer sees the model.
+            mod = import_onnx(model, _input_shapes(args.input_shape or []))
+        except InputShapeError as e:
+            raise ModelError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - the importer raises many types for models it cannot take
             raise ModelError(f"TVM's ONNX importer cannot import {src}: {_first_line(e)}") from None
     for w in noted:
@@ -220,7 +222,6 @@ def _cmd_compile(args) -> int:
             arch=arch,
             model_dir=out,
             calibration=calibration,
-            input_shapes=_input_shapes(args.input_shape or []),
         )
     except (CalibrationError, ToolchainError, InputShapeError) as e:
         raise ModelError(str(e)) from None

@@ -17,6 +17,7 @@ from .build import (
     write_models,
 )
 from .calibrate import CalibrationError
+from .onnx_import import fold_shape_computations, import_onnx
 from .patterns import Rejections, make_patterns, partition_for_tensil
 from .shapes import InputShapeError, InputShapeWarning, bind_input_shapes
 
@@ -27,6 +28,8 @@ __all__ = [
     "InputShapeWarning",
     "OffloadWarning",
     "bind_input_shapes",
+    "fold_shape_computations",
+    "import_onnx",
     "PrecisionWarning",
     "ToolchainError",
     "build",
