@@ -227,6 +227,8 @@ def _cmd_compile(args) -> int:
         raise ModelError(str(e)) from None
     if args.require_offload and not ex.tensil_report.partitions:
         raise ModelError(f"nothing of {src.name} runs on the TCU (--require-offload); see the report in {out}")
+    if _INTERRUPTS:  # Ctrl-C that a code path inside the build swallowed: write nothing
+        raise KeyboardInterrupt
     lib = out / f"{src.stem}.so"
     tmp = out / f".{src.stem}.so.tmp"
     ex.export_library(str(tmp))
@@ -683,11 +685,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Ctrl-C seen during the current command (a code path may swallow the KeyboardInterrupt: TVM turns it
+# into a RuntimeError inside its callbacks, and an op's check rejects on any error).
+_INTERRUPTS: list = []
+
+
 @contextlib.contextmanager
 def _noting_interrupts():
     """Ctrl-C raises KeyboardInterrupt as usual and is also noted in the list this yields: TVM turns
     a KeyboardInterrupt raised inside its callbacks into a RuntimeError."""
-    noted: list = []
+    noted = _INTERRUPTS
+    noted.clear()
     if threading.current_thread() is not threading.main_thread():
         yield noted
         return
@@ -716,7 +724,7 @@ def _run(args, interrupted: list) -> int:
     try:
         code = args.func(args)
         sys.stdout.flush()  # inside the try: a closed pipe is met here, not at interpreter exit
-        return code
+        return 130 if interrupted else code
     except _USER_ERRORS as e:
         if interrupted:
             return 130

@@ -148,7 +148,7 @@ def test_inputs_outside_the_range_warn_with_the_name_and_count():
     ex = tvm_tensil.build(from_onnx(model, keep_params_in_input=False), target="tensil")
     x = np.zeros((1, 8, 2, 2), np.float32)
     x[0, :3, 0, 0] = [500.0, -300.0, 129.0]
-    with pytest.warns(SaturationWarning, match=r"input '\w+' has 3 values outside the FP16BP8 range"):
+    with pytest.warns(SaturationWarning, match=r"input 'x' \(model input 'x'\) has 3 values outside its range \[-128"):
         relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
 
 
