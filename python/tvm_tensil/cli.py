@@ -714,10 +714,19 @@ def _noting_interrupts():
             signal.signal(signal.SIGINT, previous)
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line each, named by their kind (not Python's file:line and source line)."""
+    print(f"tvm-tensil: {category.__name__}: {message}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with _noting_interrupts() as interrupted:
-        return _run(args, interrupted)
+    shown, warnings.showwarning = warnings.showwarning, _one_line_warning
+    try:
+        with _noting_interrupts() as interrupted:
+            return _run(args, interrupted)
+    finally:
+        warnings.showwarning = shown
 
 
 def _run(args, interrupted: list) -> int:

@@ -79,3 +79,16 @@ def test_the_cli_takes_input_shapes_and_can_require_offload(tmp_path):
     onnx.save(b.model({"x": [1, 10]}, b.op("Softmax", ["x"], axis=1)), tmp_path / "soft.onnx")
     r = cli("compile", tmp_path / "soft.onnx", "-o", tmp_path / "d", "--require-offload")
     assert r.returncode == 2 and "nothing of soft.onnx runs on the TCU" in r.stderr
+
+
+def test_the_cli_prints_a_warning_as_one_line(tmp_path):
+    onnx.save(_dynamic((0, "batch")), tmp_path / "dyn.onnx")
+    r = subprocess.run(
+        [sys.executable, "-m", "tvm_tensil.cli", "compile", str(tmp_path / "dyn.onnx"), "-o", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.splitlines() == [
+        "tvm-tensil: InputShapeWarning: input 'x' (batch, 3, 16, 16) has a symbolic batch: built for batch 1; "
+        "for another, pass input_shapes={'x': (N, ...)} (CLI: --input-shape x=N,...)"
+    ]
