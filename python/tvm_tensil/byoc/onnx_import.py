@@ -9,15 +9,13 @@ evaluator computes it, and it becomes a constant before TVM imports the model.
 from __future__ import annotations
 
 import os
-import re
-import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .shapes import InputShapeError, InputShapeWarning
+from .shapes import check_names, given_shape, static_shape
 
 # Ops whose value depends only on their inputs: a node of these with known inputs is folded.
 _NOT_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -51,39 +49,13 @@ def _graph_inputs(model: onnx.ModelProto):
 
 def _static_input_shapes(model: onnx.ModelProto, given: dict) -> dict[str, tuple[int, ...]]:
     inputs = _graph_inputs(model)
-    names = [i.name for i in inputs]
-    unknown = sorted(k for k in given if k not in names and k not in [re.sub(r"\W", "_", n) for n in names])
-    if unknown:
-        raise InputShapeError(f"input_shapes names {unknown}, which the model does not take; its inputs: {names}")
+    check_names(given, [i.name for i in inputs])
+    known: dict[str, int] = {}
     shapes = {}
     for inp in inputs:
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
                 for d in inp.type.tensor_type.shape.dim]  # fmt: skip
-        text = "(" + ", ".join(str(d) for d in dims) + ")"
-        want = given.get(inp.name, given.get(re.sub(r"\W", "_", inp.name)))
-        symbolic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
-        if want is not None:
-            want = tuple(int(v) for v in want)
-            if len(want) != len(dims) or any(isinstance(d, int) and d != w for d, w in zip(dims, want)):
-                raise InputShapeError(f"input_shapes gives input '{inp.name}' the shape {want}; the model's is {text}")
-            shapes[inp.name] = want
-        elif symbolic == [0]:
-            warnings.warn(
-                InputShapeWarning(
-                    f"input '{inp.name}' {text} has a symbolic batch: built for batch 1; for another, pass "
-                    f"input_shapes={{'{inp.name}': (N, ...)}} (CLI: --input-shape {inp.name}=N,...)"
-                ),
-                stacklevel=3,
-            )
-            shapes[inp.name] = (1, *dims[1:])
-        elif symbolic:
-            example = ",".join(str(d) if isinstance(d, int) else "?" for d in dims)
-            raise InputShapeError(
-                f"input '{inp.name}' has the symbolic shape {text}; the TCU needs static shapes: pass "
-                f"input_shapes={{'{inp.name}': (...)}} (CLI: --input-shape {inp.name}={example} with the ? filled in)"
-            )
-        else:
-            shapes[inp.name] = tuple(dims)
+        shapes[inp.name] = static_shape(inp.name, dims, given_shape(given, inp.name), known, stacklevel=4)
     return shapes
 
 

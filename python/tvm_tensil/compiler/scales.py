@@ -44,10 +44,6 @@ class Scaling:
     shifts: dict[str, int] = field(default_factory=dict)
     derived: tuple[tuple[int, int], ...] = ()
 
-    @property
-    def trivial(self) -> bool:
-        return not any(self.shifts.values())
-
 
 def scale_groups(graph: Graph) -> dict[str, str]:
     """Tensor -> a representative of the tensors that must share its shift."""
