@@ -52,7 +52,7 @@ def samples(count: int, seed: int = 1) -> list[dict]:
 
 def run(graph, arch, x, calibration=None) -> np.ndarray:
     part = compile_graph(graph, arch, "t", calibration=calibration)
-    return Emulator(arch).run_model(part.model(graph.constants), x, warn_saturation=False)["t6"]
+    return Emulator(arch).run_model(part.model(part.constants), x, warn_saturation=False)["t6"]
 
 
 def test_ops_that_keep_a_scale_join_their_tensors_in_one_group():

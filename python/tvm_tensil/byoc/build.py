@@ -58,11 +58,20 @@ class PrecisionWarning(UserWarning):
 
 
 def weight_losses(report: "BuildReport") -> list[str]:
-    """One line per layer that loses more than ``WEIGHT_LOSS_LIMIT`` of its weights to rounding."""
+    """One line per layer that loses more than ``WEIGHT_LOSS_LIMIT`` to rounding: of its weights,
+    or, for weights calibration rounded for their outputs, of its outputs (rms)."""
     lines = []
     dt = report.arch.data_type.name
     for sym, p in report.partitions.items():
         for node in p["nodes"]:
+            name = f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}"
+            if "weights_output_error" in node:
+                if node["weights_output_error"] > WEIGHT_LOSS_LIMIT:
+                    lines.append(
+                        f"{name}: rounding its weights to {dt} leaves its outputs {node['weights_output_error']:.0%} "
+                        "off (rms, on the calibration inputs); a wider data type (e.g. FP32BP16) keeps them"
+                    )
+                continue
             zeroed, error = node.get("weights_zeroed", 0.0), node.get("weights_error", 0.0)
             if zeroed > WEIGHT_LOSS_LIMIT or error > WEIGHT_LOSS_LIMIT:
                 fix = (
@@ -72,8 +81,7 @@ def weight_losses(report: "BuildReport") -> list[str]:
                     "allows, a wider data type (e.g. FP32BP16) keeps them"
                 )
                 lines.append(
-                    f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}: "
-                    f"{zeroed:.0%} of its weights round to zero and {node.get('weights_saturating', 0.0):.0%} "
+                    f"{name}: {zeroed:.0%} of its weights round to zero and {node.get('weights_saturating', 0.0):.0%} "
                     f"saturate at {dt}, {error:.0%} of their magnitude is lost; {fix}"
                 )
     return lines
@@ -142,6 +150,14 @@ class BuildReport:
                     + f", 2^{min(ks)} .. "
                     f"2^{max(ks)}" + (f"; the tightest tensor has {room:.1f}x headroom" if room else "")
                 )
+                rounded = [n for n in p["nodes"] if "weights_output_error" in n]
+                if rounded:
+                    worst = max(rounded, key=lambda n: n["weights_output_error"])
+                    lines.append(
+                        f"  weights: rounded for their outputs in {len(rounded)} layer(s); the worst layer's "
+                        f"outputs {worst['weights_output_error']:.2%} off (rms), nearest rounding "
+                        f"{worst['weights_output_error_nearest']:.2%}"
+                    )
             if p.get("weights_saturated"):
                 lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
         lines += [f"warning: {w}" for w in weight_losses(self)]

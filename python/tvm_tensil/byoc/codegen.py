@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import tvm
 import tvm_ffi
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition, compile_graph
@@ -91,15 +93,36 @@ def compile_partition(func, arch: Architecture, samples=None, sources=None) -> C
     external = dict(zip(graph.outputs, out_names))
     for node in part.report["nodes"]:
         node["output"] = external.get(node["output"], node["output"])
-    part.constants = graph.constants  # for writing model files at build time
     part.model(None).validate()  # the DRAM0 maps: e.g. an output that is a view of an input
     part.description = description(part)
     return part
 
 
 def with_description(func, part: CompiledPartition):
-    """``func`` carrying its compiled description for the codegen."""
+    """``func`` carrying its compiled description for the codegen, and the weights calibration
+    rounded for their layers' outputs in place of the model's (TVM delivers them to the runtime)."""
+    if part.rounded:
+        originals = collect_constants(func)
+        table = []
+        for i in part.rounded:
+            old = originals[i]
+            if old.value.dtype != "float32":
+                raise ValueError(f"calibrated weight rounding needs float32 weights, not {old.value.dtype}")
+            table.append((old, relax.const(np.asarray(part.constants[i], dtype=np.float32))))
+        func = _ConstantSwap(table).visit_expr(func)
     return func.with_attr(DESCRIPTION_ATTR, json.dumps(part.description, separators=(",", ":")))
+
+
+@mutator
+class _ConstantSwap(PyExprMutator):
+    """Replaces constants (by identity) with others."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def visit_generic_const_(self, op):
+        return next((new for old, new in self.table if op.same_as(old)), op)
 
 
 @tvm_ffi.register_global_func("relax.ext.tensil", override=True)

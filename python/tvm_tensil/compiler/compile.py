@@ -18,7 +18,8 @@ from .interpret import interpret
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
-from .scales import TensorStats, apply_shifts, choose_shifts, derive_constants
+from .rounding import LayerInputs, with_weights
+from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, derive_constants
 from .schedule import ScheduleError, Scheduler
 
 
@@ -44,6 +45,9 @@ class CompiledPartition:
     # for messages about it.
     sources: dict[str, str] = field(default_factory=dict)
     description: dict | None = None  # what the runtime stub embeds (set by the BYOC codegen)
+    # The constants calibration rounded for their layers' outputs (indices into ``constants``):
+    # the partition function must carry these values in place of the model's.
+    rounded: tuple[int, ...] = ()
 
     def model(self, constants) -> TensilModel:
         """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays); with
@@ -238,18 +242,38 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
 SIMULATED_SAMPLES = 4
 
 
-def tensor_stats(graph: Graph, samples) -> dict[str, TensorStats]:
+def tensor_stats(graph: Graph, samples, inputs: LayerInputs | None = None) -> dict[str, TensorStats]:
     """Each tensor's largest magnitude and mean square over ``samples`` (each a dict of input values
-    by graph input name, (n, h, w, c))."""
+    by graph input name, (n, h, w, c)); ``inputs``, if given, also collects each layer's inputs."""
     peak: dict[str, float] = {}
     square: dict[str, float] = {}
     count = 0
     for sample in samples:
         count += 1
-        for name, value in interpret(graph, sample).items():
+        values = interpret(graph, sample)
+        if inputs is not None:
+            inputs.add(values)
+        for name, value in values.items():
             peak[name] = max(peak.get(name, 0.0), float(np.max(np.abs(value))) if value.size else 0.0)
             square[name] = square.get(name, 0.0) + (float(np.mean(value**2)) if value.size else 0.0)
     return {t: TensorStats(peak[t], square[t] / count) for t in peak}
+
+
+def calibrate(graph: Graph, samples: list[dict], arch: Architecture) -> tuple[ScaleChoice, dict[str, TensorStats]]:
+    """Calibration's choice of scales and weight rounding for ``graph``, and every tensor's range.
+    With enough samples the choice is simulated on ones the weight rounding was not fitted to."""
+    if len(samples) >= 2 * SIMULATED_SAMPLES:
+        fit, held = samples[:-SIMULATED_SAMPLES], samples[-SIMULATED_SAMPLES:]
+    else:
+        fit, held = samples, samples[:SIMULATED_SAMPLES]
+    inputs = LayerInputs(graph)
+    stats = tensor_stats(graph, fit, inputs)
+    held_stats = tensor_stats(graph, samples[len(fit) :])
+    for t, s in held_stats.items():  # the ranges of every sample
+        n_fit, n_held = len(fit), len(samples) - len(fit)
+        mean_square = (stats[t].mean_square * n_fit + s.mean_square * n_held) / len(samples)
+        stats[t] = TensorStats(max(stats[t].peak, s.peak), mean_square)
+    return choose_scales(graph, stats, arch, held, inputs), stats
 
 
 def compile_graph(
@@ -258,11 +282,14 @@ def compile_graph(
     """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
     every tensor its own power-of-two scale; without it every tensor uses the data type's binary
     point."""
-    shifts, stats = {}, {}
+    choice, stats, reference, sources = None, {}, None, graph.constants
     if calibration:
-        stats = tensor_stats(graph, calibration)
-        shifts = choose_shifts(graph, stats, arch, calibration[:SIMULATED_SAMPLES])
-    graph, scaling = apply_shifts(fuse(graph), shifts)
+        choice, stats = calibrate(graph, calibration, arch)
+        if choice.rounding is not None and choice.rounding.weights:
+            reference, _ = apply_shifts(fuse(graph), choice.shifts)  # the model's weights, for the report
+            graph = with_weights(graph, choice.rounding.weights)
+            sources = graph.constants
+    graph, scaling = apply_shifts(fuse(graph), choice.shifts if choice else {})
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
     for t in list(graph.inputs) + list(graph.outputs):
@@ -303,7 +330,8 @@ def compile_graph(
                 "relax_ops": node.source_ops,
                 "instructions": len(lir) - start,
             }
-            | weight_rounding(node, graph, arch)
+            | weight_rounding(node, graph, arch, reference)
+            | _output_error(node, scaling, choice)
         )
     sched.finish()
     consts.check()
@@ -317,10 +345,16 @@ def compile_graph(
         "cycles": path["cycles"],
         "critical_path": path["by_kind"],
         "memory": memory_use(program, arch, dram0.top, consts.top),
-        "weights_saturated": count_saturated_consts(consts.recipes, graph.constants, arch),
+        "weights_saturated": count_saturated_consts(consts.recipes, (reference or graph).constants, arch),
     }
     if calibration:
         report["calibration_samples"] = len(calibration)
+        report["calibration"] = {
+            "choice": choice.option,
+            "weights": "rounded for their outputs" if choice.rounding else "nearest",
+            # Each option's simulated error: mean square of the outputs' error over their variance.
+            "simulated_error": choice.errors,
+        }
         report["scales"] = {
             t: {
                 "shift": k,
@@ -341,26 +375,43 @@ def compile_graph(
         report,
         shifts={t: scaling.shifts[t] for t in list(graph.inputs) + list(graph.outputs) if scaling.shifts.get(t)},
         derived=list(scaling.derived),
+        constants=list(sources),
+        rounded=tuple(sorted(choice.rounding.weights)) if choice and choice.rounding else (),
     )
 
 
-def weight_rounding(node: Node, graph: Graph, arch: Architecture) -> dict[str, float]:
+def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Graph | None = None) -> dict[str, float]:
     """What the data type does to a layer's weights (as scaled): the shares of its nonzero weights
-    that round to zero and that saturate, and the share of their magnitude lost to both."""
+    that round to zero and that saturate, and the share of their magnitude lost to both.
+    ``reference``: the graph with the model's own weights when ``graph``'s were rounded already."""
     index = node.attrs.get("weight") if node.op == "conv2d" else None
     if index is None:
         return {}
-    w = np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)
-    w = w[w != 0]
+    w = np.asarray((reference or graph).constants[index], dtype=np.float64).reshape(-1)
+    keep = w != 0
+    w = w[keep]
     if not w.size:
         return {}
     dt = arch.data_type
-    q = dt.to_float(dt.from_float(w))
+    q = dt.to_float(dt.from_float(np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)[keep]))
     return {
         "weights_zeroed": float(np.mean(q == 0)),
         "weights_saturating": float(np.mean(np.abs(w) > dt.max_float)),
         "weights_error": float(np.sum(np.abs(q - w)) / np.sum(np.abs(w))),
     }
+
+
+def _output_error(node: Node, scaling, choice: "ScaleChoice | None") -> dict[str, float]:
+    """A layer rounded for its outputs: their RMS error from the weights' rounding on the
+    calibration inputs, relative to their RMS, and what nearest rounding would have left."""
+    index = node.attrs.get("weight") if node.op == "conv2d" else None
+    if index is None or choice is None or choice.rounding is None:
+        return {}
+    source = scaling.source(index)
+    if source not in choice.rounding.errors:
+        return {}
+    rounded, nearest = choice.rounding.errors[source]
+    return {"weights_output_error": rounded, "weights_output_error_nearest": nearest}
 
 
 def _lifetimes(graph: Graph, placed: set[str]) -> dict[str, tuple[int, int]]:

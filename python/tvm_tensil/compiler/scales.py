@@ -5,16 +5,17 @@ The hardware does not change: a MatMul of an input at shift ``a`` by weights mul
 ``2**(c - a)`` leaves its accumulators at shift ``c``, so a conv or dense layer moves its result
 to any shift for free, through its weights and bias (exact: powers of two). Every other op keeps
 its input's shift (moves, comparisons, adds of two tensors, pools, selections), so the tensors
-it joins form a *group* that shares one shift (``scale_groups``). ``choose_shifts`` picks the
+it joins form a *group* that shares one shift (``scale_groups``). ``choose_scales`` picks the
 groups' shifts from calibration: the largest that keep each range, with headroom, inside the data
 type, or a balance of activation bits against weight bits, whichever a simulation on calibration
-samples finds closer to float (docs/compiler.md, "Scales"). ``apply_shifts`` rewrites the graph:
+samples finds closer to float (docs/compiler.md, "Scales"), each with its layers' weights rounded
+for their outputs (``rounding.py``). ``apply_shifts`` rewrites the graph:
 scaled copies of the weights and biases, the constants of clips and pads, and the shift of each
 partition input and output (the runtime converts with it).
 
 Scaled weights are *derived constants*: ``(source constant index, shift)``. The runtime receives
-the model's own float weights and derives the same arrays before packing them, so the weight
-image it builds is the one built here.
+the partition's float weights (as ``rounding.py`` rounded them, when it did) and derives the same
+arrays before packing them, so the weight image it builds is the one built here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from ..arch import Architecture
 from .graph import Graph, Node
 from .interpret import interpret
+from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 
 # Values stay below the data type's largest by this factor: room for partial sums, which can
 # exceed the final result, and for inputs a little beyond those seen in calibration.
@@ -43,6 +45,11 @@ class Scaling:
 
     shifts: dict[str, int] = field(default_factory=dict)
     derived: tuple[tuple[int, int], ...] = ()
+    base: int = 0  # the number of the model's own constants
+
+    def source(self, index: int) -> int:
+        """The model's constant a (possibly derived) constant index comes from."""
+        return self.derived[index - self.base][0] if self.derived and index >= self.base else index
 
 
 def scale_groups(graph: Graph) -> dict[str, str]:
@@ -119,16 +126,46 @@ def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architec
     }
 
 
-def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=()) -> dict[str, int]:
-    """Every tensor's shift: of the ``candidate_shifts`` and no shifts at all (the data type as it
-    is), the one with the smallest simulated error on ``samples`` (inputs by graph input name), so
-    that calibration is never worse than none; without samples, the balanced one."""
+@dataclass(frozen=True)
+class ScaleChoice:
+    """Calibration's decision: every tensor's shift, the layer weights rounded for their outputs
+    at those shifts (``rounding``; None: nearest rounding), which option it was, and each option's
+    simulated error (relative mean square of the outputs' error), the reason for the choice."""
+
+    option: str
+    shifts: dict[str, int]
+    rounding: RoundedWeights | None
+    errors: dict[str, float]
+
+
+def choose_scales(
+    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=(), inputs: LayerInputs | None = None
+) -> ScaleChoice:
+    """Of the ``candidate_shifts`` and no shifts at all (the data type as it is), each with its
+    layers' weights rounded for their outputs when ``inputs`` gives their calibration inputs, and of
+    the uncalibrated build (no shifts, nearest rounding), the one with the smallest simulated error
+    on ``samples`` (inputs by graph input name): calibration is never worse than none there. Without
+    samples, the balanced candidate."""
     candidates = candidate_shifts(graph, stats, arch)
     if not samples:
-        return candidates["balanced"]
-    options = [candidates["balanced"], candidates["largest"], dict.fromkeys(graph.tensors, 0)]
-    options = [o for i, o in enumerate(options) if o not in options[:i]]
-    return min(options, key=lambda shifts: simulated_error(graph, shifts, arch, samples))
+        return ScaleChoice("balanced", candidates["balanced"], None, {})
+    options: dict[str, tuple[dict[str, int], RoundedWeights | None]] = {}
+    for name, shifts in (*candidates.items(), ("none", dict.fromkeys(graph.tensors, 0))):
+        if all(shifts != s for s, _ in options.values()):
+            options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type) if inputs else None)
+    if inputs:
+        options["none, nearest rounding"] = (dict.fromkeys(graph.tensors, 0), None)
+    errors = {
+        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None)
+        for name, (shifts, rounded) in options.items()
+    }
+    best = min(errors, key=errors.get)
+    return ScaleChoice(best, *options[best], errors)
+
+
+def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=()) -> dict[str, int]:
+    """Every tensor's shift as ``choose_scales`` chooses them with nearest rounding."""
+    return choose_scales(graph, stats, arch, samples).shifts
 
 
 def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStats], arch: Architecture):
@@ -232,10 +269,12 @@ def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, flo
     return shift
 
 
-def simulated_error(graph: Graph, shifts: dict[str, int], arch: Architecture, samples) -> float:
-    """The outputs' RMS error, relative to their spread, when every tensor, weight and bias is
-    rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``."""
-    scaled, _ = apply_shifts(graph, shifts)
+def simulated_error(graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None) -> float:
+    """The outputs' mean square error, relative to their spread, when every tensor, weight and bias
+    is rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``;
+    ``weights``: layer weights (by constant index) in place of the graph's, as ``round_weights``
+    gives them."""
+    scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts)
     errors = []
     for sample in samples:
         want = interpret(graph, sample)
@@ -303,7 +342,7 @@ def apply_shifts(graph: Graph, shifts: dict[str, int]) -> tuple[Graph, Scaling]:
     derived = _Derived(graph.constants)
     nodes = [_scaled_node(n, shifts, derived) for n in graph.nodes]
     scaled = Graph(graph.tensors, nodes, graph.inputs, graph.outputs, derived.constants, dict(graph.views))
-    return scaled, Scaling(shifts, tuple(derived.entries))
+    return scaled, Scaling(shifts, tuple(derived.entries), derived.base)
 
 
 def derive_constants(constants: Sequence[np.ndarray], derived: Sequence[Sequence[int]]) -> list:
