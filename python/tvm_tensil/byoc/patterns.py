@@ -19,6 +19,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
+from .broadcast import broadcast_reason
 from .frontend import FrontendError, channel_slice, shape_of
 from .prepare import prepare_for_tensil
 
@@ -60,14 +61,6 @@ def _rank(expr, ranks=(2, 4)) -> str | None:
     except ValueError as e:
         return str(e)
     return None if len(s) in ranks else f"rank {len(s)} tensor (the TCU takes NCHW or 2-D)"
-
-
-def _per_channel(const_shape: tuple, x_shape: tuple) -> bool:
-    """A constant that broadcasts along channels only: (C,), (1, C) or (1, C, 1, 1)."""
-    if len(x_shape) not in (2, 4):
-        return False
-    c = x_shape[1]
-    return const_shape in ((c,), (1, c), (1, c, 1, 1)) and (len(x_shape) == 4 or const_shape != (1, c, 1, 1))
 
 
 def _needs_registers(arch: Architecture, what: str) -> str | None:
@@ -123,8 +116,8 @@ def check_flatten(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_bias(arch: Architecture, add: relax.Call) -> str | None:
     x, c = add.args if isinstance(add.args[1], tvm.ir.GenericConst) else add.args[::-1]
-    if not _per_channel(shape_of(c), shape_of(x)):
-        return f"bias of shape {shape_of(c)} does not broadcast along channels"
+    if reason := broadcast_reason(shape_of(c), shape_of(x)):
+        return f"bias: {reason}"
     return None
 
 
@@ -144,13 +137,15 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
 
 def check_add(arch: Architecture, call: relax.Call) -> str | None:
     x, y = call.args
-    if err := _float32(x, y) or _rank(x) or _rank(y):
+    if err := _float32(x, y):
         return err
     if isinstance(y, tvm.ir.GenericConst) or isinstance(x, tvm.ir.GenericConst):
         xx, c = (x, y) if isinstance(y, tvm.ir.GenericConst) else (y, x)
-        if not _per_channel(shape_of(c), shape_of(xx)):
-            return f"add of a constant of shape {shape_of(c)} that is not per channel"
+        if reason := _rank(xx) or broadcast_reason(shape_of(c), shape_of(xx)):
+            return f"add of a constant: {reason}"
         return None
+    if err := _rank(x) or _rank(y):
+        return err
     if shape_of(x) != shape_of(y):
         return f"add with broadcasting ({shape_of(x)} + {shape_of(y)})"
     return None

@@ -22,6 +22,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .broadcast import canonical_shape, channel_values
 from .frontend import shape_of
 
 
@@ -34,18 +35,12 @@ def _const(a: np.ndarray):
 
 
 def _channel_vector(c, x_shape) -> np.ndarray | None:
-    """The per-channel values of constant ``c`` broadcast against ``x``, or None."""
+    """The per-channel values of constant ``c`` broadcast against ``x`` (numpy's rule), or None."""
     v = _value(c)
-    if v.dtype != np.float32 or len(x_shape) not in (2, 4):
+    if v.dtype != np.float32:
         return None
-    ch = x_shape[1]
-    if v.size == 1:
-        return np.full(ch, float(v.reshape(-1)[0]), dtype=np.float32)
-    if len(x_shape) == 4 and v.shape in ((1, ch, 1, 1), (ch, 1, 1)):
-        return v.reshape(ch)
-    if len(x_shape) == 2 and v.shape in ((ch,), (1, ch)):
-        return v.reshape(ch)
-    return None
+    values = channel_values(v, tuple(x_shape))
+    return None if values is None else values.astype(np.float32)
 
 
 def _broadcast_like(vec: np.ndarray, x_shape) -> np.ndarray:
@@ -145,6 +140,19 @@ def _rules():
         return relax.op.matmul(m[x], _const(_value(m[w]) * s[None, :]))
 
     rules.append((mul_mm, r_mul_mm))
+
+    # add(y, c) with c one value per channel in another shape (a scalar, (C, 1, 1), ...): the
+    # TCU path reads a bias as one value per channel, so it gets (1, C, 1, 1) or (1, C).
+    for pat in (is_op("relax.add")(x, c), is_op("relax.add")(c, x)):
+
+        def r_bias(expr, m):
+            shp = shape_of(m[x])
+            v = _channel_vector(m[c], shp)
+            if v is None or shape_of(m[c]) == canonical_shape(shp):
+                return expr
+            return relax.op.add(m[x], _const(v.reshape(canonical_shape(shp))))
+
+        rules.append((pat, r_bias))
     return rules
 
 
