@@ -1,6 +1,7 @@
-"""Ships the RTL (``rtl/``) and the Verilator harness (``src/sim/``) inside the package, under
-``tvm_tensil/hardware/`` with the repository's layout, so that an installed wheel can build the
-verilator and sim-board devices and package the IP. An editable install uses them in place.
+"""Ships the RTL (``rtl/``), the Verilator harness (``src/sim/``) and the partition stub
+(``src/codegen/``) inside the package, under ``tvm_tensil/hardware/`` with the repository's layout,
+so that an installed wheel can build models, the verilator and sim-board devices and package the
+IP (``tvm_tensil/sources.py`` finds them). An editable install uses them in place.
 Everything else is in pyproject.toml."""
 
 import shutil
@@ -10,7 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-HARDWARE = ("rtl", "src/sim")  # copied to tvm_tensil/hardware/<same path>
+HARDWARE = ("rtl", "src/sim", "src/codegen")  # copied to tvm_tensil/hardware/<same path>
 
 
 class BuildPyWithHardware(build_py):

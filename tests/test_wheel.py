@@ -23,9 +23,10 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm_tensil import zoo
 from tvm_tensil.rtl.sim import HARNESS
 from tvm_tensil.rtl.toolchain import RTL_DIR
+from tvm_tensil.sources import PARTITION_STUB
 
 env = Path({env!r})
-for path in (Path(tvm_tensil.__file__), RTL_DIR, HARNESS):
+for path in (Path(tvm_tensil.__file__), RTL_DIR, HARNESS, PARTITION_STUB):
     assert env in path.parents, f"{{path}} is not from the installed wheel"
 mod = from_onnx(zoo.small_cnn(softmax=False, grid=True), keep_params_in_input=False)
 x = tvm.runtime.tensor(np.random.default_rng(0).integers(-16, 17, (1, 3, 16, 16)).astype("float32") / 16)

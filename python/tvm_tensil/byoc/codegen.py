@@ -4,7 +4,7 @@ Called by ``relax.transform.RunCodegen`` with the partition functions. ``build``
 each one already and attached the result's description (program, constant recipes, DRAM0 map)
 as the function attribute ``DESCRIPTION_ATTR``; a function without it (RunCodegen called
 directly) goes through the frontend and the compiler here. The description is embedded in the
-C++ stub ``tensil_stub.cc`` as JSON and becomes a ``CSourceModule`` whose constants (the
+C++ stub ``src/codegen/tensil_stub.cc`` as JSON and becomes a ``CSourceModule`` whose constants (the
 partition's weights, delivered once via ``__init_<symbol>``) are the ones RunCodegen named.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import tvm
@@ -23,9 +22,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition, compile_graph
 from ..model import from_user_layout
+from ..sources import PARTITION_STUB
 from .frontend import collect_constants, relax_to_graph
 
-STUB = Path(__file__).with_name("tensil_stub.cc")
+STUB = PARTITION_STUB
 # The partition function attribute holding its compiled description (JSON).
 DESCRIPTION_ATTR = "tensil.description"
 

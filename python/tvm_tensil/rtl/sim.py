@@ -23,10 +23,10 @@ from pathlib import Path
 
 from ..arch import Architecture
 from ..progress import Stages
+from ..sources import SIM_HARNESS as HARNESS
 from .params import top_parameters
-from .toolchain import hardware_root, rtl_sources, verilator_env, verilator_root
+from .toolchain import rtl_sources, verilator_env, verilator_root
 
-HARNESS = hardware_root() / "src" / "sim" / "tcu_sim.cc"
 LIBRARY = "libtcusim.so"
 
 

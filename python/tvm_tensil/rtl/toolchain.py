@@ -9,20 +9,9 @@ several files then fail to compile) and lacks the C++ standard that ``--timing``
 from __future__ import annotations
 
 import os
-from importlib.resources import files
 from pathlib import Path
 
-
-def hardware_root() -> Path:
-    """Where ``rtl/`` and ``src/sim/`` are: inside an installed package (``tvm_tensil/hardware/``, put
-    there by setup.py), else the repository checkout the package runs from (an editable install)."""
-    shipped = Path(str(files("tvm_tensil"))) / "hardware"
-    if (shipped / "rtl").is_dir():
-        return shipped
-    return Path(__file__).resolve().parents[3]
-
-
-RTL_DIR = hardware_root() / "rtl"
+from ..sources import RTL_DIR
 
 
 def verilator_root() -> Path:
