@@ -121,3 +121,29 @@ def test_build_says_how_to_import_a_torch_module():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="torch.export.export"):
         tvm_tensil.build(torch.nn.Linear(4, 2), target="tensil", arch="pynqz1")
+
+
+def test_reasons_say_what_the_op_is():
+    """A product of two computed tensors is not 'weights that are a graph input'; an identity
+    reshape is free (offloaded, right), not one that 'reorders data'."""
+    b = zoo.OnnxBuilder(0)
+    h = b.op("Relu", [b.gemm("x", 8, 8)])
+    square = b.op("MatMul", [h, b.op("Transpose", [h], perm=[1, 0])])  # (2, 2): activation x activation
+    same = b.op("Reshape", [b.gemm(square, 2, 2), b.const(np.array([2, 2]), "s", dtype=np.int64)])
+    mod = from_onnx(b.model({"x": [2, 8]}, b.op("Relu", [same])), keep_params_in_input=False)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    cpu, tcu, report = _cpu_and_tcu(mod, "pynqz1", x)
+    np.testing.assert_allclose(tcu, cpu, atol=0.05 * np.ptp(cpu))
+    reasons = {o["op"]: o["reason"] for o in report.cpu_ops}
+    assert "the TCU multiplies by constant weights" in reasons["relax.matmul"], reasons
+    assert "relax.reshape" not in reasons, reasons
+
+
+def test_an_identity_reshape_of_a_map_is_free_and_right():
+    b = zoo.OnnxBuilder(0)
+    same = b.op("Reshape", [b.conv("x", 3, 8), b.const(np.array([1, 8, 8, 8]), "s", dtype=np.int64)])
+    mod = from_onnx(b.model({"x": [1, 3, 8, 8]}, b.op("Relu", [b.conv(same, 8, 4)])), keep_params_in_input=False)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    cpu, tcu, report = _cpu_and_tcu(mod, "pynqz1", x)
+    assert report.cpu_ops == []
+    np.testing.assert_allclose(tcu, cpu, atol=0.02 * np.ptp(cpu))

@@ -185,13 +185,21 @@ def _namespace_symbols(mod: tvm.IRModule, arch: Architecture, samples=None) -> t
     return mod
 
 
-def _weights_not_constant(call) -> bool:
-    """A conv or dense layer whose weights are a graph input (``keep_params_in_input=True``)."""
-    return (
-        call.op.name in ("relax.nn.conv2d", "relax.matmul")
-        and len(call.args) == 2
-        and isinstance(call.args[1], relax.Var)
-    )
+def _weights_not_constant(call, params) -> str | None:
+    """Why a conv or dense layer's weights are not constants: a graph input (the model imported with
+    ``keep_params_in_input=True``), or a tensor the model computes (a product of two activations)."""
+    if call.op.name not in ("relax.nn.conv2d", "relax.matmul") or len(call.args) != 2:
+        return None
+    w = call.args[1]
+    if not isinstance(w, relax.Var):
+        return None
+    if any(w.same_as(p) for p in params):
+        return (
+            "its weights are a graph input, not constants: import with "
+            "from_onnx(model, keep_params_in_input=False) (PyTorch: from_exported_program(..., "
+            "keep_params_as_input=False)) or pass params= to build()"
+        )
+    return "both operands are tensors the model computes; the TCU multiplies by constant weights"
 
 
 def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
@@ -207,13 +215,7 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                 except ValueError:
                     shape = ()
                 name = e.op.name
-                reason = rejections.reason(name, shape)
-                if reason is None and _weights_not_constant(e):
-                    reason = (
-                        "its weights are a graph input, not constants: import with "
-                        "from_onnx(model, keep_params_in_input=False) (PyTorch: from_exported_program(..., "
-                        "keep_params_as_input=False)) or pass params= to build()"
-                    )
+                reason = rejections.reason(name, shape) or _weights_not_constant(e, func.params)
                 ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}"})
 
         relax.analysis.post_order_visit(func.body, visit)

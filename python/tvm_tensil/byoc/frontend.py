@@ -338,7 +338,7 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
     if op in ("relax.reshape", "relax.flatten"):
         src = _operand(scope, call.args[0])
         src_shape = b.relax_shapes[src]
-        if len(src_shape) == 4 and src_shape[2:] != (1, 1):
+        if len(src_shape) == 4 and src_shape[2:] != (1, 1) and src_shape != out_shape:
             # An NCHW flatten feeding a dense layer: a view of the same storage.
             b.views[out] = (src, "flatten")
             return out

@@ -252,8 +252,10 @@ def check_reshape(arch: Architecture, call: relax.Call) -> str | None:
     if err := _float32(call.args[0]):
         return err
     src, dst = shape_of(call.args[0]), shape_of(call)
-    ok = (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2]) or (
-        len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2]
+    ok = (
+        src == dst
+        or (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2])
+        or (len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2])
     )
     return None if ok else f"reshape {src} -> {dst} reorders data in the TCU layout"
 
