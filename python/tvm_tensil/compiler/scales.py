@@ -141,22 +141,23 @@ class ScaleChoice:
 def choose_scales(
     graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=(), inputs: LayerInputs | None = None
 ) -> ScaleChoice:
-    """Of the ``candidate_shifts`` and no shifts at all (the data type as it is), each with its
-    layers' weights rounded for their outputs when ``inputs`` gives their calibration inputs, and of
-    the uncalibrated build (no shifts, nearest rounding), the one with the smallest simulated error
-    on ``samples`` (inputs by graph input name): calibration is never worse than none there. Without
-    samples, the balanced candidate."""
+    """Of the ``candidate_shifts`` and no shifts at all (the data type as it is), each with nearest
+    rounding and, when ``inputs`` gives the layers' calibration inputs, with weights rounded for
+    their outputs, the one with the smallest simulated error on ``samples`` (inputs by graph input
+    name): calibration is never worse than none there. Without samples, the balanced candidate."""
     candidates = candidate_shifts(graph, stats, arch)
     if not samples:
         return ScaleChoice("balanced", candidates["balanced"], None, {})
     options: dict[str, tuple[dict[str, int], RoundedWeights | None]] = {}
     for name, shifts in (*candidates.items(), ("none", dict.fromkeys(graph.tensors, 0))):
-        if all(shifts != s for s, _ in options.values()):
-            options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type) if inputs else None)
-    if inputs:
-        options["none, nearest rounding"] = (dict.fromkeys(graph.tensors, 0), None)
+        if any(shifts == s for s, _ in options.values()):
+            continue
+        if inputs:
+            options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type))
+        options[f"{name}, nearest rounding"] = (shifts, None)
+    wants = [interpret(graph, sample) for sample in samples]
     errors = {
-        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None)
+        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None, wants)
         for name, (shifts, rounded) in options.items()
     }
     best = min(errors, key=errors.get)
@@ -269,15 +270,17 @@ def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, flo
     return shift
 
 
-def simulated_error(graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None) -> float:
+def simulated_error(
+    graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None, wants=None
+) -> float:
     """The outputs' mean square error, relative to their spread, when every tensor, weight and bias
     is rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``;
     ``weights``: layer weights (by constant index) in place of the graph's, as ``round_weights``
-    gives them."""
+    gives them; ``wants``: the samples' float values, if computed already."""
     scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts)
     errors = []
-    for sample in samples:
-        want = interpret(graph, sample)
+    for i, sample in enumerate(samples):
+        want = wants[i] if wants is not None else interpret(graph, sample)
         got = interpret(scaled, {k: v * 2.0 ** shifts.get(k, 0) for k, v in sample.items()}, rounding=arch.data_type)
         for o in graph.outputs:
             spread = float(np.mean((want[o] - want[o].mean()) ** 2)) or 1.0
