@@ -113,3 +113,22 @@ def test_round_weights_leaves_shared_weights_to_nearest_and_scales_back_exactly(
     assert np.array_equal(q, nearest(q))  # on the grid at the layer's own weight shift
     for index, (err, err_nearest) in rounded.errors.items():
         assert err <= err_nearest, index
+
+
+def test_a_layer_with_too_many_inputs_keeps_nearest_rounding():
+    """The fit costs the cube of a layer's inputs: past MAX_INPUTS the layer is not collected."""
+    from tvm_tensil.compiler.rounding import MAX_INPUTS
+
+    k = MAX_INPUTS + 1
+    w = (np.random.default_rng(13).standard_normal((k, 4)) * 0.01).astype(np.float32)
+    graph = Graph(
+        {"x": Tensor("x", (1, 1, 2, k)), "y": Tensor("y", (1, 1, 2, 4))},
+        [Node("conv2d", ["x"], "y", dict(weight=0, bias=None, groups=1, layout="KM"))],
+        ["x"],
+        ["y"],
+        [w],
+    )
+    inputs = LayerInputs(graph)
+    inputs.add(interpret(graph, {"x": np.random.default_rng(14).standard_normal((1, 1, 2, k))}))
+    assert inputs.grams == {}
+    assert round_weights(graph, {}, inputs, DT).weights == {}

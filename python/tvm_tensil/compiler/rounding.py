@@ -33,6 +33,10 @@ from .interpret import _window
 # Added to H's diagonal, relative to its mean: keeps the inverse finite for inputs that never vary.
 DAMPING = 0.01
 BLOCK = 128  # columns rounded together before their error reaches the rest (the result is the same)
+# Layers with more inputs than this (a 3x3 conv over 512 channels has 4608) keep nearest rounding:
+# the fit's time grows with the cube of the inputs and its memory with their square (a dense layer
+# reading a flattened 19x24x28 map, 12768 inputs, took minutes).
+MAX_INPUTS = 4608
 
 
 def _layers(graph: Graph) -> list[tuple[int, Node]]:
@@ -72,9 +76,12 @@ class LayerInputs:
     rows: dict[int, int] = field(default_factory=dict)
 
     def add(self, values: dict[str, np.ndarray]) -> None:
-        """One sample's interpreted tensors (``interpret``'s result)."""
+        """One sample's interpreted tensors (``interpret``'s result). Layers with more than
+        ``MAX_INPUTS`` inputs are not collected."""
         for i, node in _layers(self.graph):
             w_shape = np.shape(self.graph.constants[node.attrs["weight"]])
+            if (w_shape[0] if node.attrs.get("layout") == "KM" else int(np.prod(w_shape[1:]))) > MAX_INPUTS:
+                continue
             x = _windows(node, values[node.inputs[0]], w_shape, self.graph.tensors[node.output].shape)
             h = np.einsum("rci,rcj->cij", x, x) if x.ndim == 3 else x.T @ x
             self.grams[i] = self.grams.get(i, 0.0) + h
@@ -160,7 +167,8 @@ class RoundedWeights:
 def round_weights(graph: Graph, shifts: dict[str, int], inputs: LayerInputs, dt: DataType) -> RoundedWeights:
     """Each layer's weights rounded for its outputs at ``shifts`` (the layer's weights are scaled by
     its output's shift less its input's). Weights a second layer or a bias also uses keep nearest
-    rounding (one rounding cannot suit two layers)."""
+    rounding (one rounding cannot suit two layers), as do layers with more than ``MAX_INPUTS``
+    inputs."""
     uses: dict[int, int] = {}
     for node in graph.nodes:
         for key in ("weight", "bias"):
