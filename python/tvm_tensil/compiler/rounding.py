@@ -5,7 +5,7 @@ what the network feels is the layer's output error. For a layer ``y = W x`` whos
 calibration samples have the Gram matrix ``H = sum x x^T``, the output error of rounded weights
 ``Q`` is ``tr((Q - W) H (Q - W)^T)``. Rounding the input columns one at a time and moving each
 column's rounding error onto the columns not yet rounded, in proportion to how the inputs
-correlate (the inverse of ``H``), makes that error about half of nearest rounding's:
+correlate (the inverse of ``H``), makes that error smaller than nearest rounding's:
 the optimal brain surgeon's update as GPTQ applies it (Frantar et al., "GPTQ: Accurate Post-Training
 Quantization for Generative Pre-trained Transformers", ICLR 2023). The hardware does not change,
 and no weight leaves the data type's grid: only which neighbouring grid value each weight takes.
