@@ -2,10 +2,11 @@
 
     python benchmarks/look_ahead.py [--arch ultra96v2_300mhz] [--nets mobilenetv2 resnet20v2]
 
-Each zoo network (random weights) is built in a fresh process with ``Scheduler.LOOK_AHEAD`` off
-(greedy: each conv's tiling chosen on its own) and on: compile seconds and the latency model's
-cycles. Writes benchmarks/results/look_ahead.json. Run it alone (the machine has 2 cores), and twice after
-the latency model changed: the first build then also recompiles its numba kernel.
+Each zoo network (random weights) is built in a fresh process with the look-ahead off
+(``CompileOptions(look_ahead=False)``, greedy: each conv's tiling chosen on its own) and on:
+compile seconds and the latency model's cycles. Writes benchmarks/results/look_ahead.json. Run
+it alone (the machine has 2 cores), and twice after the latency model changed: the first build
+then also recompiles its numba kernel.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ import json, time
 import tvm_tensil
 from tvm.relax.frontend.onnx import from_onnx
 from tvm_tensil import zoo
-from tvm_tensil.compiler.schedule import Scheduler
+from tvm_tensil.compiler import CompileOptions
 name, arch, on, size = {name!r}, {arch!r}, {on!r}, {size!r}
-Scheduler.LOOK_AHEAD = on
 mod = from_onnx(getattr(zoo, name)(**({{"size": size}} if size else {{}})), keep_params_in_input=False)
 t0 = time.perf_counter()
-report = tvm_tensil.build(mod, target="tensil", arch=arch).tensil_report
+options = CompileOptions(look_ahead=on)
+report = tvm_tensil.build(mod, target="tensil", arch=arch, options=options).tensil_report
 print(json.dumps({{"compile_seconds": round(time.perf_counter() - t0, 2), "cycles": report.total_cycles}}))
 """
 

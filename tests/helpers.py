@@ -113,3 +113,24 @@ def built(convs: int, seed: int, arch="pynqz1"):
     x = tvm.runtime.tensor(np.random.default_rng(seed).integers(-16, 17, (1, 8, 6, 6)).astype(np.float32) / 16)
     cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](x).numpy()
     return relax.VirtualMachine(ex, tvm.cpu()), report, x, cpu
+
+
+def schedule_context(graph, arch: Architecture, options=None):
+    """The scheduler's ``Context`` for ``graph`` as ``compile_graph`` makes it (fused, placed), and
+    the fused graph."""
+    from tvm_tensil.compiler import CompileOptions, fuse
+    from tvm_tensil.compiler.compile import place_tensors
+    from tvm_tensil.compiler.schedule import Context
+
+    fused = fuse(graph)
+    place, dram0 = place_tensors(fused, arch)
+    return Context(arch, fused, place, frozenset(), dram0, options or CompileOptions()), fused
+
+
+def conv_plan(graph, arch: Architecture, node: int = 0, given=None, buffers: int = 1, **kwargs):
+    """The plan the scheduler makes for the graph's ``node``-th node (a conv) after ``given``."""
+    from tvm_tensil.compiler.memory import ConstTable
+    from tvm_tensil.compiler.schedule import NOTHING, conv
+
+    ctx, fused = schedule_context(graph, arch)
+    return conv.plan(fused.nodes[node], ctx, given or NOTHING, ConstTable(arch), buffers, **kwargs)

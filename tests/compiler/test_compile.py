@@ -9,7 +9,7 @@ import pytest
 
 from reference import conv2d_nhwc, pool_nhwc
 from tvm_tensil.arch import PRESETS, Architecture
-from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.runtime import Emulator
 
 ARCH = PRESETS["pynqz1"]
@@ -19,8 +19,8 @@ def grid(rng, shape, lo=-16, hi=16):
     return rng.integers(lo, hi, shape) / 16
 
 
-def run(graph, inputs, arch=ARCH):
-    part = compile_graph(graph, arch, "t")
+def run(graph, inputs, arch=ARCH, options=CompileOptions()):
+    part = compile_graph(graph, arch, "t", options=options)
     model = part.model(graph.constants)
     emu = Emulator(arch)
     out = emu.run_model(model, inputs)
@@ -202,21 +202,11 @@ def test_global_avg_pool_of_any_size_within_its_bound(hw):
     "local_depth, mode", [(4096, "resident"), (800, "input blocks"), (120, "blocks"), (46, "one block")]
 )
 @pytest.mark.parametrize("padding", [(1, 1, 1, 1), (3, 3, 3, 3)])  # the second: no tap covers every pixel
-def test_weights_streamed_in_every_mode(local_depth, mode, padding, monkeypatch):
+def test_weights_streamed_in_every_mode(local_depth, mode, padding):
     """Resident weights, two slots of several input blocks, two slots of one block, one slot: the
     same exact results whichever way the weights reach the array."""
-    from tvm_tensil.compiler.schedule import Scheduler
+    from helpers import conv_plan
 
-    used = []
-    groups = Scheduler._weight_groups
-
-    def record(self, m, *args):
-        result = groups(self, m, *args)
-        if result[0] is not None:
-            used.append(m)
-        return result
-
-    monkeypatch.setattr(Scheduler, "_weight_groups", record)
     arch = Architecture("FP16BP8", 4, 4096, 4096, local_depth, 24)
     rng = np.random.default_rng(5)
     x_shape = (1, 5, 6, 16)
@@ -226,7 +216,7 @@ def test_weights_streamed_in_every_mode(local_depth, mode, padding, monkeypatch)
     g, out = conv_graph(x_shape, w, b, padding=padding)
     y, part, _ = run(g, {"x": x}, arch)
     np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b, padding=padding))
-    assert used[-1] == mode  # modes are tried in order; the last one that applied was used
+    assert conv_plan(g, arch).weights.mode == mode
 
 
 @pytest.mark.parametrize("arch", [ARCH, Architecture("FP16BP8", 4, 4096, 4096, 300, 64)])
@@ -298,11 +288,10 @@ def test_a_whole_map_passes_to_the_next_conv_in_local_memory():
     assert int((f.operand2[loads] + 1).sum()) == 3 * pixels  # x, and r, b for the add; never a or b for a conv
 
 
-def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more(monkeypatch):
+def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more():
     """Tiled in bands, a stride-2 conv overlaps its own loads best, and the next conv then reads the
     map back from DRAM0; as one whole tile it hands the map over. The choice looks through the next
     conv, so the whole tile wins where the pair is faster, and the result stays exact."""
-    from tvm_tensil.compiler.schedule import Scheduler
     from tvm_tensil.isa.instructions import Direction, Opcode
 
     arch = ARCH.replace(array_size=16, name="pynqz1_16x16")
@@ -332,8 +321,7 @@ def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more(monkeypatch):
         return int((f.operand2[loads] + 1).sum())
 
     assert loaded(part.program) <= 32 * 32 * 4  # x's rows (every other one) and never a
-    monkeypatch.setattr(Scheduler, "LOOK_AHEAD", False)
-    greedy = compile_graph(g, arch, "t")
+    greedy = compile_graph(g, arch, "t", options=CompileOptions(look_ahead=False))
     assert loaded(greedy.program) >= loaded(part.program) + 16 * 16 * 4  # a read back
     assert part.report["cycles"]["total"] < greedy.report["cycles"]["total"]
 
@@ -383,11 +371,10 @@ def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     assert interleaved, "no epilogue was interleaved with the next block's MatMuls"
 
 
-def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypatch):
+def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory():
     """A conv whose result is one whole tile hands it to a global average pool in local memory: the
     pool's first level reads it there, and a result only the pool reads never goes to DRAM0. The
     means are bit-identical to the pool's from DRAM0, and within the halving bound of the exact mean."""
-    from tvm_tensil.compiler.schedule import Scheduler
     from tvm_tensil.isa.instructions import Direction, Opcode
 
     rng = np.random.default_rng(11)
@@ -426,8 +413,7 @@ def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypat
     f = part2.program.fields()
     stored = int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM0)] + 1).sum())
     assert stored == 30 * 2 + 2  # r is an output too: stored beside the pool
-    monkeypatch.setattr(Scheduler, "_pool_handover", lambda self, *args: None)
-    from_dram, part3, _ = run(graph(["y"]), {"x": x})
+    from_dram, part3, _ = run(graph(["y"]), {"x": x}, options=CompileOptions(pool_hand_over=False))
     f = part3.program.fields()
     assert int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)] + 1).sum()) > 60
     np.testing.assert_array_equal(y["y"], from_dram["y"])
@@ -437,11 +423,10 @@ def test_a_whole_map_passes_to_the_global_average_pool_in_local_memory(monkeypat
     assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * levels + 0.5) / 256 + np.abs(mean).max() * 2**-9
 
 
-def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monkeypatch):
+def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array():
     """A fused residual's shortcut starts each output block's accumulators either by a move or by a
     MatMul with identity weights (exact); the scheduler keeps the faster. Forced either way, the
     result is exact and the program uses the path asked for."""
-    from tvm_tensil.compiler.schedule import Scheduler
     from tvm_tensil.isa.instructions import Direction, Opcode
 
     rng = np.random.default_rng(12)
@@ -461,8 +446,7 @@ def test_a_residual_shortcut_enters_the_accumulators_by_a_move_or_the_array(monk
     )
     counts = {}
     for through_array in (False, True):
-        monkeypatch.setattr(Scheduler, "_conv2d_best", lambda self, node: self._conv2d_plans(node, through_array))
-        y, part, _ = run(g, {"x": x})
+        y, part, _ = run(g, {"x": x}, options=CompileOptions(shortcut="array" if through_array else "move"))
         np.testing.assert_array_equal(y["r"], np.maximum(conv2d_nhwc(x, w, None) + x, 0))
         assert [n["op"] for n in part.report["nodes"]] == ["conv2d"]
         f = part.program.fields()

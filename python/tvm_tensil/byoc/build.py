@@ -30,7 +30,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..arch import Architecture, load_arch
-from ..compiler import CompiledPartition
+from ..compiler import CompiledPartition, CompileOptions
 from . import codegen
 from .calibrate import partition_inputs, samples_for
 from .frontend import shape_of
@@ -299,7 +299,11 @@ def _source(expr, params: dict, bound: dict, symbols: dict) -> str:
 
 
 def _compile_partitions(
-    mod: tvm.IRModule, arch: Architecture, rejections: Rejections, samples: dict[str, list] | None = None
+    mod: tvm.IRModule,
+    arch: Architecture,
+    rejections: Rejections,
+    samples: dict[str, list] | None = None,
+    options: CompileOptions = CompileOptions(),
 ) -> tuple[tvm.IRModule, dict[str, CompiledPartition]]:
     """Compile every partition now (each function then carries its description for the codegen);
     one that fails (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU with
@@ -308,7 +312,9 @@ def _compile_partitions(
     sources = _argument_sources(mod)
     for gv, func in _partitions(mod):
         try:
-            part = codegen.compile_partition(func, arch, (samples or {}).get(gv.name_hint), sources.get(gv.name_hint))
+            part = codegen.compile_partition(
+                func, arch, (samples or {}).get(gv.name_hint), sources.get(gv.name_hint), options
+            )
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
             _raise_if_interrupted(e)
             mod[gv] = _back_to_cpu(func)
@@ -320,10 +326,14 @@ def _compile_partitions(
 
 
 def offload(
-    mod: tvm.IRModule, arch: "str | Architecture" = "pynqz1", calibration=None, input_shapes=None
+    mod: tvm.IRModule,
+    arch: "str | Architecture" = "pynqz1",
+    calibration=None,
+    input_shapes=None,
+    options: CompileOptions = CompileOptions(),
 ) -> tuple[tvm.IRModule, BuildReport]:
     """Partition and compile the Tensil parts; returns the module for the host and the report.
-    ``calibration``, ``input_shapes``: see ``build``."""
+    ``calibration``, ``input_shapes``, ``options``: see ``build``."""
     arch = load_arch(arch)
     mod = bind_input_shapes(mod, input_shapes)
     samples = samples_for(mod["main"], calibration) if calibration is not None else None
@@ -340,7 +350,7 @@ def offload(
     seen = (
         partition_inputs(mod, dict(_partitions(mod)), samples, _back_to_cpu) if samples and _partitions(mod) else None
     )
-    mod, compiled = _compile_partitions(mod, arch, rejections, seen)
+    mod, compiled = _compile_partitions(mod, arch, rejections, seen, options)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections), compiled=compiled)
     report.partitions = {sym: part.report for sym, part in compiled.items()}
     for line in weight_losses(report):
@@ -360,6 +370,7 @@ def build(
     model_dir: "str | os.PathLike | None" = None,
     calibration=None,
     input_shapes: "dict[str, tuple[int, ...]] | None" = None,
+    options: CompileOptions = CompileOptions(),
 ):
     """Compile a Relax module for the Tensil compute unit and the host CPU.
 
@@ -386,6 +397,8 @@ def build(
         Static shapes for inputs with symbolic dimensions, by input name, e.g. ``{"x": (1, 3, 224,
         224)}``. A symbolic batch alone is bound to 1 with a warning; other symbolic dimensions need
         a shape here (the TCU needs static shapes).
+    options : tvm_tensil.compiler.CompileOptions, optional
+        Scheduling choices to turn off, to see what they gain (e.g. ``CompileOptions(look_ahead=False)``).
 
     Returns
     -------
@@ -399,7 +412,7 @@ def build(
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     host = _host_target(target)
-    mod, report = offload(mod, arch, calibration, input_shapes)
+    mod, report = offload(mod, arch, calibration, input_shapes, options)
     if model_dir is not None:
         write_models(report, model_dir)
     ex = tvm.compile(mod, target=host)

@@ -20,7 +20,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..arch import Architecture, load_arch
-from ..compiler import CompiledPartition, compile_graph
+from ..compiler import CompiledPartition, CompileOptions, compile_graph
 from ..model import from_user_layout
 from ..sources import PARTITION_STUB
 from .frontend import collect_constants, relax_to_graph
@@ -68,10 +68,13 @@ def stub_source(symbol: str, desc: dict) -> str:
     return STUB.read_text().replace("@SYMBOL@", symbol).replace("@DESCRIPTION@", text)
 
 
-def compile_partition(func, arch: Architecture, samples=None, sources=None) -> CompiledPartition:
+def compile_partition(
+    func, arch: Architecture, samples=None, sources=None, options: CompileOptions = CompileOptions()
+) -> CompiledPartition:
     """Compile one partition function. ``samples``: calibration data, a list of tuples of the
     function's arguments (numpy, the framework's layout); each tensor then gets its own scale.
-    ``sources``: where each argument comes from in the model (for messages).
+    ``sources``: where each argument comes from in the model (for messages). ``options``: the
+    scheduler's (``CompileOptions``).
     Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
@@ -79,7 +82,7 @@ def compile_partition(func, arch: Architecture, samples=None, sources=None) -> C
         {t: from_user_layout(np.asarray(v, dtype=np.float64), io_shapes[t]) for t, v in zip(graph.inputs, args)}
         for args in samples or ()
     ]
-    part = compile_graph(graph, arch, name=symbol, calibration=feeds)
+    part = compile_graph(graph, arch, name=symbol, calibration=feeds, options=options)
     # The model's inputs and outputs under the names and in the layout the user knows.
     in_names, out_names = io_names(func, len(graph.outputs))
     part.inputs = {name: part.inputs[t] for name, t in zip(in_names, graph.inputs)}

@@ -5,6 +5,6 @@ Independent of TVM; ``tvm_tensil.byoc`` turns Relax partitions into ``Graph``s.
 
 from .compile import CompiledPartition, compile_graph, fuse
 from .graph import Graph, Node, Tensor
-from .schedule import ScheduleError
+from .schedule import CompileOptions, ScheduleError
 
-__all__ = ["CompiledPartition", "compile_graph", "fuse", "Graph", "Node", "Tensor", "ScheduleError"]
+__all__ = ["CompileOptions", "CompiledPartition", "compile_graph", "fuse", "Graph", "Node", "Tensor", "ScheduleError"]

@@ -20,7 +20,7 @@ from .lir import LIR
 from .memory import ConstRecipe, ConstTable, Dram0Allocator, TensorPlacement, count_saturated_consts, pack_consts
 from .rounding import LayerInputs, with_weights
 from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, derive_constants
-from .schedule import ScheduleError, Scheduler
+from .schedule import CompileOptions, GraphSchedule, ScheduleError
 
 
 @dataclass
@@ -276,20 +276,9 @@ def calibrate(graph: Graph, samples: list[dict], arch: Architecture) -> tuple[Sc
     return choose_scales(graph, stats, arch, held, inputs), stats
 
 
-def compile_graph(
-    graph: Graph, arch: Architecture, name: str = "partition", calibration: list[dict] | None = None
-) -> CompiledPartition:
-    """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
-    every tensor its own power-of-two scale; without it every tensor uses the data type's binary
-    point."""
-    choice, stats, reference, sources = None, {}, None, graph.constants
-    if calibration:
-        choice, stats = calibrate(graph, calibration, arch)
-        if choice.rounding is not None and choice.rounding.weights:
-            reference, _ = apply_shifts(fuse(graph), choice.shifts)  # the model's weights, for the report
-            graph = with_weights(graph, choice.rounding.weights)
-            sources = graph.constants
-    graph, scaling = apply_shifts(fuse(graph), choice.shifts if choice else {})
+def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPlacement], Dram0Allocator]:
+    """Every tensor's DRAM0 placement (inputs and outputs first, intermediates by lifetime, views
+    on their sources' storage) and the allocator, which places the scheduler's temporaries above."""
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
     for t in list(graph.inputs) + list(graph.outputs):
@@ -305,9 +294,31 @@ def compile_graph(
             if vp.pixels != sp.pixels or vp.shape[3] != sp.shape[3]:
                 raise ScheduleError(f"reshape {sp.shape} -> {vp.shape} changes the storage")
             place[view] = vp
+    return place, dram0
+
+
+def compile_graph(
+    graph: Graph,
+    arch: Architecture,
+    name: str = "partition",
+    calibration: list[dict] | None = None,
+    options: CompileOptions = CompileOptions(),
+) -> CompiledPartition:
+    """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
+    every tensor its own power-of-two scale; without it every tensor uses the data type's binary
+    point. ``options``: scheduling choices to turn off (for tests and benchmarks)."""
+    choice, stats, reference, sources = None, {}, None, graph.constants
+    if calibration:
+        choice, stats = calibrate(graph, calibration, arch)
+        if choice.rounding is not None and choice.rounding.weights:
+            reference, _ = apply_shifts(fuse(graph), choice.shifts)  # the model's weights, for the report
+            graph = with_weights(graph, choice.rounding.weights)
+            sources = graph.constants
+    graph, scaling = apply_shifts(fuse(graph), choice.shifts if choice else {})
+    place, dram0 = place_tensors(graph, arch)
     consts = ConstTable(arch)
     lir = LIR(arch)
-    sched = Scheduler(arch, graph, place, consts, lir, dram0)
+    sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options)
     per_node, node_starts = [], []
     # A progress bar for builds that take a while (shown after 2 s, on terminals only).
     for node in progress.bar(graph.nodes, desc=f"tvm_tensil: compiling {name}", unit="op", delay=2):

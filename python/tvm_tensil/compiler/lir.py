@@ -39,6 +39,11 @@ _MATMUL, _DATAMOVE, _LOADWEIGHTS = int(Opcode.MATMUL), int(Opcode.DATAMOVE), int
 _SIMD, _CONFIGURE, _NOOP = int(Opcode.SIMD), int(Opcode.CONFIGURE), int(Opcode.NOOP)
 
 
+def no_rows() -> np.ndarray:
+    """An empty block of instruction rows (what ``pending_rows`` returns for no instructions)."""
+    return np.zeros((0, _ROW), dtype=np.int64)
+
+
 class LIR:
     CHUNK = 1 << 18  # rows encoded and validated at a time
 

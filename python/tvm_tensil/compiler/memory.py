@@ -332,13 +332,18 @@ class ConstTable:
         self._cache[key] = recipe
         return recipe
 
-    def state(self) -> tuple:
-        """What ``restore`` needs to forget every placement made after this call."""
-        return list(self.recipes), self.top, dict(self._cache)
+    def fork(self) -> "ConstTable":
+        """A table that starts as this one and places on its own (an alternative's constants);
+        ``commit`` keeps its placements here, otherwise they are forgotten."""
+        child = ConstTable(self.arch)
+        child.recipes, child.top, child._cache = list(self.recipes), self.top, dict(self._cache)
+        return child
 
-    def restore(self, state: tuple) -> None:
-        recipes, self.top, cache = state
-        self.recipes, self._cache = list(recipes), dict(cache)
+    def commit(self, fork: "ConstTable") -> None:
+        """Keep the placements of ``fork`` (made from this table, which placed nothing since)."""
+        if fork.recipes[: len(self.recipes)] != self.recipes:
+            raise ValueError("commit: the fork was not made from this table as it is")
+        self.recipes, self.top, self._cache = fork.recipes, fork.top, fork._cache
 
     def check(self) -> None:
         if self.top > self.arch.dram1_depth:

@@ -1,0 +1,79 @@
+"""The scheduler: each graph node becomes tiles of instructions that fit the on-chip memories.
+
+Every node reads its inputs from DRAM0 and writes its output to DRAM0 (a "layer" in Tensil's
+terms), except that a conv whose result is one whole map may hand it to the next conv or global
+average pool in local memory. One module per op family lowers its ops (``LOWERINGS``, keyed by op
+name): ``lower(node, context, hand-over in, out) -> hand-over out``, writing its instructions and
+constants into ``out``. Alternatives are compared as values (``search``); ``tiles`` holds the
+geometry every lowering shares, ``overlap`` the DRAM moves deferred beside compute.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ...arch import Architecture
+from ..graph import Graph, Node
+from ..lir import LIR
+from ..memory import ConstTable, TensorPlacement
+from . import channels, conv, eltwise, global_pool, pools, resize
+from .context import NOTHING, CompileOptions, Context, HandOver, Out, ScheduleError, Tile, Window
+from .search import TAKES_HAND_OVER
+
+__all__ = [
+    "LOWERINGS", "CompileOptions", "Context", "GraphSchedule", "HandOver", "Out", "ScheduleError", "Tile", "Window",
+    "NOTHING", "lower_node",
+]  # fmt: skip
+
+Lowering = Callable[[Node, Context, HandOver, Out], HandOver]
+LOWERINGS: dict[str, Lowering] = {
+    op: module.lower for module in (conv, eltwise, pools, global_pool, channels, resize) for op in module.OPS
+}
+
+
+def lower_node(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """Lower one node after the hand-over ``given``; returns what it leaves the next node."""
+    if node.op not in TAKES_HAND_OVER:
+        given = given.issue(out.lir)
+    lowering = LOWERINGS.get(node.op)
+    if lowering is None:
+        raise ScheduleError(f"no schedule for op '{node.op}'")
+    return lowering(node, ctx, given, out)
+
+
+def _read_once(graph: Graph) -> frozenset[str]:
+    """Intermediates exactly one node reads (a fused second output reads its conv's result too):
+    a hand-over in local memory need not store them."""
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        for t in set(node.inputs) | ({node.output} if node.attrs.get("second") else set()):
+            counts[t] = counts.get(t, 0) + 1
+    pinned = set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()}
+    return frozenset(t for t, users in counts.items() if users == 1 and t not in pinned)
+
+
+class GraphSchedule:
+    """A partition's nodes lowered in order into one LIR and constant table; ``left`` is what the
+    last node lowered hands to the next."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        graph: Graph,
+        placements: dict[str, TensorPlacement],
+        consts: ConstTable,
+        lir: LIR,
+        dram0=None,
+        options: CompileOptions = CompileOptions(),
+    ):
+        self.ctx = Context(arch, graph, placements, _read_once(graph), dram0, options)
+        self.out = Out(lir, consts)
+        self.left = NOTHING
+        self._after = {id(a): b for a, b in zip(graph.nodes, graph.nodes[1:])}
+
+    def lower(self, node: Node) -> None:
+        self.left = lower_node(node, self.ctx.before(self._after.get(id(node))), self.left, self.out)
+
+    def finish(self) -> None:
+        """After the last node: issue the stores still carried."""
+        self.left = self.left.issue(self.out.lir)

@@ -1,0 +1,140 @@
+"""The values every lowering shares: what it may read (``Context``), what it writes into (``Out``),
+and what one node leaves the next (``HandOver``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from ...arch import Architecture
+from ..graph import Graph, Node
+from ..lir import LIR
+from ..memory import ConstTable, TensorPlacement
+
+
+class ScheduleError(ValueError):
+    """A node that cannot be scheduled on this architecture (the message says why)."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Choices a caller (a test, a benchmark) may turn off to see what they gain."""
+
+    # Measure a conv's alternatives through the node after it when one of them hands its result
+    # over in local memory (else each node takes its own fastest schedule).
+    look_ahead: bool = True
+    # A global average pool reads a map the conv before it left whole in local memory.
+    pool_hand_over: bool = True
+    # A fused residual's shortcut enters the accumulators by a move ("move"), by a MatMul with
+    # identity weights ("array"), or whichever the latency model finds faster (None).
+    shortcut: str | None = None
+
+
+# A DataMove's arguments, as ``LIR.datamove`` takes them.
+Move = tuple
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """What a node leaves to the next: tensors it left whole in local memory ({name: (local
+    address, vectors)}) and its stores of them to DRAM0 not issued yet ((name, moves) in order),
+    which the next node issues beside its own compute (or drops, for a tensor only it reads)."""
+
+    in_local: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    carried: tuple[tuple[str, tuple[Move, ...]], ...] = ()
+
+    def holds(self, name: str) -> bool:
+        return name in self.in_local
+
+    def carries(self, name: str) -> bool:
+        return any(n == name for n, _ in self.carried)
+
+    def issue(self, lir: LIR) -> "HandOver":
+        """Issue every carried store now; nothing is left in local memory after that."""
+        for _, moves in self.carried:
+            for move in moves:
+                lir.datamove(*move)
+        return NOTHING
+
+    def room_beside(self, arch: Architecture, own: int, consts: int) -> int | None:
+        """Where ``own`` vectors of local memory fit below or above everything held in local
+        memory, the top ``consts`` vectors kept free (constants pass through them); else None."""
+        spans = [(a, a + n) for a, n in self.in_local.values()]
+        hole = (min(a for a, _ in spans), max(b for _, b in spans))
+        limit = arch.local_depth - consts
+        if hole[1] > limit:
+            return None
+        return 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None
+
+
+NOTHING = HandOver()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a lowering reads: the architecture, the graph, every tensor's DRAM0 placement, the
+    intermediates only one node reads, where temporaries come from, the options, and the node
+    lowered after this one (a search looks ahead into it; None while looking ahead)."""
+
+    arch: Architecture
+    graph: Graph
+    place: Mapping[str, TensorPlacement]
+    read_once: frozenset[str]
+    dram0: object = None  # Dram0Allocator, for temporaries
+    options: CompileOptions = CompileOptions()
+    following: Node | None = None
+    looking_ahead: bool = False
+
+    @property
+    def n(self) -> int:
+        return self.arch.array_size
+
+    def before(self, following: Node | None) -> "Context":
+        return replace(self, following=following)
+
+
+@dataclass
+class Out:
+    """Where a lowering writes: its instructions and the constants it places in DRAM1. A search
+    gives each alternative its own (``fork``) and keeps the fastest."""
+
+    lir: LIR
+    consts: ConstTable
+
+    def fork(self) -> "Out":
+        return Out(LIR(self.lir.arch), self.consts.fork())
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A block of output pixels of one image."""
+
+    image: int
+    y0: int
+    rows: int
+    x0: int
+    cols: int
+
+    @property
+    def pixels(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window: kernel size, strides, dilation."""
+
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+
+    @property
+    def taps(self) -> list[tuple[int, int]]:
+        return [(y, x) for y in range(self.kh) for x in range(self.kw)]
+
+    @property
+    def pointwise(self) -> bool:
+        return self.kh == self.kw == self.sh == self.sw == 1

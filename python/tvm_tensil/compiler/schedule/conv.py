@@ -1,0 +1,625 @@
+"""Convolutions (also dense layers, depthwise convs and standalone bias adds): plan, then emit.
+
+``plan`` decides everything about one way to run a conv and returns it as a frozen ``ConvPlan``:
+the tiles, one or two slab and store buffers, how the weights reach the array (``WeightPlan``),
+whether output blocks alternate accumulator banks, and the local memory map (including a map the
+conv before left in local memory). ``emit`` reads the plan and writes the instructions. ``lower``
+chooses among plans by the latency model (``search.cheapest``).
+
+Within a tile: inputs (the slab) are loaded into local memory once and reused by every kernel tap
+and every output channel block; weights are loaded into the array once per (tile, tap, channel
+block) and reused by all the tile's vectors. With two buffers, the next tile's slab loads and the
+previous tile's stores are issued in pieces between this tile's compute instructions (``Overlap``).
+
+Memory map: local = [weights | second output's weights | identity weights | store buffer(s) |
+slab(s)] from ``lo``; accumulators = [tile | scratch | constants] (per bank when banked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...isa.instructions import Direction
+from ..graph import Node
+from ..lir import LIR, no_rows
+from ..memory import ConstRecipe, ConstTable
+from .context import Context, HandOver, Out, ScheduleError, Tile, Window
+from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
+from .overlap import Overlap
+from .search import cheapest
+from .tiles import ceil_div, covering_tap, plan_tiles, slab_moves, slab_size, tap_runs, tiles
+
+OPS = ("conv2d", "bias_add")
+
+# How a conv's weights reach the array, in the order tried (the first whose tiles fit is used).
+WEIGHT_MODES = ("resident", "input blocks", "blocks", "one block")
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """Weights loaded into local memory together: DRAM1 runs ``(address, local offset, vectors)``,
+    and the array loads they feed, in use order: ``(input block or None for the bias row, tap
+    index, local offset)``."""
+
+    runs: tuple[tuple[int, int, int], ...]
+    loads: tuple[tuple[int | None, int, int], ...]
+
+
+@dataclass(frozen=True)
+class WeightPlan:
+    """``groups[ob]``: output block ``ob``'s weight groups in use order. ``slots`` local slots of
+    ``slot`` vectors take the groups in turn (2: the next group loads beside the current one's
+    MatMuls); ``slots == 0``: every weight stays resident for the layer (``slot``: their size)."""
+
+    mode: str
+    groups: tuple[tuple[WeightGroup, ...], ...]
+    slot: int
+    slots: int
+
+    @property
+    def staging(self) -> int:
+        """Local vectors the weights take."""
+        return self.slot * max(self.slots, 1)
+
+
+@dataclass(frozen=True)
+class Recipes:
+    """The conv's DRAM1 constants: weights (with the bias in the covering tap's row), a bias row
+    per output block when no tap covers every pixel, identity weights for a shortcut through the
+    array, and the fused second output's weights."""
+
+    weights: ConstRecipe
+    bias: ConstRecipe | None
+    identity: ConstRecipe | None
+    second: ConstRecipe | None
+
+
+@dataclass(frozen=True)
+class LocalMap:
+    """Where everything lives in local memory; ``geometry`` is the first slab's when the conv
+    before handed this conv's whole input over (then ``slabs`` is where it left it)."""
+
+    weights: int
+    second_weights: int
+    identity: int
+    stores: tuple[int, ...]
+    stores2: tuple[int, ...]
+    slabs: tuple[int, ...]
+    handed: bool
+    geometry: tuple[int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    window: Window
+    padding: tuple[int, int, int, int]
+    taps: tuple[tuple[int, int], ...]
+    order: tuple[int, ...]  # taps in use order: a covering tap first (it starts the accumulators)
+    covering: int | None
+    recipes: Recipes
+    weights: WeightPlan
+    constants: tuple[float, ...]  # the epilogues' constant vectors
+    buffers: int
+    rows: int
+    cols: int
+    tiles: tuple[Tile, ...]
+    banked: bool  # output blocks alternate between the accumulators' halves
+    shortcut_matmul: bool
+    memory: LocalMap
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """What tells plans apart: buffers and tile shape."""
+        return self.buffers, self.rows, self.cols
+
+
+def _window(node: Node, ctx: Context) -> Window:
+    a = node.attrs
+    if a.get("weight") is None:  # identity (a standalone bias add)
+        kh = kw = 1
+    else:
+        kh, kw = (1, 1) if a.get("layout", "OIHW") == "KM" else np.shape(ctx.graph.constants[a["weight"]])[2:]
+    return Window(int(kh), int(kw), *a.get("strides", (1, 1)), *a.get("dilation", (1, 1)))
+
+
+def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool) -> Recipes:
+    a = node.attrs
+    out_c = ctx.place[node.output].shape[3]
+    bias = a.get("bias")
+    fused_bias = {"bias": bias, "bias_tap": list(taps[covering])} if covering is not None and bias is not None else {}
+    constants = ctx.graph.constants
+    if a.get("weight") is None:
+        weights = consts.add("identity_weights", constants, channels=out_c, **({"bias": bias} if fused_bias else {}))
+    else:
+        extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
+        weights = consts.add(
+            "conv_weights", constants, weight=a["weight"], groups=a["groups"], layout=a.get("layout", "OIHW"),
+            **extra, **fused_bias,
+        )  # fmt: skip
+    bias_rows = None if covering is not None else consts.add("channel_vectors", constants, channels=out_c, values=bias)
+    identity = None
+    if a.get("residual") and shortcut_matmul:
+        identity = consts.add("diagonal_weights", constants, values=[1.0])
+    second, srec = a.get("second"), None
+    if second:
+        srec = consts.add(
+            "conv_weights", constants, weight=second["weight"], groups=second["groups"], layout="OIHW",
+            **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {}),
+        )  # fmt: skip
+    return Recipes(weights, bias_rows, identity, srec)
+
+
+def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """A conv, and its fused second output (if any) when that is faster than a layer of its own:
+    the second output saves reading the result back from DRAM0 but needs a second store buffer,
+    which can shrink the conv's tiles."""
+    second = node.attrs.get("second")
+    if not second:
+        return _best(node, ctx, given, out)
+    attrs = {k: v for k, v in node.attrs.items() if k != "second"}
+    plain = Node(node.op, node.inputs, node.output, attrs, node.epilogue, node.source_ops)
+    affine_attrs = {"weight": second["weight"], "bias": second["bias"], "groups": second["groups"]}
+    affine = Node("conv2d", [node.output], second["output"], affine_attrs, second["epilogue"])
+    fused, alone = plan(node, ctx, given, out.consts, 1), plan(plain, ctx, given, out.consts, 1)
+    if fused.key[1:] == alone.key[1:]:  # the same tiles: the second output only saves DRAM traffic
+        return _best(node, ctx, given, out)
+    if tile_count(node, ctx, alone) <= 4:
+        pair = [lambda c, g, o: _best(node, c, g, o), lambda c, g, o: _pair(plain, affine, c, g, o)]
+        return cheapest(pair, ctx, given, out)
+    return _pair(plain, affine, ctx, given, out)
+
+
+def _pair(plain: Node, affine: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """A conv, then its second output as a layer of its own (which comes next while lowering it)."""
+    left = _best(plain, ctx.before(affine), given, out)
+    return _best(affine, ctx, left, out)
+
+
+def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """A fused residual's shortcut starts the accumulators either by a move (the accumulator
+    engine's work) or by a MatMul with identity weights (the array's): the faster one is kept,
+    unless the options choose."""
+    if not node.attrs.get("residual"):
+        return _plans(node, ctx, given, out, False)
+    if ctx.options.shortcut is not None:
+        return _plans(node, ctx, given, out, ctx.options.shortcut == "array")
+    ways = [lambda c, g, o, through_array=b: _plans(node, c, g, o, through_array) for b in (False, True)]
+    return cheapest(ways, ctx, given, out)
+
+
+def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul: bool) -> HandOver:
+    """The fastest of the single- and double-buffered plans, by the latency model: double buffering
+    overlaps DRAM with compute but halves the tiles (more weight loads per pixel). Layers of up to
+    64 tiles (a small local memory cuts even CIFAR-sized maps into 8-16) are emitted each way and
+    compared; a layer of more tiles keeps the single-buffered plan (emitting it several times would
+    cost compile time)."""
+    single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
+    oh = ctx.place[node.output].shape[1]
+    options = [(1, None)]
+    if tile_count(node, ctx, single) <= 64 and dram_share(node, ctx) >= 0.05:
+        options += [(2, None)] + [(2, ceil_div(oh, k)) for k in (2, 4, 8)]
+    plans: dict[tuple, ConvPlan] = {}
+    for buffers, max_rows in options:
+        try:
+            p = plan(node, ctx, given, out.consts, buffers, max_rows, shortcut_matmul)
+        except ScheduleError:
+            continue
+        plans.setdefault(p.key, p)
+    # Narrower bands overlap more but reload weights more often: stop at the first band count that
+    # loses to the one before it.
+    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p) for p in plans.values()]
+    return cheapest(ways, ctx, given, out, stop_when_worse=True)
+
+
+def weight_plan(mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, depthwise: bool, local_free: int, n: int):
+    """The ``WeightPlan`` of ``mode``, or None when it does not apply. Modes: "resident" (all
+    weights stay in local memory for the layer), "input blocks" (as many input blocks' weights per
+    group as fit a quarter of local memory twice), "blocks" (one weight block per group), both in
+    two alternating slots, and "one block" (one block per group, a single slot)."""
+    block = n + 1
+    unit = len(taps) * block  # the weights of one (output block, input block)
+    ibs_per_ob = 1 if depthwise else cbi
+    wrec, brec = recipes.weights, recipes.bias
+    total = wrec.size + (brec.size if brec else 0)
+
+    def idx(ob, ib, t):
+        return (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
+
+    def ibs(ob):
+        return [ob] if depthwise else list(range(cbi))
+
+    groups = []
+    if mode == "resident":
+        if total > local_free // 2:
+            return None
+        for ob in range(cbo):
+            first = idx(ob, ibs(ob)[0], 0)
+            runs = [(wrec.base + first * block, first * block, ibs_per_ob * unit)]
+            loads = [(ib, t, idx(ob, ib, t) * block) for ib in ibs(ob) for t in order]
+            if brec:
+                runs.append((brec.base + ob, wrec.size + ob, 1))
+                loads.insert(0, (None, 0, wrec.size + ob))
+            groups.append((WeightGroup(tuple(runs), tuple(loads)),))
+        return WeightPlan(mode, tuple(groups), total, 0)
+    if mode == "input blocks":
+        per_group = min(ibs_per_ob, (local_free // 4) // (2 * unit + 2))
+        if per_group < 1:
+            return None
+        for ob in range(cbo):
+            ob_groups = []
+            for g0 in range(0, ibs_per_ob, per_group):
+                chunk = ibs(ob)[g0 : g0 + per_group]
+                first = idx(ob, chunk[0], 0)
+                runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
+                loads = [(ib, t, (idx(ob, ib, t) - first) * block) for ib in chunk for t in order]
+                if brec and g0 == 0:
+                    runs.append((brec.base + ob, per_group * unit, 1))
+                    loads.insert(0, (None, 0, per_group * unit))
+                ob_groups.append(WeightGroup(tuple(runs), tuple(loads)))
+            groups.append(tuple(ob_groups))
+        return WeightPlan(mode, tuple(groups), per_group * unit + (1 if brec else 0), 2)
+    for ob in range(cbo):
+        ob_groups = [WeightGroup(((brec.base + ob, 0, 1),), ((None, 0, 0),))] if brec else []
+        for ib in ibs(ob):
+            ob_groups += [WeightGroup(((wrec.base + idx(ob, ib, t) * block, 0, block),), ((ib, t, 0),)) for t in order]
+        groups.append(tuple(ob_groups))
+    return WeightPlan(mode, tuple(groups), block, 2 if mode == "blocks" else 1)
+
+
+def plan(
+    node: Node,
+    ctx: Context,
+    given: HandOver,
+    consts: ConstTable,
+    buffers: int,
+    max_rows: int | None = None,
+    shortcut_matmul: bool = False,
+) -> ConvPlan:
+    """One way to run ``node``: up to ``buffers`` slabs and store buffers, at most ``max_rows``
+    output rows per tile; ``shortcut_matmul``: a fused residual's shortcut enters each output
+    block's accumulators through a MatMul with identity weights (exact: x * 1 + 0) instead of a
+    move. Places the conv's constants in ``consts``."""
+    a = node.attrs
+    inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
+    window, padding = _window(node, ctx), tuple(a.get("padding", (0, 0, 0, 0)))
+    taps = window.taps
+    # A tap that reads a real input pixel for every output pixel starts each output block: its
+    # MatMuls overwrite the accumulators and its first input block's weights carry the bias, so no
+    # bias-initialising MatMul is needed. Without such a tap (padding cuts every tap somewhere) the
+    # accumulators start from the bias by a MatMul of zeroes.
+    cover = covering_tap(inp.shape, out.shape, window, padding, taps)
+    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul)
+    depthwise = a.get("weight") is None or a["groups"] != 1
+    second = a.get("second")
+    order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
+    cvals = tuple(_constants(node))
+    acc_free = ctx.arch.accumulator_depth - len(cvals)
+    resident = sum(r.size for r in (recipes.second, recipes.identity) if r)
+    local_free = ctx.arch.local_depth - len(cvals) - resident
+
+    def fit(room: int) -> tuple[int, int]:
+        """Tile rows and columns with ``room`` vectors of local memory for slab and store buffer."""
+        return plan_tiles(
+            out.shape, window, inp.blocks, room, acc_free, store_blocks=out.blocks * (2 if second else 1),
+            max_rows=max_rows, in_w=inp.shape[2],
+        )  # fmt: skip
+
+    for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
+        weights = weight_plan(mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n)
+        if weights is not None:
+            try:
+                fit(local_free - weights.staging)
+                break
+            except ScheduleError:
+                if mode == WEIGHT_MODES[-1]:
+                    raise
+    # Two slabs and two store buffers (the next tile's loads and the previous tile's stores then
+    # run beside this tile's MatMuls) or one of each.
+    if buffers == 2:
+        try:
+            rows, cols = fit((local_free - weights.staging) // 2)
+        except ScheduleError:
+            buffers = 1
+    if buffers == 1:
+        rows, cols = fit(local_free - weights.staging)
+    cut = tuple(tiles(out.shape, rows, cols))
+    if len(cut) == 1:
+        buffers = 1
+    # Accumulator banks: when a tile fits half the accumulators (with the constants at the top of
+    # each half), consecutive output blocks alternate between the halves, so one block's epilogue
+    # and gather run beside the next one's MatMuls.
+    half = ctx.arch.accumulator_depth // 2
+    banked = rows * cols <= half - len(cvals) and len(cut) * out.blocks > 1
+    memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes)
+    return ConvPlan(
+        window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
+        shortcut_matmul, memory,
+    )  # fmt: skip
+
+
+def _constants(node: Node) -> list[float]:
+    second = node.attrs.get("second")
+    return epilogue_constants(node.epilogue + (second["epilogue"] if second else []))
+
+
+def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:
+    """The local memory map of a plan. When the conv before left this conv's whole input in local
+    memory, that is the slab, and the rest goes below or above it (and above what it still has to
+    store)."""
+    inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
+    rows, cols = cut[0].rows, cut[0].cols
+    second = bool(node.attrs.get("second"))
+    store_size = rows * cols * out.blocks
+    full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
+    slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
+    own = weights.staging + resident + (2 if second else 1) * buffers * store_size
+    whole = len(cut) == 1 and (rows, cols) == out.shape[1:3] and out.shape[0] == 1
+    handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts) if whole else None
+    lo, geometry = (0, None) if handed is None else (handed[0], handed[2])
+    second_weights = lo + weights.staging
+    identity = second_weights + (recipes.second.size if recipes.second else 0)
+    stores = [lo + weights.staging + resident + k * store_size for k in range(buffers * (2 if second else 1))]
+    slabs = (lo + own + k * slab for k in range(buffers)) if handed is None else handed[1]
+    return LocalMap(
+        lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), tuple(slabs),
+        handed is not None, geometry,
+    )  # fmt: skip
+
+
+def _handed_over(node: Node, ctx: Context, given: HandOver, tile: Tile, window: Window, padding, own: int, consts: int):
+    """``(lo, [slab], geometry)`` when the conv before left this conv's whole input in local memory
+    where this conv can read it as its slab, with its own ``own`` vectors from ``lo`` (below or
+    above everything the conv before still holds); else None."""
+    held = given.in_local.get(node.inputs[0])
+    if held is None or any(given.carries(t) for t in node.inputs[1:]):
+        return None
+    inp = ctx.place[node.inputs[0]]
+    _, geometry = slab_moves(inp, tile, window, padding, 0, whole_width=True)
+    if geometry[:2] != (0, 0) or geometry[2:] != (inp.shape[2], inp.shape[1] * inp.shape[2]):
+        return None  # the window does not read the input as one whole map
+    lo = given.room_beside(ctx.arch, own, consts)
+    return None if lo is None else (lo, [held[0]], geometry)
+
+
+def tile_count(node: Node, ctx: Context, p: ConvPlan) -> int:
+    n, oh, ow, _ = ctx.place[node.output].shape
+    return n * ceil_div(oh, p.rows) * ceil_div(ow, p.cols)
+
+
+def dram_share(node: Node, ctx: Context) -> float:
+    """Roughly, a conv's DRAM0 vectors (input and output) per MatMul vector: where overlapping them
+    with compute can pay."""
+    inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
+    a = node.attrs
+    taps = 1
+    if a.get("weight") is not None and a.get("layout", "OIHW") != "KM":
+        taps = int(np.prod(np.shape(ctx.graph.constants[a["weight"]])[2:]))
+    depthwise = a.get("weight") is None or a.get("groups", 1) != 1
+    reads = inp.blocks * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
+    writes = out.blocks * (2 if a.get("second") else 1)
+    return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
+
+
+class _Stream:
+    """A conv's instruction stream while it is emitted: MatMuls and weight loads advance the
+    overlap's clock (deferred DRAM moves go out beside them), weight groups are fetched into their
+    slots ahead of use, and with accumulator banks one output block's epilogue and gather wait in a
+    backlog that the next block's MatMuls release (a MatMul of k vectors keeps the array busy while
+    up to k instructions dispatch beside it)."""
+
+    def __init__(self, ctx: Context, out: Out, p: ConvPlan):
+        self.ctx, self.lir, self.p = ctx, out.lir, p
+        self.overlap = Overlap(out.lir, ctx.arch)
+        self.backlog = no_rows()
+        # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
+        self.sequence = [
+            (i, ob, g) for i in range(len(p.tiles)) for ob in range(len(p.weights.groups))
+            for g in range(len(p.weights.groups[ob]))
+        ]  # fmt: skip
+        self.seq = 0  # the next group to use
+
+    def release(self, limit: int | None = None) -> None:
+        take = len(self.backlog) if limit is None else limit
+        self.lir.emit_rows(self.backlog[:take])
+        self.backlog = self.backlog[take:]
+
+    def matmul(self, local: int, acc: int, size: int, local_step: int = 1, **flags) -> None:
+        self.lir.matmul(local, acc, size, local_step, 1, **flags)
+        self.overlap.compute(size + 1)
+        if len(self.backlog):
+            self.release(size)
+
+    def load_weights(self, local: int, size: int) -> None:
+        self.lir.load_weights(local, size)
+        self.overlap.compute(size + 4)
+
+    def later(self, emit) -> None:
+        """``emit(lir)`` now or, banked, into the end of the backlog."""
+        if not self.p.banked:
+            emit(self.lir)
+            return
+        side = LIR(self.ctx.arch)
+        emit(side)
+        self.backlog = np.concatenate([self.backlog, side.pending_rows()])
+
+    def slot_base(self, seq: int) -> int:
+        w = self.p.weights
+        return self.p.memory.weights + ((seq % w.slots) * w.slot if w.slots else 0)
+
+    def fetch(self, seq: int) -> None:
+        """Queue the weights of the ``seq``-th group in program order as urgent DRAM1 moves."""
+        tile, ob, g = self.sequence[seq]
+        if self.p.weights.slots == 0 and tile > 0:
+            return  # resident: loaded during the first tile
+        base = self.slot_base(seq)
+        for dram1, local, size in self.p.weights.groups[ob][g].runs:
+            self.overlap.defer(Direction.DRAM1_TO_LOCAL, base + local, dram1, size, urgent=True)
+
+
+def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> HandOver:
+    """The instructions of plan ``p``; returns what the conv leaves the next node."""
+    inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
+    lir, m = out.lir, p.memory
+    if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
+        given.issue(lir)
+    half = ctx.arch.accumulator_depth // 2
+    k = len(p.constants)
+    if p.banked:
+        cvec0 = const_vectors(ctx, out, list(p.constants), half - k, 2 * half - k)
+        cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
+    else:
+        cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
+    s = _Stream(ctx, out, p)
+    for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
+        if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
+            s.overlap.pending.extend(moves)
+    full_rows = p.cols == result.shape[2]
+    short = ctx.place[node.inputs[1]] if node.attrs.get("residual") else None
+    geometry = m.geometry
+    if not m.handed:
+        geometry = _load_slab(lir.datamove, inp, p.tiles[0], p, m.slabs[0], full_rows)
+    if short:
+        load_tile(short, p.tiles[0], m.stores[0], lir.datamove)
+    if p.recipes.identity:
+        lir.datamove(Direction.DRAM1_TO_LOCAL, m.identity, p.recipes.identity.base, p.recipes.identity.size)
+    s.fetch(0)
+    left = HandOver()
+    for i, tile in enumerate(p.tiles):
+        if i and p.buffers == 1:
+            geometry = _load_slab(lir.datamove, inp, tile, p, m.slabs[0], full_rows)
+            if short:
+                load_tile(short, tile, m.stores[0], lir.datamove)
+        geometry = _emit_tile(node, ctx, s, p, i, geometry, cvecs)
+        if len(p.tiles) == 1 and (tile.rows, tile.cols) == result.shape[1:3] and result.shape[0] == 1:
+            left = _keep_in_local(node, ctx, p, tile)
+            continue
+        move = s.overlap.defer if p.buffers == 2 else lir.datamove
+        flush(result, tile, m.stores[i % p.buffers], move)
+        if node.attrs.get("second"):
+            flush(ctx.place[node.attrs["second"]["output"]], tile, m.stores2[i % p.buffers], move)
+    s.release()
+    s.overlap.drain()
+    return left
+
+
+def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geometry, cvecs) -> tuple:
+    """Tile ``i``: every output block's MatMuls, epilogue and gather (the next tile's slab loads
+    deferred beside them with two buffers); returns the geometry of the slab loaded next."""
+    inp = ctx.place[node.inputs[0]]
+    tile, m = p.tiles[i], p.memory
+    short = ctx.place[node.inputs[1]] if node.attrs.get("residual") else None
+    y_lo, x_lo, scols, plane = geometry
+    # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
+    runs = [
+        [((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
+         tap_runs(tile, inp.shape, p.window, p.padding, tap)]
+        for tap in p.taps
+    ]  # fmt: skip
+    if p.buffers == 2 and i + 1 < len(p.tiles):  # the next tile's slab, beside this tile's MatMuls
+        full_rows = p.cols == ctx.place[node.output].shape[2]
+        geometry = _load_slab(s.overlap.defer, inp, p.tiles[i + 1], p, m.slabs[(i + 1) % 2], full_rows)
+        if short:
+            load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
+    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols
+    for ob in range(len(p.weights.groups)):
+        s.lir.comment(
+            f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
+            f"cols {tile.x0}+{tile.cols} block {ob}"
+        )
+        bank = (i * len(p.weights.groups) + ob) % len(cvecs)  # the accumulator bank of this output block
+        acc0 = bank * (ctx.arch.accumulator_depth // 2)
+        _emit_block(node, ctx, s, p, i, ob, acc0, cvecs[bank], plane, runs, streamed)
+    s.release()  # the tile's last epilogue and gather, before its stores
+    s.overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
+    return geometry
+
+
+def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, cvec, plane: int, runs, streamed):
+    """Output block ``ob`` of tile ``i``: start the accumulators (the shortcut, the bias or the
+    covering tap), every weight group's MatMuls, then the epilogue and gather (and the second
+    output's)."""
+    tile, block, count = p.tiles[i], ctx.n + 1, p.tiles[i].pixels
+    slab, store = p.memory.slabs[i % p.buffers], p.memory.stores[i % p.buffers]
+    short = node.attrs.get("residual")
+    second = node.attrs.get("second")
+    if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
+        s.load_weights(p.memory.identity, block)
+        s.matmul(store + ob * count, acc0, count)
+    elif short:
+        s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
+        s.overlap.compute(count + 6)
+    first = p.recipes.bias is None and not short  # the covering tap's MatMuls start the accumulators
+    slots = p.weights.slots
+    for group in p.weights.groups[ob]:
+        s.overlap.need_urgent()  # this group's weights
+        base = s.slot_base(s.seq)
+        if slots != 1 and s.seq + 1 < len(s.sequence):
+            s.fetch(s.seq + 1)  # into the other slot, beside this group's MatMuls
+        if s.seq == 0 and p.recipes.second:
+            rec = p.recipes.second
+            s.overlap.defer(Direction.DRAM1_TO_LOCAL, p.memory.second_weights, rec.base, rec.size, urgent=True)
+        s.seq += 1
+        for ib, t, local in group.loads:
+            if ib is None:  # the bias into row 0 of a MatMul of zeroes
+                s.load_weights(base + local, 1)
+                s.matmul(0, acc0, count, zeroes=True, accumulate=bool(short))
+                continue
+            s.load_weights(base + local, block)
+            if streamed:
+                s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
+            else:
+                for offset, acc, cnt in runs[t]:
+                    s.matmul(slab + ib * plane + offset, acc0 + acc, cnt, p.window.sw, accumulate=not first)
+            first = False
+        if slots == 1 and s.seq < len(s.sequence):
+            s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
+    s.release()  # what the block before still had to do
+
+    def finish(lir: LIR) -> None:
+        emit_epilogue(lir, acc0, count, node.epilogue, cvec)
+        gather(lir, tile, ob, acc0, store)
+
+    if second:  # now: the second output's MatMul reads this gather
+        finish(s.lir)
+    else:
+        s.later(finish)
+    s.overlap.compute(count * (1 + len(node.epilogue)))
+    if second:
+        if i == ob == 0:
+            s.overlap.need_urgent()  # the second output's weights
+        s.load_weights(p.memory.second_weights + ob * block, block)
+        s.matmul(store + ob * count, acc0, count)
+        store2 = p.memory.stores2[i % p.buffers]
+
+        def finish_second(lir: LIR) -> None:
+            emit_epilogue(lir, acc0, count, second["epilogue"], cvec)
+            gather(lir, tile, ob, acc0, store2)
+
+        s.later(finish_second)
+        s.overlap.compute(count * (1 + len(second["epilogue"])))
+
+
+def _load_slab(move, inp, tile: Tile, p: ConvPlan, slab: int, full_rows: bool):
+    moves, geometry = slab_moves(inp, tile, p.window, p.padding, slab, full_rows)
+    for m in moves:
+        move(*m)
+    return geometry
+
+
+def _keep_in_local(node: Node, ctx: Context, p: ConvPlan, tile: Tile) -> HandOver:
+    """A conv whose result is one whole map leaves it in local memory for the next conv, which
+    issues its stores (or drops them, when it is the only reader)."""
+    store_size = p.rows * p.cols * ctx.place[node.output].blocks
+    outputs = [(node.output, ctx.place[node.output], p.memory.stores[0])]
+    second = node.attrs.get("second")
+    if second:
+        outputs.append((second["output"], ctx.place[second["output"]], p.memory.stores2[0]))
+    carried, in_local = [], {}
+    for name, place, buf in outputs:
+        moves = []
+        flush(place, tile, buf, lambda *m, moves=moves: moves.append(m))
+        carried.append((name, tuple(moves)))
+        in_local[name] = (buf, store_size)
+    return HandOver(in_local, tuple(carried))

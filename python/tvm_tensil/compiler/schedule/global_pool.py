@@ -1,0 +1,167 @@
+"""Global average pooling by pairwise halving.
+
+With T = next_pow2(pixels), log2(T) levels each replace vectors i and i + T/2 by their mean (both
+halves through a MatMul with diagonal weights 1/2; a missing partner counts as zero), so nothing
+ever leaves the range and each level adds at most one unit in the last place. The result
+(sum / T) is scaled by T / pixels, a factor in [1, 2). All channel blocks of an image go through
+the levels together when they fit local memory; else block by block, pixels in chunks of a power
+of two whose means are reduced the same way. When the conv before left the whole input in local
+memory, the first level reads it there (and its store to DRAM0 is dropped when the pool is its
+only reader).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...isa.instructions import Direction, SIMDOp
+from ..graph import Node
+from ..lir import LIR
+from .context import NOTHING, Context, HandOver, Out, ScheduleError
+from .epilogue import const_vectors, emit_epilogue, epilogue_constants
+from .tiles import ceil_div
+
+OPS = ("global_avg_pool",)
+
+
+@dataclass(frozen=True)
+class _Levels:
+    """One pool's sizes: ``pixels`` per map, ``total`` (the next power of two), vectors per block."""
+
+    pixels: int
+    total: int
+    block: int
+    blocks: int
+
+
+def hand_over(node: Node, ctx: Context, given: HandOver, lv: _Levels, consts: int, acc_free: int):
+    """``(where the input is, base)`` when the conv before left the pool's whole (single-image)
+    input in local memory, block-major, and the pool's own vectors (the diagonal weights, then half
+    the input for the first level's results) fit below or above everything that conv still holds;
+    else None."""
+    held = given.in_local.get(node.inputs[0])
+    if not ctx.options.pool_hand_over or held is None:
+        return None
+    if ctx.place[node.inputs[0]].shape[0] != 1 or held[1] < lv.blocks * lv.pixels:
+        return None
+    if lv.blocks * max(1, lv.total // 2) > acc_free:
+        return None
+    base = given.room_beside(ctx.arch, lv.block + lv.blocks * max(1, lv.total // 2), consts)
+    return None if base is None else (held[0], base)
+
+
+def _reduce(lir: LIR, buf: int, size: int, width: int, blocks: int = 1, load=None, src=None) -> None:
+    """For each of ``blocks`` blocks, vectors buf[b * width + (0:size)] of a logical width
+    ``width`` (a power of two, zeros beyond ``size``) -> their mean in acc[b]. Each level is one
+    MatMul pair per block, streaming back to back, and one gather for all blocks (the blocks hide
+    each other's array latency). ``load(b)``, if given, brings block b in just before its first
+    level. ``src = (address, stride)``: the first level reads block b at address + b * stride
+    instead (the levels after it work in ``buf``)."""
+    at, stride = src or (buf, width)
+    if width == 1:
+        for b in range(blocks if load else 0):
+            load(b)
+        if stride == 1:
+            lir.datamove(Direction.LOCAL_TO_ACC, at, 0, blocks)
+        for b in range(blocks) if stride != 1 else ():
+            lir.datamove(Direction.LOCAL_TO_ACC, at + b * stride, b, 1)
+        return
+    first = True
+    while width > 1:
+        width //= 2
+        lo, hi = min(size, width), max(0, size - width)
+        for b in range(blocks):
+            if first and load:
+                load(b)
+            lir.matmul(at + b * stride, b * width, lo)
+            lir.matmul(at + b * stride + width, b * width, hi, accumulate=True)
+        first, at, stride, size = False, buf, width, lo  # block b now at buf + b * width
+        if width > 1:
+            lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, (blocks - 1) * width + size)
+
+
+def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
+    lir = out.lir
+    n_img, h, w, _ = inp.shape
+    lv = _Levels(h * w, 1 << max(0, h * w - 1).bit_length(), ctx.n + 1, inp.blocks)
+    post = lv.total / lv.pixels
+    cvals = list(dict.fromkeys(([post] if post != 1.0 else []) + epilogue_constants(node.epilogue)))
+    acc_free = ctx.arch.accumulator_depth - len(cvals)
+    room = ctx.arch.local_depth - len(cvals) - lv.block
+    # Local memory from ``base``: the diagonal weights, then the data (``block`` vectors up).
+    held = hand_over(node, ctx, given, lv, len(cvals), acc_free)
+    for name, moves in given.carried:  # the conv's stores, beside the pool when it reads local memory
+        if held is None or not (name == node.inputs[0] and name in ctx.read_once):
+            for move in moves:
+                lir.datamove(*move)
+    base = 0 if held is None else held[1]
+    data = base + lv.block
+    fits = [
+        1 << e
+        for e in range(lv.total.bit_length())
+        if (1 << e) <= 2 * acc_free and (1 << e) + lv.total // (1 << e) <= room
+    ]
+    if not fits and held is None:
+        raise ScheduleError(f"global average pool over {lv.pixels} pixels does not fit local memory")
+    chunk = fits[-1] if fits else 1
+    cvec = const_vectors(ctx, out, cvals, acc_free)
+    if lv.total > 1:
+        half = out.consts.add("diagonal_weights", ctx.graph.constants, values=[0.5])
+        lir.datamove(Direction.DRAM1_TO_LOCAL, base, half.base, lv.block)
+        lir.load_weights(base, lv.block)
+
+    def finish(img: int, first_block: int, count: int) -> None:
+        """Scale and epilogue the means in acc[0:count] (channel blocks from ``first_block``), store them."""
+        if post != 1.0:
+            lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[post])
+            lir.simd_run(SIMDOp.MULTIPLY, 0, count, left=0, right=1)
+        emit_epilogue(lir, 0, count, node.epilogue, cvec)
+        lir.datamove(Direction.ACC_TO_LOCAL, data, 0, count)
+        outs = [result.address(img, 0, 0, b) for b in range(first_block, first_block + count)]
+        if outs == list(range(outs[0], outs[0] + count)):
+            lir.datamove(Direction.LOCAL_TO_DRAM0, data, outs[0], count)
+        else:
+            for b, address in enumerate(outs):
+                lir.datamove(Direction.LOCAL_TO_DRAM0, data + b, address, 1)
+
+    if held is not None:  # block b at held[0] + b * pixels, where the conv left it
+        lir.comment(f"global_avg_pool {node.output}: {lv.blocks} blocks together, from local memory")
+        _reduce(lir, data, lv.pixels, lv.total, lv.blocks, src=(held[0], lv.pixels))
+        finish(0, 0, lv.blocks)
+        return NOTHING
+    # Every channel block of an image at once when they fit (block b at data + b * total).
+    if lv.blocks > 1 and lv.blocks * lv.total <= room and lv.blocks * max(1, lv.total // 2) <= acc_free:
+        for img in range(n_img):
+            lir.comment(f"global_avg_pool {node.output}: image {img}, {lv.blocks} blocks together")
+
+            def load(b, img=img):
+                lir.datamove(Direction.DRAM0_TO_LOCAL, data + b * lv.total, inp.address(img, 0, 0, b), lv.pixels)
+
+            _reduce(lir, data, lv.pixels, lv.total, lv.blocks, load=load)
+            finish(img, 0, lv.blocks)
+        return NOTHING
+    _block_by_block(node, ctx, lir, lv, data, chunk, finish)
+    return NOTHING
+
+
+def _block_by_block(node: Node, ctx: Context, lir: LIR, lv: _Levels, data: int, chunk: int, finish) -> None:
+    """Each image's channel blocks one at a time, pixels in chunks whose means are reduced again."""
+    inp = ctx.place[node.inputs[0]]
+    means = data + chunk  # one vector per chunk
+    for img in range(inp.shape[0]):
+        for b in range(inp.blocks):
+            lir.comment(f"global_avg_pool {node.output}: image {img} block {b}")
+            first = inp.address(img, 0, 0, b)
+            chunks = ceil_div(lv.pixels, chunk)
+            for q in range(chunks):
+                cnt = min(chunk, lv.pixels - q * chunk)
+                lir.datamove(Direction.DRAM0_TO_LOCAL, data, first + q * chunk, cnt)
+                if chunks > 1:
+                    _reduce(lir, data, cnt, chunk)
+                    lir.datamove(Direction.ACC_TO_LOCAL, means + q, 0, 1)
+            if chunks > 1:
+                _reduce(lir, means, chunks, lv.total // chunk)
+            else:
+                _reduce(lir, data, lv.pixels, lv.total)
+            finish(img, b, 1)

@@ -1,0 +1,90 @@
+"""Choosing between alternative lowerings of a node by the latency model.
+
+Each alternative is lowered into its own ``Out`` (a fresh LIR, a fork of the constant table) from
+the same hand-over; the results are compared as values and the fastest is kept (its instructions
+appended, its constants committed). Nothing of the losers remains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..latency import estimate_cycles
+from ..lir import LIR
+from .context import Context, HandOver, Out
+
+# An alternative: lowers its node from a hand-over into an Out, returns what it leaves.
+Alternative = Callable[[Context, HandOver, Out], HandOver]
+
+# The ops that take what the conv before them left in local memory (the others start by issuing
+# its carried stores).
+TAKES_HAND_OVER = ("conv2d", "bias_add", "global_avg_pool")
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One alternative as lowered: its cycles (alone or through the next node), output and hand-over."""
+
+    cycles: int
+    out: Out
+    left: HandOver
+
+
+def cycles_with(lir: LIR, left: HandOver) -> int:
+    """Latency-model cycles of ``lir`` followed by the stores it still carries."""
+    trial = LIR(lir.arch)
+    trial.extend(lir)
+    left.issue(trial)
+    return estimate_cycles(trial.program(), lir.arch)["total"]
+
+
+def cycles_through(ctx: Context, tried: Tried) -> int:
+    """Cycles of an alternative and then the next node lowered after it."""
+    from . import lower_node  # the dispatch table lists this module's users
+
+    ahead = Out(LIR(ctx.arch), tried.out.consts.fork())
+    ahead.lir.extend(tried.out.lir)
+    left = lower_node(ctx.following, replace(ctx, following=None, looking_ahead=True), tried.left, ahead)
+    return cycles_with(ahead.lir, left)
+
+
+def cheapest(
+    alternatives: list[Alternative], ctx: Context, given: HandOver, out: Out, stop_when_worse: bool = False
+) -> HandOver:
+    """Lower the alternative the latency model finds fastest into ``out`` (each is lowered once to
+    measure it; with ``stop_when_worse``, from the third on, the search stops at the first one
+    slower than the one before it).
+
+    What a node leaves to the next one counts too: the stores it carries, and, when the fastest
+    alternative does not leave the next conv's input in local memory but another does, that conv
+    itself: those are then measured with the next node lowered after them (a greedy choice would
+    keep the faster tiling of this node and pay a DRAM round trip of its whole output in the
+    next). A hand-over that is fastest on its own is kept without looking."""
+    if len(alternatives) == 1:
+        return alternatives[0](ctx, given, out)
+    tried: list[Tried] = []
+    for i, alternative in enumerate(alternatives):
+        trial = out.fork()
+        left = alternative(ctx, given, trial)
+        tried.append(Tried(cycles_with(trial.lir, left), trial, left))
+        if stop_when_worse and i >= 2 and tried[-1].cycles > tried[-2].cycles:
+            break
+    nxt = ctx.following
+    hands = [nxt is not None and nxt.inputs[0] in t.left.in_local for t in tried]
+    fastest = min(range(len(tried)), key=lambda i: tried[i].cycles)
+    if (
+        ctx.options.look_ahead
+        and not ctx.looking_ahead
+        and not hands[fastest]  # a hand-over that is fastest on its own is kept
+        and any(hands)
+        and nxt.op in TAKES_HAND_OVER
+    ):
+        # The next node costs about the same after any alternative that does not hand over: only
+        # the fastest (of all) is looked through, beside each one that does.
+        tried = [tried[fastest]] + [t for t, h in zip(tried, hands) if h]
+        tried = [replace(t, cycles=cycles_through(ctx, t)) for t in tried]
+    best = min(tried, key=lambda t: t.cycles)
+    out.lir.extend(best.out.lir)
+    out.consts.commit(best.out.consts)
+    return best.left

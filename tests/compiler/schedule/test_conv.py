@@ -1,0 +1,87 @@
+"""The conv's plan: its decisions read directly (weight mode, buffers and bands, accumulator banks,
+the covering tap, the hand-over from the conv before)."""
+
+import numpy as np
+import pytest
+
+from helpers import conv_plan
+from tvm_tensil.arch import PRESETS, Architecture
+from tvm_tensil.compiler import Graph, Node, Tensor
+from tvm_tensil.compiler.schedule import HandOver
+
+ARCH = PRESETS["pynqz1"]  # 8x8
+
+
+def conv(x_shape, co, k=3, padding=1, residual=False, bias=True):
+    """x -> conv (k x k, same padding) -> y (+ x, when ``residual``)."""
+    n, h, w, ci = x_shape
+    rng = np.random.default_rng(0)
+    attrs = dict(weight=0, bias=1 if bias else None, padding=(padding,) * 4, groups=1)
+    oh, ow = h + 2 * padding - k + 1, w + 2 * padding - k + 1
+    nodes = [Node("conv2d", ["x"], "c", attrs)]
+    tensors = {"x": Tensor("x", x_shape), "c": Tensor("c", (n, oh, ow, co))}
+    if residual:
+        nodes.append(Node("add", ["c", "x"], "y"))
+        tensors["y"] = Tensor("y", (n, oh, ow, co))
+    consts = [rng.standard_normal((co, ci, k, k)).astype("float32"), rng.standard_normal(co).astype("float32")]
+    return Graph(tensors, nodes, ["x"], ["y" if residual else "c"], consts)
+
+
+@pytest.mark.parametrize("local_depth, mode, slots", [(4096, "resident", 0), (800, "input blocks", 2),
+                                                      (120, "blocks", 2), (46, "one block", 1)])  # fmt: skip
+def test_weight_mode_follows_local_memory(local_depth, mode, slots):
+    arch = Architecture("FP16BP8", 4, 4096, 4096, local_depth, 24)
+    p = conv_plan(conv((1, 5, 6, 16), 12), arch)
+    assert (p.weights.mode, p.weights.slots) == (mode, slots)
+    loads = [load for groups in p.weights.groups for g in groups for load in g.loads]
+    blocks_in, blocks_out = 4, 3  # 16 and 12 channels on a 4x4 array
+    assert len(loads) == blocks_in * blocks_out * 9  # every (input block, output block, tap) once
+    assert p.weights.staging <= local_depth // 2 or mode != "resident"
+
+
+def test_a_covering_tap_starts_the_accumulators_and_carries_the_bias():
+    p = conv_plan(conv((1, 6, 6, 8), 8, padding=1), ARCH)
+    assert p.covering == 4 and p.order[0] == 4  # the centre tap reads a pixel for every output
+    assert p.recipes.bias is None  # the bias rides in the covering tap's weights
+    cut = conv_plan(conv((1, 6, 6, 8), 8, padding=3), ARCH)  # every tap misses some output pixel
+    assert cut.covering is None and cut.recipes.bias is not None
+    assert all(groups[0].loads[0][0] is None for groups in cut.weights.groups)  # a bias row first
+
+
+def test_two_buffers_and_bands():
+    x = (1, 32, 32, 16)
+    single = conv_plan(conv(x, 16), ARCH)
+    double = conv_plan(conv(x, 16), ARCH, buffers=2)
+    assert (single.buffers, double.buffers) == (1, 2)
+    assert double.rows * double.cols <= single.rows * single.cols  # two slabs: smaller tiles
+    assert len(double.memory.slabs) == len(double.memory.stores) == 2
+    banded = conv_plan(conv(x, 16), ARCH, buffers=2, max_rows=8)
+    assert banded.rows <= 8 and len(banded.tiles) >= 4
+    one_tile = conv_plan(conv((1, 4, 4, 8), 8), ARCH, buffers=2)
+    assert len(one_tile.tiles) == 1 and one_tile.buffers == 1  # nothing to overlap with
+
+
+def test_output_blocks_alternate_banks_when_a_tile_fits_half_the_accumulators():
+    small = conv_plan(conv((1, 6, 6, 24), 24), ARCH)  # 36 pixels, 3 output blocks
+    assert small.banked
+    arch = ARCH.replace(accumulator_depth=64, name="small_acc")
+    big = conv_plan(conv((1, 7, 7, 24), 24), arch)  # 49 pixels do not fit half of 64
+    assert not big.banked
+
+
+def test_a_whole_input_left_in_local_memory_becomes_the_slab():
+    g = conv((1, 6, 5, 8), 8)
+    held = HandOver({"x": (1000, 30)}, (("x", ()),))
+    p = conv_plan(g, ARCH, given=held)
+    assert p.memory.handed and p.memory.slabs == (1000,)
+    own_end = max(p.memory.stores) + 30  # weights and the store buffer sit below or above x
+    assert own_end <= 1000 or p.memory.weights >= 1030
+    elsewhere = conv_plan(g, ARCH, given=HandOver({"z": (1000, 30)}))
+    assert not elsewhere.memory.handed and elsewhere.memory.slabs != (1000,)
+
+
+def test_a_residual_whose_shortcut_is_still_carried_is_not_handed_over():
+    """The shortcut would be read from DRAM0 before its store was issued."""
+    g = conv((1, 6, 5, 8), 8, residual=True)
+    p = conv_plan(g, ARCH, given=HandOver({"x": (1000, 30)}, (("x", ()),)))
+    assert p.memory.handed is False

@@ -1,0 +1,76 @@
+"""Alternatives compared as values: the fastest one's instructions and constants are kept, nothing
+of the others."""
+
+from tvm_tensil.arch import PRESETS
+from tvm_tensil.compiler import Graph, Node, Tensor
+from tvm_tensil.compiler.lir import LIR
+from tvm_tensil.compiler.memory import ConstTable
+from tvm_tensil.compiler.schedule import NOTHING, Context, HandOver, Out
+from tvm_tensil.compiler.schedule.search import cheapest
+from tvm_tensil.isa.instructions import Direction
+
+ARCH = PRESETS["pynqz1"]
+
+
+def context(following=None):
+    graph = Graph({"x": Tensor("x", (1, 1, 1, 8))}, [], ["x"], ["x"], [])
+    return Context(ARCH, graph, {}, frozenset(), following=following)
+
+
+def alternative(vectors: int, fill: float, leaves: HandOver = NOTHING):
+    """Loads ``vectors`` from DRAM0 and places a constant ``fill``."""
+
+    def lower(ctx, given, out):
+        out.consts.add("fill", [], values=[fill])
+        out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, vectors)
+        return leaves
+
+    return lower
+
+
+def test_the_fastest_is_kept_with_its_constants_only():
+    out = Out(LIR(ARCH), ConstTable(ARCH))
+    out.consts.add("fill", [], values=[9.0])  # placed before: stays
+    left = cheapest([alternative(400, 1.0), alternative(20, 2.0, HandOver({"y": (0, 1)})), alternative(300, 3.0)],
+                    context(), NOTHING, out)  # fmt: skip
+    assert left.holds("y")
+    assert [r.args["values"] for r in out.consts.recipes] == [[9.0], [2.0]]
+    program = out.lir.program()
+    assert len(program) == 1 and program.fields().operand2[0] + 1 == 20
+
+
+def test_stop_when_worse_ends_the_search_at_the_first_loss_after_two():
+    tried = []
+
+    def counted(vectors):
+        inner = alternative(vectors, float(vectors))
+
+        def lower(ctx, given, out):
+            tried.append(vectors)
+            return inner(ctx, given, out)
+
+        return lower
+
+    out = Out(LIR(ARCH), ConstTable(ARCH))
+    cheapest([counted(v) for v in (300, 200, 250, 10)], context(), NOTHING, out, stop_when_worse=True)
+    assert tried == [300, 200, 250]  # 10 would have been fastest, but the bands stopped gaining
+    assert out.lir.program().fields().operand2[0] + 1 == 200
+
+
+def test_a_hand_over_is_looked_through_the_next_node():
+    """A slower alternative that leaves the next conv's input in local memory wins when the pair
+    is faster: the next conv then need not load its input."""
+    nxt = Node("global_avg_pool", ["y"], "z", {})
+    ctx = context(following=nxt)
+    graph = Graph({"y": Tensor("y", (1, 4, 4, 8)), "z": Tensor("z", (1, 1, 1, 8))}, [nxt], ["y"], ["z"], [])
+    from tvm_tensil.compiler.compile import place_tensors
+
+    place, dram0 = place_tensors(graph, ARCH)
+    ctx = Context(ARCH, graph, place, frozenset({"y"}), dram0, following=nxt)
+    keeps = HandOver({"y": (0, 16)}, (("y", ((Direction.LOCAL_TO_DRAM0, 0, place["y"].base, 16),)),))
+    out = Out(LIR(ARCH), ConstTable(ARCH))
+    left = cheapest([alternative(16, 1.0), alternative(30, 2.0, keeps)], ctx, NOTHING, out)
+    assert left is keeps
+    alone = Out(LIR(ARCH), ConstTable(ARCH))
+    ctx_greedy = Context(ARCH, graph, place, frozenset({"y"}), dram0, following=None)
+    assert cheapest([alternative(16, 1.0), alternative(30, 2.0, keeps)], ctx_greedy, NOTHING, alone) is NOTHING
