@@ -29,15 +29,16 @@ sys.path.insert(0, str(HERE / "models"))
 from tvm_tensil.arch import MEMORY_TIMING, load_arch  # noqa: E402
 from tvm_tensil.compiler import latency  # noqa: E402
 from tvm_tensil.isa import assemble  # noqa: E402
+from tvm_tensil.isa.layout import layout_of  # noqa: E402
 from tvm_tensil.runtime import get_device  # noqa: E402
 
 
 def measure(dev, arch, text):
     """Cycles of ``text`` minus those of an empty program (the device's Configure preamble)."""
     dev.reset()
-    empty = dev.execute(assemble("noop", arch.layout)).cycles - 1
+    empty = dev.execute(assemble("noop", layout_of(arch))).cycles - 1
     dev.reset()
-    return dev.execute(assemble(text, arch.layout)).cycles - empty
+    return dev.execute(assemble(text, layout_of(arch))).cycles - empty
 
 
 def fit(dev, arch) -> dict:

@@ -59,14 +59,15 @@ def layer_block(n: int, vectors: int) -> str:
 def instruction_mix(arch_name: str, instructions: int, repeats: int) -> dict:
     from tvm_tensil.arch import load_arch
     from tvm_tensil.isa import Program, assemble
+    from tvm_tensil.isa.layout import layout_of
     from tvm_tensil.runtime import Emulator, ReferenceEmulator
 
     arch = load_arch(arch_name)
     block = layer_block(arch.array_size, 32)
-    tile = assemble(block, arch.layout)
+    tile = assemble(block, layout_of(arch))
     per_block = len(block.splitlines())
-    program = Program(tile.data * max(1, instructions // per_block), arch.layout)
-    short = Program(tile.data * max(1, instructions // per_block // 10), arch.layout)
+    program = Program(tile.data * max(1, instructions // per_block), layout_of(arch))
+    short = Program(tile.data * max(1, instructions // per_block // 10), layout_of(arch))
     rng = np.random.default_rng(0)
     row = {"arch": arch_name, "instructions": len(program)}
     for device, prog, runs in ((Emulator(arch), program, repeats + 1), (ReferenceEmulator(arch), short, 1)):

@@ -26,6 +26,7 @@ import machine
 import tvm_tensil
 from tvm_tensil import zoo
 from tvm_tensil.compiler.latency import estimate_cycles
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.isa.program import Program
 from tvm_tensil.runtime import get_device
 
@@ -41,14 +42,14 @@ def main() -> None:
     mod = from_onnx(getattr(zoo, args.model)(), keep_params_in_input=False)
     report = tvm_tensil.build(mod, target="tensil", arch=arch).tensil_report
     dev = get_device("verilator", arch)
-    ib = arch.layout.instruction_bytes
+    ib = layout_of(arch).instruction_bytes
     partitions = []
     for symbol, compiled in report.compiled.items():
         nodes = compiled.report["nodes"]
         ends = np.cumsum([n["instructions"] for n in nodes])
         rows, before = [], (0, 0)
         for node, end in zip(nodes, ends):
-            prefix = Program(compiled.program.data[: int(end) * ib], arch.layout)
+            prefix = Program(compiled.program.data[: int(end) * ib], layout_of(arch))
             dev.reset()
             rtl = dev.execute(prefix).cycles if end else 0
             model = estimate_cycles(prefix, arch)["total"] if end else 0

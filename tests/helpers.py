@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tvm_tensil.arch import Architecture
 from tvm_tensil.isa import assemble
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.model import ConstsEntry, TensilModel, TensorEntry
 
 
@@ -35,7 +36,7 @@ def dense_relu_model(
     return TensilModel(
         name=name,
         arch=arch,
-        program=assemble(text, arch.layout),
+        program=assemble(text, layout_of(arch)),
         consts=[(ConstsEntry(f"{name}.tdata", 0, n + 1), consts)],
         inputs=[TensorEntry("x", x_base, batch)],
         outputs=[TensorEntry("y", y_base, batch)],

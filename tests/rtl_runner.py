@@ -5,6 +5,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.toolchain import RTL_DIR, apply_verilator_env
 
 BUILD_ROOT = Path(__file__).resolve().parents[1] / "build" / "rtl"
@@ -76,7 +77,7 @@ def core_params(n: int, width: int, regs: int = 1, beats: int = 2) -> tuple[dict
 
     arch = sweep_arch(n, width, regs)
     p = core_parameters(arch)
-    given = {"SIMD_REGISTERS": regs, "VECTOR_BEATS": beats, "INSTRUCTION_BITS": arch.layout.instruction_bits}
+    given = {"SIMD_REGISTERS": regs, "VECTOR_BEATS": beats, "INSTRUCTION_BITS": layout_of(arch).instruction_bits}
     return {k: given[k] if k in given else p[k] for k in module_parameters("tcu_core")}, arch_env(arch)
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tvm_tensil.arch import BENCHMARK_PRESETS, PRESETS, TARCH_KEYS, Architecture, ArchitectureError, load_arch
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.numbers import FP16BP8
 
 
@@ -53,7 +54,7 @@ def test_the_layout_table_in_the_docs_is_current():
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "isa.md").read_text()
     for name, a in PRESETS.items():
-        lay = a.layout
+        lay = layout_of(a)
         mb = (a.dram0_depth + a.dram1_depth) * a.vector_bytes / 2**20
         row = (
             f"| {name} | {a.array_size}x{a.array_size} | {a.local_depth} | {a.accumulator_depth} | "
@@ -76,15 +77,15 @@ def test_presets_round_trip(name, tmp_path):
 
 
 def test_layout_pynqz1_and_wide_architectures():
-    lay = PRESETS["pynqz1"].layout
+    lay = layout_of(PRESETS["pynqz1"])
     assert (lay.operand0_bits, lay.operand1_bits, lay.operand2_bits, lay.instruction_bytes) == (16, 24, 16, 8)
     # ultra96v2: local 20480 -> 15 bits, dram 2^21 -> 21 bits.
-    lay = PRESETS["ultra96v2"].layout
+    lay = layout_of(PRESETS["ultra96v2"])
     assert (lay.operand0_bits, lay.operand1_bits, lay.operand2_bits) == (24, 24, 16)
     a = PRESETS["pynqz1"].replace(data_type="FP32BP16", stride0_depth=4, stride1_depth=4, simd_registers_depth=4)
     assert a.vector_bytes == 32
-    assert a.layout.simd_instruction_bits == 3 * 3 + 4
-    assert a.layout.stride0_bits == 2
+    assert layout_of(a).simd_instruction_bits == 3 * 3 + 4
+    assert layout_of(a).stride0_bits == 2
 
 
 def _base():
@@ -141,5 +142,5 @@ def test_file_errors(tmp_path):
 
 
 def test_describe_shows_layout():
-    text = PRESETS["pynqz1"].describe()
+    text = layout_of(PRESETS["pynqz1"]).describe()
     assert "instruction          8 bytes" in text and "operand1             24 bits" in text

@@ -8,6 +8,7 @@ import pytest
 from helpers import dense_relu_model
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.isa import assemble
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.model import (
     ModelError,
     TensilModel,
@@ -90,7 +91,7 @@ def test_constants_are_written_once_per_model():
     other, w2, b2 = make(batch=2, seed=5)
     np.testing.assert_array_equal(dev.run_model(other, {"x": x})["y"], np.maximum(x @ w2 + b2, 0))
     assert run() == 0
-    dev.execute(assemble("datamove local_to_dram1 local=0 dram1=0 size=1", ARCH.layout))
+    dev.execute(assemble("datamove local_to_dram1 local=0 dram1=0 size=1", layout_of(ARCH)))
     assert run() == 1
 
 

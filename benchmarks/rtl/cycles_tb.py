@@ -9,6 +9,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSource
 
+from tvm_tensil.isa.layout import layout_of
+
 
 @cocotb.test()
 async def measure(dut):
@@ -17,7 +19,7 @@ async def measure(dut):
     from tvm_tensil.rtl.testbench import arch_from_env
 
     arch = arch_from_env()
-    lay = arch.layout
+    lay = layout_of(arch)
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     source = AxiStreamSource(
         AxiStreamBus.from_prefix(dut, "s_axis_instr"), dut.clk, dut.rst_n, reset_active_level=False

@@ -12,8 +12,8 @@ functions compiled models call.
 from . import numbers
 from .arch import PRESETS, Architecture, ArchitectureError, load_arch
 from .model import ModelError, TensilModel
-from .runtime import Emulator, current_session, device, get_device
 from .runtime import bridge as _bridge  # noqa: F401 - registers the functions compiled models call
+from .runtime import current_session, device, get_device
 
 try:  # one version source: the installed distribution's (pyproject.toml)
     from importlib.metadata import PackageNotFoundError as _NotInstalled
@@ -53,12 +53,7 @@ __all__ = [
 try:
     import tvm as _tvm  # noqa: F401
 except ImportError:  # pragma: no cover - TVM is a dependency; a hand-made board environment lacks it
-    _BYOC = ("build", "partition_for_tensil", "offload", "tensil_pipeline")
-
-    def __getattr__(name):
-        if name in _BYOC:
-            raise ImportError(f"tvm_tensil.{name} needs TVM (apache-tvm); install it or compile on a host")
-        raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
+    _MISSING = ("build", "partition_for_tensil", "offload", "tensil_pipeline")
 else:
     from . import byoc
     from .byoc import (
@@ -72,6 +67,16 @@ else:
         partition_for_tensil,
         tensil_pipeline,
     )
+
+
+def __getattr__(name):
+    if name == "Emulator":  # loaded on first use, like every device (it compiles numba kernels)
+        from .runtime import Emulator
+
+        return Emulator
+    if name in globals().get("_MISSING", ()):
+        raise ImportError(f"tvm_tensil.{name} needs TVM (apache-tvm); install it or compile on a host")
+    raise AttributeError(f"module 'tvm_tensil' has no attribute {name!r}")
 
 
 def last_run_stats(report=None):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
 import math
 import os
@@ -126,8 +125,6 @@ class Architecture:
                 f"{self.axi_data_width!r} is not an AXI data width; allowed: "
                 f"{', '.join(map(str, _AXI_WIDTHS))} bits"
             )
-        # Fail now, not at the first instruction: the layout must be representable.
-        self.layout  # noqa: B018
 
     def _where(self) -> str:
         return f"architecture '{self.name}': " if self.name else ""
@@ -145,13 +142,6 @@ class Architecture:
     @property
     def dram1_bytes(self) -> int:
         return self.dram1_depth * self.vector_bytes
-
-    @functools.cached_property
-    def layout(self):
-        """The instruction layout (field widths) derived from this architecture."""
-        from .isa.layout import InstructionLayout
-
-        return InstructionLayout(self)
 
     def depth(self, memory: str) -> int:
         """Vectors in ``memory``: "local", "acc" (the accumulators), "dram0" or "dram1"."""
@@ -251,8 +241,7 @@ class Architecture:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        """A readable summary with the derived instruction layout."""
-        lay = self.layout
+        """A readable summary (``isa.layout.layout_of(arch).describe()`` adds the instruction layout)."""
         lines = [f"architecture {self.name or '(unnamed)'}"]
         if self.board:
             lines.append(f"  board                {self.board}")
@@ -270,7 +259,6 @@ class Architecture:
         lines.append(
             f"  BRAM36 estimate      {bram['total']} (local {bram['local']}, accumulators {bram['accumulators']})"
         )
-        lines.append(lay.describe())
         return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from .arch import MEMORY_TIMING, PRESETS, ArchitectureError, load_arch
 from .isa.asm import AsmError, assemble, disassemble
 from .isa.instructions import InvalidInstruction
+from .isa.layout import layout_of
 from .isa.program import Program, ProgramError
 from .model import ModelError, TensilModel, from_user_layout, to_user_layout
 from .rtl.synth import SynthesisError
@@ -80,6 +81,7 @@ def _cmd_arch(args) -> int:
         sys.stdout.write(arch.to_json(plain=args.plain))
     else:
         print(arch.describe())
+        print(layout_of(arch).describe())
     return 0
 
 
@@ -109,7 +111,7 @@ def _program_and_arch(path: Path, arch_arg: str | None):
     if not arch_arg:
         raise ArchitectureError(f"{path}: give --arch (a preset name or .tarch) to decode a .tprog")
     arch = load_arch(arch_arg)
-    return Program.load(path, arch.layout), arch
+    return Program.load(path, layout_of(arch)), arch
 
 
 def _cmd_asm(args) -> int:
@@ -119,7 +121,7 @@ def _cmd_asm(args) -> int:
         text = src.read_text()
     except OSError as e:
         raise AsmError(f"cannot read {src}: {e.strerror}") from None
-    program = assemble(text, arch.layout, name=str(src))
+    program = assemble(text, layout_of(arch), name=str(src))
     out = Path(args.output) if args.output else src.with_suffix(".tprog")
     program.save(out)
     print(f"{out}: {len(program)} instructions, {len(program.data)} bytes")
@@ -435,7 +437,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_selftest(args) -> int:
-    from .runtime.selftest import run_selftest
+    from .selftest import run_selftest
 
     options = _device_options(args)
     if args.bitstream:

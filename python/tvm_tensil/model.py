@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .arch import Architecture, ArchitectureError
-from .isa.layout import InstructionLayout
+from .isa.layout import InstructionLayout, layout_of
 from .isa.program import Program, ProgramError
 
 __all__ = [
@@ -300,7 +300,7 @@ class TensilModel:
             arch = Architecture.from_dict(d["arch"], source=f"{where}: key 'arch'")
         except ArchitectureError as e:
             raise ModelError(str(e)) from None
-        layout: InstructionLayout = arch.layout
+        layout: InstructionLayout = layout_of(arch)
         folder = path.parent
 
         prog = d["prog"]

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import zoo
 
+from tvm_tensil.isa.layout import layout_of
+
 
 @pytest.mark.parametrize("model", ["mlp", "small_cnn", "yolov4_tiny"])
 def test_the_estimate_is_within_one_percent_of_the_rtl(model):
@@ -56,7 +58,7 @@ def test_the_critical_path_charges_each_wait_to_what_it_waited_for():
     arch = PRESETS["pynqz1"]
     load = DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 100)
     for local, waits in ((0, True), (200, False)):
-        program = Program.from_instructions([load, MatMul(local, 0, 100)], arch.layout)
+        program = Program.from_instructions([load, MatMul(local, 0, 100)], layout_of(arch))
         path = critical_path(program, arch, [0, 1])
         assert path["total"] == sum(path["by_kind"].values()) == estimate_cycles(program, arch)["total"]
         assert path["cycles"] == estimate_cycles(program, arch)
@@ -106,7 +108,7 @@ def test_a_move_on_port_b_yields_to_weight_loads_dispatched_after_it():
             SIMD(SIMDOp.ZERO, 1, 0, 0, 0, 0, read=False, write=False, accumulate=False),
         ]
         + [SIMD(SIMDOp.MAX, 0, 0, 1, a, a, read=True, write=True, accumulate=False) for a in range(n)],
-        arch.layout,
+        layout_of(arch),
     )
     measured = get_device("verilator", arch).execute(program).cycles
     assert abs(estimate_cycles(program, arch)["total"] - measured) <= 0.01 * measured

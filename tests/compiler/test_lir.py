@@ -7,6 +7,7 @@ from tvm_tensil.arch import PRESETS
 from tvm_tensil.compiler.lir import LIR
 from tvm_tensil.isa import SIMD, DataMove, Direction, InvalidInstruction, LoadWeights, MatMul, Program, SIMDOp
 from tvm_tensil.isa.instructions import ConfigRegister, Configure, NoOp
+from tvm_tensil.isa.layout import layout_of
 
 ARCH = PRESETS["pynqz1"]
 
@@ -44,7 +45,7 @@ def test_rows_encode_as_the_instruction_objects_do(monkeypatch):
     lir = LIR(ARCH)
     want = emit_all(lir)
     assert len(lir) == len(want)
-    assert lir.program().data == Program.from_instructions(want, ARCH.layout).data
+    assert lir.program().data == Program.from_instructions(want, layout_of(ARCH)).data
 
 
 def test_an_invalid_instruction_names_its_pc(monkeypatch):

@@ -12,11 +12,11 @@ from tvm_tensil.compiler.scales import (
     apply_shifts,
     candidate_shifts,
     choose_shifts,
-    derive_constants,
     scale_groups,
     simulated_error,
 )
 from tvm_tensil.numbers import FP32BP16
+from tvm_tensil.packing import derive_constants
 
 FP16 = load_arch("pynqz1")
 FP32 = FP16.replace(data_type=FP32BP16, name="pynqz1_fp32bp16")

@@ -18,8 +18,9 @@ from tvm_tensil.isa import (
     format_instruction,
 )
 from tvm_tensil.isa.fuzz import random_program
+from tvm_tensil.isa.layout import layout_of
 
-L = PRESETS["pynqz1"].layout
+L = layout_of(PRESETS["pynqz1"])
 
 SOURCE = """
 ; a matmul layer, hand-written
@@ -58,9 +59,9 @@ def test_canonical_text_round_trips():
 def test_random_programs_round_trip(name):
     arch = PRESETS[name]
     insts = random_program(random.Random(name), arch, 3000, max_size=1 << 16)
-    prog = Program.from_instructions(insts, arch.layout)
+    prog = Program.from_instructions(insts, layout_of(arch))
     text = disassemble(prog)
-    assert assemble(text, arch.layout).data == prog.data
+    assert assemble(text, layout_of(arch)).data == prog.data
     assert [format_instruction(i) for i in insts] == text.splitlines()
 
 

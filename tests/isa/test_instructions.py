@@ -21,6 +21,7 @@ from tvm_tensil.isa import (
     decode_word,
 )
 from tvm_tensil.isa.fuzz import random_instruction
+from tvm_tensil.isa.layout import layout_of
 
 
 def arch(**kw):
@@ -66,14 +67,14 @@ ARCHS = {
 
 
 def test_worked_example_pynqz1():
-    lay = PRESETS["pynqz1"].layout
+    lay = layout_of(PRESETS["pynqz1"])
     inst = MatMul(local=0x100, acc=0x20, size=8, accumulate=True)
     assert inst.to_bytes(lay) == bytes.fromhex("0001200000070011")
     assert decode_word(int.from_bytes(bytes.fromhex("0001200000070011"), "little"), lay) == inst
 
 
 def test_configure_packs_register_and_value_across_operands():
-    lay = PRESETS["pynqz1"].layout
+    lay = layout_of(PRESETS["pynqz1"])
     word = Configure(ConfigRegister.DRAM1_OFFSET, 0x12345).encode(lay)
     assert word == (0xF << 60) | (0x12345 << 4) | 4
 
@@ -81,7 +82,7 @@ def test_configure_packs_register_and_value_across_operands():
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_random_round_trip(name):
     a = ARCHS[name]
-    lay = a.layout
+    lay = layout_of(a)
     rng = random.Random(name)
     insts = [random_instruction(rng, a, max_size=1 << 16) for _ in range(2000)]
     for inst in insts:
@@ -95,7 +96,7 @@ def test_random_round_trip(name):
     assert not prog.invalid_mask().any()
 
 
-L = PRESETS["pynqz1"].layout
+L = layout_of(PRESETS["pynqz1"])
 
 
 @pytest.mark.parametrize(
@@ -140,7 +141,7 @@ def test_unused_addresses_are_not_range_checked():
 def test_vectorised_validation_agrees_with_decoder(name):
     """Random words: the vectorised mask and the scalar decoder reject exactly the same ones."""
     a = ARCHS[name]
-    lay = a.layout
+    lay = layout_of(a)
     rng = np.random.default_rng(11)
     n = 20000
     raw = rng.integers(0, 256, (n, lay.instruction_bytes), dtype=np.uint8)

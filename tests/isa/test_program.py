@@ -4,8 +4,9 @@ import pytest
 
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.isa import MatMul, NoOp, Program, ProgramError, assemble
+from tvm_tensil.isa.layout import layout_of
 
-L = PRESETS["pynqz1"].layout
+L = layout_of(PRESETS["pynqz1"])
 
 
 def test_tprog_save_load(tmp_path):
@@ -28,7 +29,7 @@ def test_truncated_program_names_the_pc(tmp_path):
 def test_wrong_architecture_is_caught_by_length_or_validation():
     data = assemble("matmul local=0 acc=0 size=1\n" * 3, L).data  # 24 bytes
     with pytest.raises(ProgramError, match="is the architecture right"):
-        Program(data, PRESETS["ultra96v2"].layout)  # 9-byte instructions
+        Program(data, layout_of(PRESETS["ultra96v2"]))  # 9-byte instructions
 
 
 def test_missing_file():

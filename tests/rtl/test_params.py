@@ -5,13 +5,14 @@ import subprocess
 import sys
 
 from tvm_tensil.arch import PRESETS
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.params import TOP_PARAMETERS, core_parameters, top_parameters, write_vivado_params
 
 
 def test_parameters_follow_the_architecture_and_its_layout():
     arch = PRESETS["ultra96v2"]
     p = core_parameters(arch)
-    lay = arch.layout
+    lay = layout_of(arch)
     assert (p["ARRAY_SIZE"], p["LOCAL_DEPTH"], p["ACC_DEPTH"]) == (
         arch.array_size,
         arch.local_depth,

@@ -10,6 +10,7 @@ import pytest
 
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.isa import DataMove, Direction, InvalidInstruction, Program, ProgramError, SIMDOp, assemble
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.runtime import Emulator as CompiledEmulator
 from tvm_tensil.runtime import ReferenceEmulator
 
@@ -32,7 +33,7 @@ def small_arch(**kw):
 
 
 def run(emu, text):
-    return emu.execute(assemble(text, emu.arch.layout))
+    return emu.execute(assemble(text, layout_of(emu.arch)))
 
 
 def fixed(x):
@@ -274,7 +275,7 @@ def test_simd_without_read_sees_zeros_and_registers_chain(Emulator):
 def test_invalid_program_changes_nothing(Emulator):
     emu = Emulator(small_arch())
     emu.write_dram(0, 0, np.full((4, N), 7))
-    lay = emu.arch.layout
+    lay = layout_of(emu.arch)
     good = Program.from_instructions(
         [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4), DataMove(Direction.LOCAL_TO_DRAM0, 0, 100, 4)], lay
     )
@@ -289,7 +290,7 @@ def test_invalid_program_changes_nothing(Emulator):
 
 def test_out_of_range_run_and_unknown_opcode_name_the_pc(Emulator):
     emu = Emulator(small_arch())
-    lay = emu.arch.layout
+    lay = layout_of(emu.arch)
 
     def program(*words):
         return Program(b"".join(w.to_bytes(lay.instruction_bytes, "little") for w in words), lay)

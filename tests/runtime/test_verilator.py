@@ -11,6 +11,7 @@ import pytest
 from tvm_tensil.arch import Architecture
 from tvm_tensil.isa import DataMove, Direction, Program
 from tvm_tensil.isa.instructions import ConfigRegister, Configure
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.runtime import DeviceError, Emulator, get_device
 from tvm_tensil.runtime.differential import compare, random_programs, report, shrink
 
@@ -88,7 +89,7 @@ def test_shrink_finds_the_shortest_failing_program():
 
 def test_stats_report_cycles_and_unit_activity(tiny):
     prog = Program.from_instructions(
-        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 32), DataMove(Direction.LOCAL_TO_DRAM1, 0, 100, 32)], TINY.layout
+        [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 32), DataMove(Direction.LOCAL_TO_DRAM1, 0, 100, 32)], layout_of(TINY)
     )
     tiny.reset()
     stats = tiny.execute(prog)
@@ -108,21 +109,21 @@ def test_saturation_is_reported_by_the_cores_flag(tiny):
     for value, saturates in ((dt.max_int, True), (1, False)):
         tiny.reset()
         tiny.write_dram(0, 0, np.full((1, 4), value))
-        stats = tiny.execute(Program.from_instructions(body + [add], TINY.layout))
+        stats = tiny.execute(Program.from_instructions(body + [add], layout_of(TINY)))
         assert stats.saturation_flag is saturates
         assert ("saturated scalars: some" in stats.summary()) is saturates
 
 
 def test_a_hang_names_the_program_counter_and_the_waiting_unit():
     dev = get_device("verilator", TINY, read_latency=10**6, stall_limit=500)
-    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout)
+    prog = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], layout_of(TINY))
     with pytest.raises(
         DeviceError, match=r"hung \(no progress for 500 cycles\).*program counter 1 of 1.*DRAM0: 1 read bursts"
     ):
         dev.execute(prog)
     # The device reset itself: the next program (no DRAM reads) runs on a clean core.
     dev.write_dram(0, 10, np.full((4, 4), 5))
-    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], TINY.layout))
+    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], layout_of(TINY)))
     assert (dev.read_dram(0, 10, 4) == 0).all()
 
 
@@ -131,7 +132,7 @@ def _slow_program(pairs: int) -> Program:
     body = []
     for _ in range(pairs):
         body += [DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1), DataMove(Direction.LOCAL_TO_DRAM0, 0, 0, 1)]
-    return Program.from_instructions(body, TINY.layout)
+    return Program.from_instructions(body, layout_of(TINY))
 
 
 def test_max_cycles_bounds_a_run():
@@ -170,13 +171,13 @@ def test_a_signal_stops_a_long_run_and_the_next_run_starts_clean():
         signal.signal(signal.SIGALRM, previous)
     assert seen and seen[0] < len(prog)  # stopped mid-program
     dev.write_dram(0, 10, np.full((4, 4), 5))
-    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], TINY.layout))
+    dev.execute(Program.from_instructions([DataMove(Direction.LOCAL_TO_DRAM0, 0, 10, 4)], layout_of(TINY)))
     assert (dev.read_dram(0, 10, 4) == 0).all()  # a fresh core: local memory zero
 
 
 def test_an_address_outside_the_dram_buffer_is_an_error(tiny):
     prog = Program.from_instructions(
-        [Configure(ConfigRegister.DRAM0_OFFSET, 7), DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], TINY.layout
+        [Configure(ConfigRegister.DRAM0_OFFSET, 7), DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 3)], layout_of(TINY)
     )
     with pytest.raises(DeviceError, match="DRAM0 access at byte .* outside its buffer"):
         tiny.execute(prog)
@@ -184,7 +185,7 @@ def test_an_address_outside_the_dram_buffer_is_an_error(tiny):
 
 def test_a_waveform_is_written_on_request(tmp_path):
     dev = get_device("verilator", TINY, fst=str(tmp_path / "run.fst"))
-    dev.execute(Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], TINY.layout))
+    dev.execute(Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], layout_of(TINY)))
     dev.close()  # the trace is complete once the core is freed
     data = (tmp_path / "run.fst").read_bytes()
     assert data[:1] == b"\x00" and len(data) > 200  # an FST header block, then the signals

@@ -3,7 +3,8 @@
 Independent of TVM; ``tvm_tensil.byoc`` turns Relax partitions into ``Graph``s.
 """
 
-from .compile import CompiledPartition, compile_graph, fuse
+from ..partition import CompiledPartition
+from .compile import compile_graph, fuse
 from .graph import Graph, Node, Tensor
 from .schedule import CompileOptions, ScheduleError
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import DataMoveBit, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag
+from ..isa.layout import layout_of
 from ..isa.program import Program
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
@@ -133,7 +134,7 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     busy = np.zeros(16, dtype=np.int64)
     state = np.zeros(_STATE_SIZE, dtype=np.int64)
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_SWAP_AT] = -1, -10, -(1 << 40)
-    ib, bb = arch.layout.instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
+    ib, bb = layout_of(arch).instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
     state[_BUFFERED] = ib + bb  # the instruction buffer starts full
     blame = np.zeros((nodes, len(KINDS)), dtype=np.int64)
     for start, f in program.chunks():  # a huge program is never decoded whole

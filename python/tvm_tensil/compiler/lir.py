@@ -31,6 +31,7 @@ from ..isa.instructions import (
     SIMDFlag,
     SIMDOp,
 )
+from ..isa.layout import layout_of
 from ..isa.program import Program
 
 _MEMORY = {d: d.memory for d in Direction}
@@ -49,7 +50,7 @@ class LIR:
 
     def __init__(self, arch: Architecture):
         self.arch = arch
-        self.layout = arch.layout
+        self.layout = layout_of(arch)
         self.comments: dict[int, str] = {}
         self._rows = array("q")
         self._encoded: list[bytes] = []

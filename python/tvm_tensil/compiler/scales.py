@@ -346,11 +346,3 @@ def apply_shifts(graph: Graph, shifts: dict[str, int]) -> tuple[Graph, Scaling]:
     nodes = [_scaled_node(n, shifts, derived) for n in graph.nodes]
     scaled = Graph(graph.tensors, nodes, graph.inputs, graph.outputs, derived.constants, dict(graph.views))
     return scaled, Scaling(shifts, tuple(derived.entries), derived.base)
-
-
-def derive_constants(constants: Sequence[np.ndarray], derived: Sequence[Sequence[int]]) -> list:
-    """The model's constants followed by the derived ones (as ``apply_shifts`` made them)."""
-    out = list(constants)
-    for source, shift in derived:
-        out.append(np.asarray(out[int(source)], dtype=np.float32) * np.float32(2.0 ** int(shift)))
-    return out

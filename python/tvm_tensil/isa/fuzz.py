@@ -22,6 +22,7 @@ from .instructions import (
     NoOp,
     SIMDOp,
 )
+from .layout import layout_of
 
 __all__ = [
     "random_instruction",
@@ -44,7 +45,7 @@ def _run(rng: random.Random, arch: Architecture, size: int, memory: str, stride_
 
 def _size(rng: random.Random, arch: Architecture, memories, max_size: int) -> int:
     limit = min(arch.depth(m) for m in memories)
-    limit = min(limit, 1 << arch.layout.operand2_address_bits, max_size)
+    limit = min(limit, 1 << layout_of(arch).operand2_address_bits, max_size)
     return rng.randint(1, limit)
 
 
@@ -102,7 +103,7 @@ def random_instruction(
             ConfigRegister.SAMPLE_INTERVAL,
         ]
     )
-    return Configure(reg, rng.randrange(1 << min(16, arch.layout.configure_value_bits)))
+    return Configure(reg, rng.randrange(1 << min(16, layout_of(arch).configure_value_bits)))
 
 
 def random_program(rng: random.Random, arch: Architecture, length: int, max_size: int = 64) -> list[Instruction]:

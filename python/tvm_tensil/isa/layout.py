@@ -7,6 +7,7 @@ Every operand is a whole number of bytes, so operands start on byte boundaries.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -106,3 +107,9 @@ class InstructionLayout:
             f"InstructionLayout(bytes={self.instruction_bytes}, o0={self.operand0_bits}, "
             f"o1={self.operand1_bits}, o2={self.operand2_bits})"
         )
+
+
+@functools.lru_cache(maxsize=64)
+def layout_of(arch: "Architecture") -> InstructionLayout:
+    """The instruction layout of ``arch`` (an ``Architecture`` is a value: one layout per value)."""
+    return InstructionLayout(arch)

@@ -145,11 +145,6 @@ class Program:
     def __iter__(self):
         return iter(self.instructions())
 
-    def to_asm(self) -> str:
-        from .asm import disassemble
-
-        return disassemble(self)
-
     # -- vectorised decode and validation ---------------------------------------------------
     def fields(self, start: int = 0, stop: int | None = None) -> ProgramFields:
         """Fields of instructions ``start .. stop-1`` (all by default)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..arch import Architecture
+from ..isa.layout import layout_of
 
 
 def _bits(depth: int) -> int:
@@ -16,7 +17,7 @@ def _bits(depth: int) -> int:
 
 
 def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> dict[str, int]:
-    lay = arch.layout
+    lay = layout_of(arch)
     return {
         "ARRAY_SIZE": arch.array_size,
         "DATA_WIDTH": arch.data_type.width,

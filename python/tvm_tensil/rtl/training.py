@@ -21,6 +21,7 @@ import numpy as np
 
 from ..arch import Architecture
 from ..isa.instructions import SIMD, DataMove, Direction, LoadWeights, MatMul, SIMDOp
+from ..isa.layout import layout_of
 from ..isa.program import Program
 
 ROUNDS = 64  # about 72 k cycles on pynqz1: a fraction of a second
@@ -52,7 +53,7 @@ def program(arch: Architecture, rounds: int = ROUNDS, taps: int = TAPS) -> Progr
             DataMove(Direction.ACC_TO_LOCAL, outputs, acc, run),
             DataMove(Direction.LOCAL_TO_DRAM0, outputs, run, run),
         ]
-    return Program.from_instructions(code, arch.layout, name="training")
+    return Program.from_instructions(code, layout_of(arch), name="training")
 
 
 def run(library: str, arch: Architecture) -> int:

@@ -20,8 +20,6 @@ from typing import Iterator
 
 from ..arch import Architecture, load_arch
 from .device import Device, DeviceError, RunStats, SaturationWarning
-from .emulator import Emulator
-from .reference import ReferenceEmulator
 
 __all__ = [
     "Device",
@@ -52,6 +50,13 @@ DEFAULT_DEVICE = "emulator"
 ENV_VAR = "TVM_TENSIL_DEVICE"
 
 _current: contextvars.ContextVar[DeviceSession | None] = contextvars.ContextVar("tvm_tensil_device", default=None)
+
+
+def __getattr__(name: str):
+    """The emulators load on first use like every device (the emulator compiles numba kernels)."""
+    if name in ("Emulator", "ReferenceEmulator"):
+        return _device_class("emulator" if name == "Emulator" else "reference")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_name(name: str) -> str:

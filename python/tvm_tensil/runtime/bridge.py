@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import tvm_ffi
 
-from ..compiler.compile import CompiledPartition
 from ..model import TensilModel, from_user_layout, to_user_layout
+from ..partition import CompiledPartition
 from . import current_session
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..isa.asm import disassemble
 from ..isa.fuzz import dump_epilogue, random_instruction
 from ..isa.instructions import Instruction
+from ..isa.layout import layout_of
 from ..isa.program import Program
 from .device import Device
 
@@ -43,7 +44,7 @@ def compare(a: Device, b: Device, body: Sequence[Instruction], dram: Sequence[np
     """Run ``body`` plus a dump of local memory and accumulators to DRAM on both devices, from
     their power-on state and the same DRAM; the first difference, or None."""
     arch = a.arch
-    program = Program.from_instructions(list(body) + dump_epilogue(arch), arch.layout, name="differential")
+    program = Program.from_instructions(list(body) + dump_epilogue(arch), layout_of(arch), name="differential")
     for dev in (a, b):
         dev.reset()
         for bank in (0, 1):
@@ -88,5 +89,5 @@ def report(a: Device, b: Device, body: list[Instruction], dram, diff: Difference
     return (
         f"{a.name} and {b.name} differ: {diff}\nshortest program that still differs "
         f"({len(short)} of {len(body)} instructions): {diff2}\n"
-        + disassemble(Program.from_instructions(short, a.arch.layout), with_pc=True)
+        + disassemble(Program.from_instructions(short, layout_of(a.arch)), with_pc=True)
     )

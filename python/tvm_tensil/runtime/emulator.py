@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ..isa.instructions import ConfigRegister, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag, SIMDOp
+from ..isa.layout import layout_of
 from ..isa.program import Program
 from ..numbers import SaturationCounter
 from .reference import ReferenceEmulator
@@ -274,12 +275,12 @@ class Emulator(ReferenceEmulator):
     def __init__(self, arch):
         super().__init__(arch)
         # Load (or compile) the instruction loop now, so that no run's time includes it.
-        empty = Program.from_instructions([], arch.layout)
+        empty = Program.from_instructions([], layout_of(arch))
         self._run(empty, {name: SaturationCounter() for name in ("matmul", "datamove", "simd")})
 
     def _run(self, program, counters) -> None:
         arch = self.arch
-        lay = arch.layout
+        lay = layout_of(arch)
         dt = arch.data_type
         config = np.zeros(16, dtype=np.int64)
         for reg, value in self.config.items():

@@ -27,6 +27,7 @@ from ..isa.instructions import (
     SIMDFlag,
     SIMDOp,
 )
+from ..isa.layout import layout_of
 from ..isa.program import Program
 from ..numbers import SaturationCounter
 from .device import HostDramDevice, RunStats
@@ -106,7 +107,7 @@ class ReferenceEmulator(HostDramDevice):
             SIMDOp.MAX: lambda l, r, x: np.maximum(l, r),
         }
         simd_table = [simd_ops[SIMDOp(i)] for i in range(16)]
-        rbits = self.arch.layout.simd_operand_bits
+        rbits = layout_of(self.arch).simd_operand_bits
         rmask = (1 << rbits) - 1
         weights = self.weights
         config = self.config
@@ -190,7 +191,7 @@ class ReferenceEmulator(HostDramDevice):
             elif op == Opcode.CONFIGURE:
                 args = (
                     raw0s[pc]
-                    | (raw1s[pc] << self.arch.layout.operand0_bits)
-                    | (o2s[pc] << (self.arch.layout.operand0_bits + self.arch.layout.operand1_bits))
+                    | (raw1s[pc] << layout_of(self.arch).operand0_bits)
+                    | (o2s[pc] << (layout_of(self.arch).operand0_bits + layout_of(self.arch).operand1_bits))
                 )
                 config[ConfigRegister(args & 0xF)] = args >> 4

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import ConfigRegister, Configure
+from ..isa.layout import layout_of
 from ..isa.program import Program, pad_to_beats
 from ..rtl import sim
 from .device import DeviceError, HostDramDevice, RunStats
@@ -96,7 +97,7 @@ class Verilator(HostDramDevice):
     def execute(self, program: Program) -> RunStats:
         start = time.perf_counter()
         summary = self.check(program)
-        lay = self.arch.layout
+        lay = layout_of(self.arch)
         # The banks sit at address 0 of their own AXI ports; no timeout flag (hangs are caught here).
         head = Program.from_instructions(
             [

@@ -5,7 +5,7 @@ from tvm_tensil.arch import PRESETS
 from tvm_tensil.compiler import Graph, Node, Tensor
 from tvm_tensil.compiler.lir import LIR
 from tvm_tensil.compiler.memory import ConstTable
-from tvm_tensil.compiler.schedule import NOTHING, Context, HandOver, Out
+from tvm_tensil.compiler.schedule import NOTHING, Context, HandOver, Out, lower_node
 from tvm_tensil.compiler.schedule.search import cheapest
 from tvm_tensil.isa.instructions import Direction
 
@@ -66,7 +66,7 @@ def test_a_hand_over_is_looked_through_the_next_node():
     from tvm_tensil.compiler.compile import place_tensors
 
     place, dram0 = place_tensors(graph, ARCH)
-    ctx = Context(ARCH, graph, place, frozenset({"y"}), dram0, following=nxt)
+    ctx = Context(ARCH, graph, place, frozenset({"y"}), dram0, following=nxt, lower_next=lower_node)
     keeps = HandOver({"y": (0, 16)}, (("y", ((Direction.LOCAL_TO_DRAM0, 0, place["y"].base, 16),)),))
     out = Out(LIR(ARCH), ConstTable(ARCH))
     left = cheapest([alternative(16, 1.0), alternative(30, 2.0, keeps)], ctx, NOTHING, out)

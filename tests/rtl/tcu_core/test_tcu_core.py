@@ -15,6 +15,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import arch_from_env, pack_lanes, unpack_lanes
 
 
@@ -93,7 +94,7 @@ async def check_program(dut, arch, body, rng, name):
     from tvm_tensil.runtime import Emulator
 
     insts = preamble(arch) + body + epilogue(arch)
-    program = Program.from_instructions(insts, arch.layout)
+    program = Program.from_instructions(insts, layout_of(arch))
     np_rng = np.random.default_rng(rng.randrange(1 << 30))
     dt = arch.data_type
     d0 = np_rng.integers(-dt.one * 4, dt.one * 4, (arch.dram0_depth, arch.array_size))
@@ -127,7 +128,7 @@ async def hand_written_programs(dut):
     rng = random.Random(1)
     await reset(dut)
     for name, text in programs(arch).items():
-        await check_program(dut, arch, assemble(text, arch.layout).instructions(), rng, name)
+        await check_program(dut, arch, assemble(text, layout_of(arch)).instructions(), rng, name)
 
 
 @cocotb.test()
@@ -184,7 +185,7 @@ async def dram_moves_overlap_compute_only_without_hazards(dut):
                 both_busy += 1
 
     watcher = cocotb.start_soon(watch())
-    body = assemble(OVERLAP_PROGRAM.format(w=arch.array_size + 1), arch.layout).instructions()
+    body = assemble(OVERLAP_PROGRAM.format(w=arch.array_size + 1), layout_of(arch)).instructions()
     await check_program(dut, arch, body, rng, "overlap and hazards")
     watcher.cancel()
     assert both_busy >= 8, f"the engines overlapped for only {both_busy} cycles"

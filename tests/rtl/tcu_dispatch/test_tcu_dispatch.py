@@ -20,6 +20,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import arch_from_env
 
 COMPUTE, MOVE, WEIGHTS, D0R, D0W, D1R, D1W = range(7)
@@ -77,7 +78,7 @@ async def dispatch_follows_the_rule(dut):
     from tvm_tensil.isa.instructions import CONFIG_RESET_VALUES
 
     arch = arch_from_env()
-    layout = arch.layout
+    layout = layout_of(arch)
     beats = int(os.environ["PARAM_VECTOR_BEATS"])
     rng = random.Random(beats)
     local_depth, acc_depth = arch.local_depth, arch.accumulator_depth

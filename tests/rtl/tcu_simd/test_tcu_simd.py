@@ -9,6 +9,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 
@@ -43,7 +44,7 @@ async def random_instructions_match_the_emulator(dut):
         emu.acc[0] = x
         emu.execute(
             Program.from_instructions(
-                [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], arch.layout
+                [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], layout_of(arch)
             )
         )
         dut.s_in_valid.value = 1

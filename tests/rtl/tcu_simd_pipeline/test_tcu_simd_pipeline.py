@@ -18,6 +18,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 ACC_ADDR_BITS = 3  # few vectors, so that instructions read what earlier ones write
@@ -87,7 +88,7 @@ async def results_match_the_emulator(dut):
                     f"instruction {taken}: read of a vector an earlier instruction has yet to write"
                 )
                 reads[cycle] = ins.acc_read
-            emu.execute(Program.from_instructions([ins], arch.layout))
+            emu.execute(Program.from_instructions([ins], layout_of(arch)))
             back_to_back += int(last_taken == cycle - 1)
             last_taken = cycle
             taken += 1

@@ -13,6 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamSink, AxiStreamSource
 
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import arch_from_env
 
 DRAM0_OFFSET, DRAM1_OFFSET = 1, 3  # in 64 KiB units
@@ -64,7 +65,7 @@ class Bench:
     async def run(self, program, max_cycles=300000):
         from tvm_tensil.isa import ConfigRegister, Configure, Program
 
-        lay = self.arch.layout
+        lay = layout_of(self.arch)
         head = Program.from_instructions(
             [
                 Configure(ConfigRegister.DRAM0_OFFSET, DRAM0_OFFSET),
@@ -91,7 +92,7 @@ class Bench:
         from tvm_tensil.runtime import Emulator
 
         arch = self.arch
-        program = Program.from_instructions(power_on_preamble(arch) + list(body) + dump_epilogue(arch), arch.layout)
+        program = Program.from_instructions(power_on_preamble(arch) + list(body) + dump_epilogue(arch), layout_of(arch))
         np_rng = np.random.default_rng(self.rng.randrange(1 << 30))
         dt = arch.data_type
         d = [
@@ -123,7 +124,7 @@ async def hand_written_programs_and_every_simd_op(dut):
     bench = Bench(dut, arch, 1)
     await bench.reset()
     for name, text in hand_written_programs(arch).items():
-        await bench.check(assemble(text, arch.layout).instructions(), name)
+        await bench.check(assemble(text, layout_of(arch)).instructions(), name)
     await bench.check(every_simd_op_program(arch), "every simd op")
 
 
@@ -146,7 +147,7 @@ async def invalid_instructions_raise_error_and_are_skipped(dut):
     arch = arch_from_env()
     bench = Bench(dut, arch, 3)
     await bench.reset()
-    lay = arch.layout
+    lay = layout_of(arch)
     bad_direction = (0x2 << lay.opcode_shift) | (7 << lay.flags_shift)
     bad_opcode = 0x9 << lay.opcode_shift
     good = Program.from_instructions(
@@ -174,7 +175,7 @@ async def timeout_tracepoint_and_sample_stream(dut):
     bench = Bench(dut, arch, 4)
     sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_sample"), dut.clk, dut.rst_n, reset_active_level=False)
     await bench.reset()
-    lay = arch.layout
+    lay = layout_of(arch)
     long_matmul = MatMul(0, 0, 30, zeroes=True)  # 30 vectors: longer than 20 cycles
 
     # No timeout set (the bench configures 0): the flag stays low.

@@ -9,6 +9,7 @@ import pytest
 
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.isa import DataMove, Direction, Program
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.runtime.board import Driver, DriverError
 from tvm_tensil.runtime.board.pynq import PynqTransport, aligned_window
 
@@ -68,13 +69,13 @@ def test_driver_over_the_pynq_transport(monkeypatch):
     assert driver.use_probe  # a PYNQ overlay shows completion only through DRAM
     for buf in driver.dram:
         assert buf.physical_address % 65536 == 0
-    program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1)], arch.layout)
+    program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 1)], layout_of(arch))
     # Nothing runs the stream here, so the probe never lands: a clear timeout.
     with pytest.raises(DriverError, match="did not complete within 1 s"):
         driver.run(program)
     (stream,) = sent
     assert len(stream) % 8 == 0  # whole 64-bit beats
-    words = Program(stream, arch.layout).instructions()
+    words = Program(stream, layout_of(arch)).instructions()
     assert words[0].value == driver.dram[0].physical_address >> 16
     assert FakeBuffer.flushed >= 2  # the windows were flushed before streaming
     transport.close()

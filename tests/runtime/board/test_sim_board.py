@@ -13,6 +13,7 @@ import pytest
 
 from tvm_tensil.arch import Architecture
 from tvm_tensil.isa import DataMove, Direction, MatMul, Program
+from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.runtime import DeviceError, Emulator, get_device
 from tvm_tensil.runtime.board import Driver, DriverError
 from tvm_tensil.runtime.board.sim_board import SimBoardTransport
@@ -71,11 +72,11 @@ def test_driver_layout_preamble_padding_and_probe(server):
             MatMul(0, 0, 2, accumulate=False),
             DataMove(Direction.LOCAL_TO_DRAM1, 0, 9, 2),
         ],
-        ARCH.layout,
+        layout_of(ARCH),
     )
     stream = driver.stream_bytes_for(program)
     assert len(stream) % transport.stream_bytes == 0
-    words = Program(stream, ARCH.layout).instructions()
+    words = Program(stream, layout_of(ARCH)).instructions()
     head = [(w.register, w.value) for w in words[:3]]
     assert head[0] == (0, driver.dram[0].physical_address >> 16)  # DRAM0 offset
     assert head[1] == (4, driver.dram[1].physical_address >> 16)  # DRAM1 offset
@@ -101,7 +102,7 @@ def test_a_program_that_raises_the_error_flag_is_a_failed_run(server):
     """An opcode the core does not know (what a corrupted stream would hold) sets the core's error
     flag; the server reports the run as failed, with the flag's meaning, and resets the core."""
     transport = SimBoardTransport(ARCH, server)
-    lay = ARCH.layout
+    lay = layout_of(ARCH)
     bad = (0x6 << (lay.instruction_bytes * 8 - 4)).to_bytes(lay.instruction_bytes, "little")
     transport.stream(bad + bytes(-len(bad) % transport.stream_bytes))
     with pytest.raises(DriverError, match=r"raised its error flag \(an invalid opcode or DataMove direction\)"):
@@ -135,9 +136,10 @@ from tvm_tensil.arch import Architecture
 from tvm_tensil.runtime.board import Driver
 from tvm_tensil.runtime.board.sim_board import SimBoardTransport
 from tvm_tensil.isa import MatMul, Program
+from tvm_tensil.isa.layout import layout_of
 arch = Architecture.from_dict({ARCH.to_dict()!r})
 driver = Driver(arch, SimBoardTransport(arch, {server!r}))
-program = Program.from_instructions([MatMul(0, 0, 30, zeroes=True)] * 200000, arch.layout)
+program = Program.from_instructions([MatMul(0, 0, 30, zeroes=True)] * 200000, layout_of(arch))
 driver.transport.stream(driver.stream_bytes_for(program))
 print("streaming", flush=True)
 time.sleep(60)
@@ -159,7 +161,7 @@ def test_a_hung_core_times_out_with_a_clear_error_and_the_server_recovers():
     proc, sock = start_server(ARCH, "--read-latency", "1000000000", "--stall-limit", "2000000000")
     try:
         dev = get_device("sim-board", ARCH, socket_path=sock, timeout=3.0)
-        program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], ARCH.layout)
+        program = Program.from_instructions([DataMove(Direction.DRAM0_TO_LOCAL, 0, 0, 4)], layout_of(ARCH))
         start = time.monotonic()
         with pytest.raises(DeviceError, match="did not complete within 3 s"):
             dev.execute(program)

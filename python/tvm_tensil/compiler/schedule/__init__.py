@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Callable
 
 from ...arch import Architecture
+from ...placement import TensorPlacement
 from ..graph import Graph, Node
 from ..lir import LIR
-from ..memory import ConstTable, TensorPlacement
+from ..memory import ConstTable
 from . import channels, conv, eltwise, global_pool, pools, resize
 from .context import NOTHING, CompileOptions, Context, HandOver, Out, ScheduleError, Tile, Window
 from .search import TAKES_HAND_OVER
@@ -66,7 +67,7 @@ class GraphSchedule:
         dram0=None,
         options: CompileOptions = CompileOptions(),
     ):
-        self.ctx = Context(arch, graph, placements, _read_once(graph), dram0, options)
+        self.ctx = Context(arch, graph, placements, _read_once(graph), dram0, options, lower_next=lower_node)
         self.out = Out(lir, consts)
         self.left = NOTHING
         self._after = {id(a): b for a, b in zip(graph.nodes, graph.nodes[1:])}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...isa.instructions import Direction
+from ...packing import selection_blocks
 from ..graph import Node
-from ..memory import selection_blocks
 from .context import NOTHING, Context, HandOver, Out, ScheduleError
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants
 

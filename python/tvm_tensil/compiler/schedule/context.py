@@ -4,12 +4,13 @@ and what one node leaves the next (``HandOver``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ...arch import Architecture
+from ...placement import TensorPlacement
 from ..graph import Graph, Node
 from ..lir import LIR
-from ..memory import ConstTable, TensorPlacement
+from ..memory import ConstTable
 
 
 class ScheduleError(ValueError):
@@ -73,8 +74,9 @@ NOTHING = HandOver()
 @dataclass(frozen=True)
 class Context:
     """What a lowering reads: the architecture, the graph, every tensor's DRAM0 placement, the
-    intermediates only one node reads, where temporaries come from, the options, and the node
-    lowered after this one (a search looks ahead into it; None while looking ahead)."""
+    intermediates only one node reads, where temporaries come from, the options, the node lowered
+    after this one (a search looks ahead into it; None while looking ahead) and how to lower it
+    (the dispatch table's ``lower_node``; without it a search does not look ahead)."""
 
     arch: Architecture
     graph: Graph
@@ -84,6 +86,7 @@ class Context:
     options: CompileOptions = CompileOptions()
     following: Node | None = None
     looking_ahead: bool = False
+    lower_next: Callable[[Node, "Context", "HandOver", "Out"], "HandOver"] | None = None
 
     @property
     def n(self) -> int:

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...isa.instructions import Direction
+from ...packing import ConstRecipe
 from ..graph import Node
 from ..lir import LIR, no_rows
-from ..memory import ConstRecipe, ConstTable
+from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap

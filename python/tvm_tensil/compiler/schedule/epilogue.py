@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...isa.instructions import Direction, SIMDOp
+from ...placement import TensorPlacement
 from ..lir import LIR
-from ..memory import TensorPlacement
 from .context import Context, Out, ScheduleError, Tile
 from .tiles import tile_runs
 

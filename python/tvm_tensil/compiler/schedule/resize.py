@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...isa.instructions import Direction
+from ...placement import TensorPlacement
 from ..graph import Node
-from ..memory import TensorPlacement
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile
 from .epilogue import flush, gather
 

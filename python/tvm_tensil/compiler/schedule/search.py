@@ -41,11 +41,9 @@ def cycles_with(lir: LIR, left: HandOver) -> int:
 
 def cycles_through(ctx: Context, tried: Tried) -> int:
     """Cycles of an alternative and then the next node lowered after it."""
-    from . import lower_node  # the dispatch table lists this module's users
-
     ahead = Out(LIR(ctx.arch), tried.out.consts.fork())
     ahead.lir.extend(tried.out.lir)
-    left = lower_node(ctx.following, replace(ctx, following=None, looking_ahead=True), tried.left, ahead)
+    left = ctx.lower_next(ctx.following, replace(ctx, following=None, looking_ahead=True), tried.left, ahead)
     return cycles_with(ahead.lir, left)
 
 
@@ -75,6 +73,7 @@ def cheapest(
     fastest = min(range(len(tried)), key=lambda i: tried[i].cycles)
     if (
         ctx.options.look_ahead
+        and ctx.lower_next is not None
         and not ctx.looking_ahead
         and not hands[fastest]  # a hand-over that is fastest on its own is kept
         and any(hands)

@@ -12,7 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from ...isa.instructions import Direction
-from ..memory import TensorPlacement
+from ...placement import TensorPlacement
 from .context import ScheduleError, Tile, Window
 
 

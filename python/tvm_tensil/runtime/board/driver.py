@@ -25,6 +25,7 @@ import numpy as np
 
 from ...arch import Architecture
 from ...isa.instructions import ConfigRegister, Configure, DataMove, Direction
+from ...isa.layout import layout_of
 from ...isa.program import Program, pad_to_beats
 from ..device import DeviceError, as_vectors
 
@@ -144,7 +145,7 @@ class Driver:
 
     def stream_bytes_for(self, program: Program) -> bytes:
         """Preamble + program + probe, padded with whole NoOps to whole stream beats."""
-        lay = self.arch.layout
+        lay = layout_of(self.arch)
         head = Program.from_instructions(self.preamble(), lay).data
         tail = Program.from_instructions(self.probe(), lay).data if self.use_probe else b""
         return pad_to_beats(head + program.data + tail, self.transport.stream_bytes, lay.instruction_bytes)

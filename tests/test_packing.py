@@ -1,11 +1,11 @@
-"""The memory manager's packers (compiler/memory.py), against the layouts the programs read."""
+"""The constant packers (packing.py), against the layouts the programs read."""
 
 import math
 
 import numpy as np
 import pytest
 
-from tvm_tensil.compiler.memory import PACKERS
+from tvm_tensil.packing import PACKERS
 
 
 @pytest.mark.parametrize("old_library", [False, True])

@@ -17,9 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..arch import Architecture
-from ..isa.instructions import DataMove, Direction, LoadWeights, MatMul
-from ..isa.program import Program
+from .arch import Architecture
+from .isa.instructions import DataMove, Direction, LoadWeights, MatMul
+from .isa.layout import layout_of
+from .isa.program import Program
 
 
 def _check(name: str, ok: bool, detail: str, log: Callable[[str], None]) -> bool:
@@ -29,7 +30,7 @@ def _check(name: str, ok: bool, detail: str, log: Callable[[str], None]) -> bool
 
 def run_selftest(device, log: Callable[[str], None] = print, model: bool = True) -> bool:
     """Run the steps on ``device`` (a Device); True if all passed."""
-    from .emulator import Emulator
+    from .runtime.emulator import Emulator
 
     arch: Architecture = device.arch
     n, dt = arch.array_size, arch.data_type
@@ -48,7 +49,7 @@ def run_selftest(device, log: Callable[[str], None] = print, model: bool = True)
     )
 
     # 2. one move through the core
-    lay = arch.layout
+    lay = layout_of(arch)
     device.reset()
     device.write_dram(0, 0, data)
     prog = Program.from_instructions(
@@ -121,14 +122,14 @@ def _model_step(device, log) -> bool:
     import tempfile
     from pathlib import Path
 
-    from ..model import TensilModel
-    from ..zoo import small_cnn
-    from .emulator import Emulator
+    from .model import TensilModel
+    from .runtime.emulator import Emulator
+    from .zoo import small_cnn
 
     try:
         from tvm.relax.frontend.onnx import from_onnx
 
-        from ..byoc import build
+        from .byoc import build
     except ImportError:
         log("[SKIP] compiled model: TVM is not installed here (compile on a host, copy the .tmodel files)")
         return True

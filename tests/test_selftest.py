@@ -1,4 +1,4 @@
-"""The board self-test (python/tvm_tensil/runtime/selftest.py) passes over the simulated board and
+"""The board self-test (python/tvm_tensil/selftest.py) passes over the simulated board and
 fails, naming the step, on a device that corrupts data."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.runtime import Emulator
-from tvm_tensil.runtime.selftest import run_selftest
+from tvm_tensil.selftest import run_selftest
 
 
 def test_selftest_passes_on_the_simulated_board_from_the_command_line():

@@ -1,0 +1,217 @@
+"""DRAM1 contents as recipes: a packing function (by name) and its arguments, which refer to a
+partition's constants by index. The same recipe produces the ``.tdata`` at build time and again in
+the runtime, when TVM delivers the weights to the module; so the packers live here, below both."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .arch import Architecture
+from .numbers import SaturationCounter
+
+PACKERS: dict[str, Callable[..., np.ndarray]] = {}
+
+
+def packer(name: str):
+    def register(fn):
+        PACKERS[name] = fn
+        return fn
+
+    return register
+
+
+def _bias_rows(consts, bias: int, blocks: int, n: int) -> np.ndarray:
+    """A bias vector as one row per output channel block (zero-padded)."""
+    b = np.zeros(blocks * n)
+    values = np.asarray(consts[bias], dtype=np.float64).reshape(-1)
+    b[: values.size] = values
+    return b.reshape(blocks, n)
+
+
+@packer("conv_weights")
+def pack_conv_weights(
+    consts,
+    n: int,
+    weight: int,
+    groups: int,
+    layout: str = "OIHW",
+    flatten: Sequence[int] | None = None,
+    bias: int | None = None,
+    bias_tap: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
+    except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
+    block then carry the bias, so the MatMul that starts each output block adds it.
+
+    Dense conv: blocks ordered (output block, input block, kh, kw).
+    Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
+    ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
+    ``flatten`` = (C, H, W): the matmul's input is one NCHW feature map flattened in (c, h, w) order
+    but stored block-major (vector ``(c // N) * H * W + y * W + x``, lane ``c % N``); the weight rows
+    are permuted to match. (C, H, W, blocks per pixel): a library built before the block-major
+    layout, whose program reads the map as (h, w, c padded to that many blocks) lanes.
+    """
+    w = np.asarray(consts[weight], dtype=np.float64)
+    if flatten is not None:
+        c, h, wd = (int(v) for v in flatten[:3])
+        ch = np.arange(c)[:, None, None]
+        pixel = (np.arange(h)[:, None] * wd + np.arange(wd)[None, :])[None]
+        blocks = int(flatten[3]) if len(flatten) == 4 else math.ceil(c / n)
+        rows = pixel * blocks * n + ch if len(flatten) == 4 else ((ch // n) * h * wd + pixel) * n + ch % n
+        permuted = np.zeros((blocks * h * wd * n, w.shape[1]))
+        permuted[rows.reshape(-1)] = w
+        w = permuted
+    if layout == "KM":
+        w = w.T[:, :, None, None]
+    co, ci_g, kh, kw = w.shape
+    cbo = math.ceil(co / n)
+    if groups == 1:
+        cbi = math.ceil(ci_g / n)
+        wp = np.zeros((cbo * n, cbi * n, kh, kw))
+        wp[:co, :ci_g] = w
+        # (ob, o, ib, j, kh, kw) -> (ob, ib, kh, kw, j, o)
+        blocks = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+        out = np.zeros((cbo, cbi, kh, kw, n + 1, n))
+        out[..., 1:, :] = blocks
+        if bias is not None:
+            out[:, 0, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
+        return out.reshape(-1, n)
+    if ci_g != 1 or groups != co:
+        raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
+    wp = np.zeros((cbo * n, kh, kw))
+    wp[:co] = w[:, 0]
+    blocks = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, j)
+    out = np.zeros((cbo, kh, kw, n + 1, n))
+    idx = np.arange(n)
+    out[..., 1 + idx, idx] = blocks
+    if bias is not None:
+        out[:, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
+    return out.reshape(-1, n)
+
+
+@packer("identity_weights")
+def pack_identity_weights(consts, n: int, channels: int, bias: int | None = None) -> np.ndarray:
+    """Depthwise 1x1 blocks with ones on the diagonal, and ``bias`` in the bias rows: x -> x + bias,
+    exactly."""
+    blocks = math.ceil(channels / n)
+    out = np.zeros((blocks, n + 1, n))
+    idx = np.arange(n)
+    out[:, 1 + idx, idx] = 1.0
+    if bias is not None:
+        out[:, 0, :] = _bias_rows(consts, bias, blocks, n)
+    return out.reshape(-1, n)
+
+
+def selection_blocks(segments: Sequence[Sequence[int]], n: int) -> list[tuple[int, int, int]]:
+    """(segment, output block, input block) for every pair of blocks a channel selection connects.
+
+    A segment ``(input, first, count, to)`` moves channels ``first .. first+count-1`` of an input
+    to output channels ``to ..``: a concat is one segment per input, a slice one segment."""
+    pairs = []
+    for k, (_, first, count, to) in enumerate(segments):
+        for ib in range(first // n, (first + count - 1) // n + 1):
+            lo, hi = max(first, ib * n), min(first + count, (ib + 1) * n)  # input channels in this block
+            for ob in range((lo - first + to) // n, (hi - 1 - first + to) // n + 1):
+                pairs.append((k, ob, ib))
+    return pairs
+
+
+@packer("channel_selection")
+def pack_channel_selection(consts, n: int, segments: Sequence[Sequence[int]]) -> np.ndarray:
+    """0/1 weight blocks moving each selected input lane to its output lane (exact: x * 1.0)."""
+    pairs = selection_blocks(segments, n)
+    out = np.zeros((len(pairs), n + 1, n))
+    for p, (k, ob, ib) in enumerate(pairs):
+        _, first, count, to = segments[k]
+        for j in range(n):
+            ch = ib * n + j
+            o = ch - first + to
+            if first <= ch < first + count and o // n == ob:
+                out[p, 1 + j, o % n] = 1.0
+    return out.reshape(-1, n)
+
+
+@packer("diagonal_weights")
+def pack_diagonal_weights(consts, n: int, values: Sequence[float]) -> np.ndarray:
+    """One weight block per value: zero bias row, then value * identity (x -> value * x)."""
+    out = np.zeros((len(values), n + 1, n))
+    idx = np.arange(n)
+    out[:, 1 + idx, idx] = np.asarray(values, dtype=np.float64)[:, None]
+    return out.reshape(-1, n)
+
+
+@packer("channel_vectors")
+def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None, fill: float = 0.0) -> np.ndarray:
+    """One vector per channel block: a constant (e.g. a bias) or ``fill`` everywhere."""
+    blocks = math.ceil(channels / n)
+    out = np.zeros(blocks * n)
+    if values is None:
+        out[:channels] = fill
+    else:
+        out[:channels] = np.asarray(consts[values], dtype=np.float64).reshape(-1)
+    return out.reshape(blocks, n)
+
+
+@packer("fill")
+def pack_fill(consts, n: int, values: Sequence[float]) -> np.ndarray:
+    """One vector per value, every lane holding it (constants for SIMD operands)."""
+    return np.repeat(np.asarray(values, dtype=np.float64)[:, None], n, axis=1)
+
+
+@dataclass(frozen=True)
+class ConstRecipe:
+    packer: str
+    args: dict[str, Any]
+    base: int
+    size: int
+
+    def to_json(self) -> dict:
+        return {"packer": self.packer, "args": self.args, "base": self.base, "size": self.size}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ConstRecipe":
+        return cls(d["packer"], d["args"], d["base"], d["size"])
+
+
+def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None):
+    """Each recipe with its vectors as fixed-point integers."""
+    n = arch.array_size
+    for r in recipes:
+        block = PACKERS[r.packer](consts, n, **r.args)
+        if block.shape != (r.size, n):
+            raise ValueError(
+                f"constant recipe {r.packer} produced {block.shape[0]} vectors, expected {r.size} "
+                "(were the weights delivered for another model?)"
+            )
+        yield r, arch.data_type.from_float(block, sat)
+
+
+def pack_consts(
+    recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None
+) -> np.ndarray:
+    """All of DRAM1's constants as (vectors, N) fixed-point integers."""
+    total = max((r.base + r.size for r in recipes), default=0)
+    out = np.zeros((total, arch.array_size), dtype=np.int64)
+    for r, block in _packed_blocks(recipes, consts, arch, sat):
+        out[r.base : r.base + r.size] = block
+    return out
+
+
+def count_saturated_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture) -> int:
+    """How many constant scalars the data type clips (without holding the packed DRAM1 image)."""
+    sat = SaturationCounter()
+    for _ in _packed_blocks(recipes, consts, arch, sat):
+        pass
+    return sat.count
+
+
+def derive_constants(constants: Sequence[np.ndarray], derived: Sequence[Sequence[int]]) -> list:
+    """The model's constants followed by the derived ones (as ``apply_shifts`` made them)."""
+    out = list(constants)
+    for source, shift in derived:
+        out.append(np.asarray(out[int(source)], dtype=np.float32) * np.float32(2.0 ** int(shift)))
+    return out

@@ -1,0 +1,54 @@
+"""Where a feature map lives in DRAM0: the placement every part shares (compiler, model files,
+runtime). Block-major: the channel axis cut into blocks of N (one vector each), and a block's
+vectors for every pixel of every image contiguous, ``[block][n][h][w]``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TensorPlacement:
+    """A feature map (n, h, w, c) in DRAM0 starting at vector ``base``."""
+
+    base: int
+    shape: tuple[int, int, int, int]
+    array_size: int
+    # A batch of NCHW maps of h*w pixels flattened for a dense layer, read in place: "pixel" i is
+    # image i, "block" k is (map block k // hw, map pixel k % hw), so pixels are hw apart.
+    flattened_hw: int = 0
+
+    @property
+    def blocks(self) -> int:
+        return math.ceil(self.shape[3] / self.array_size)
+
+    @property
+    def pixels(self) -> int:
+        """Pixels of all images: the vectors of one channel block (its stride in DRAM0)."""
+        n, h, w, _ = self.shape
+        return n * h * w
+
+    @property
+    def size(self) -> int:
+        return self.pixels * self.blocks
+
+    def address(self, n: int, y: int, x: int, block: int) -> int:
+        _, h, w, _ = self.shape
+        if self.flattened_hw:
+            hw = self.flattened_hw
+            return self.base + (block // hw) * self.pixels * hw + ((n * h + y) * w + x) * hw + block % hw
+        return self.base + block * self.pixels + (n * h + y) * w + x
+
+    @property
+    def pixel_step(self) -> int:
+        """DRAM0 vectors from one pixel to the next in a channel block."""
+        return self.flattened_hw or 1
+
+    @property
+    def channels_padded(self) -> int:
+        """Channels rounded up to whole blocks (the last block's extra lanes are zero)."""
+        return self.blocks * self.array_size
+
+    def to_json(self) -> dict:
+        return {"base": self.base, "shape": list(self.shape)}
