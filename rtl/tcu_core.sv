@@ -137,9 +137,13 @@ endgenerate
 // -- dispatch --------------------------------------------------------------------------------------
 // tcu_dispatch decodes and dispatches in program order (the rule in docs/rtl.md); the engines report
 // whether they take a command, whether they are busy and whether what they issued has landed.
-localparam E_C = 0, E_O = 1, E_W = 2, E_D0R = 3, E_D0W = 4, E_D1R = 5, E_D1W = 6;  // tcu_dispatch's order
-wire [6:0]    m_start, engine_ready, engine_busy;
-wire [7*32-1:0] engine_busy_cycles;
+// The engines' bit positions in the dispatcher's vectors (tcu_isa_pkg, generated from the Python enum).
+localparam int E_C = tcu_isa_pkg::ENGINE_COMPUTE, E_O = tcu_isa_pkg::ENGINE_MOVE, E_W = tcu_isa_pkg::ENGINE_WEIGHTS;
+localparam int E_D0R = tcu_isa_pkg::ENGINE_DRAM0_READER, E_D0W = tcu_isa_pkg::ENGINE_DRAM0_WRITER;
+localparam int E_D1R = tcu_isa_pkg::ENGINE_DRAM1_READER, E_D1W = tcu_isa_pkg::ENGINE_DRAM1_WRITER;
+localparam int ENGINES = tcu_isa_pkg::ENGINES;
+wire [ENGINES-1:0]    m_start, engine_ready, engine_busy;
+wire [ENGINES*32-1:0] engine_busy_cycles;
 wire          start_s;
 wire [3:0]    cmd_flags;
 wire [31:0]   cmd_addr0, cmd_step0, cmd_addr1, cmd_step1, cmd_count, cmd_lw_count, cmd_lw_top;
@@ -153,10 +157,27 @@ wire [31:0]   c_busy_cycles, o_busy_cycles, w_busy_cycles, d0r_busy_cycles, d0w_
 wire          simd_read_hazard, simd_pipe_empty;
 wire          o_wr_valid, o_wr_accumulate;
 wire [AA-1:0] o_wr_addr;
-assign engine_ready = {d1w_free, d1r_free, d0w_free, d0r_free, w_free, o_ready, c_ready};
-assign engine_busy = {d1w_busy, d1r_busy, d0w_busy, d0r_busy, w_busy, o_busy, c_busy};
-assign engine_busy_cycles = {d1w_busy_cycles, d1r_busy_cycles, d0w_busy_cycles, d0r_busy_cycles, w_busy_cycles,
-                             o_busy_cycles, c_busy_cycles};
+assign engine_ready[E_C] = c_ready;
+assign engine_ready[E_O] = o_ready;
+assign engine_ready[E_W] = w_free;
+assign engine_ready[E_D0R] = d0r_free;
+assign engine_ready[E_D0W] = d0w_free;
+assign engine_ready[E_D1R] = d1r_free;
+assign engine_ready[E_D1W] = d1w_free;
+assign engine_busy[E_C] = c_busy;
+assign engine_busy[E_O] = o_busy;
+assign engine_busy[E_W] = w_busy;
+assign engine_busy[E_D0R] = d0r_busy;
+assign engine_busy[E_D0W] = d0w_busy;
+assign engine_busy[E_D1R] = d1r_busy;
+assign engine_busy[E_D1W] = d1w_busy;
+assign engine_busy_cycles[E_C*32 +: 32] = c_busy_cycles;
+assign engine_busy_cycles[E_O*32 +: 32] = o_busy_cycles;
+assign engine_busy_cycles[E_W*32 +: 32] = w_busy_cycles;
+assign engine_busy_cycles[E_D0R*32 +: 32] = d0r_busy_cycles;
+assign engine_busy_cycles[E_D0W*32 +: 32] = d0w_busy_cycles;
+assign engine_busy_cycles[E_D1R*32 +: 32] = d1r_busy_cycles;
+assign engine_busy_cycles[E_D1W*32 +: 32] = d1w_busy_cycles;
 wire start_c = m_start[E_C], start_o = m_start[E_O], start_w = m_start[E_W];
 wire start_d0r = m_start[E_D0R], start_d0w = m_start[E_D0W], start_d1r = m_start[E_D1R], start_d1w = m_start[E_D1W];
 

@@ -55,10 +55,10 @@ module tcu_dispatch #
     // Engines, one bit each: compute, move, weights, DRAM0 reader, DRAM0 writer, DRAM1 reader, DRAM1
     // writer (ENGINE_* below). Dispatch strobes, whether each takes a command, whether each is busy,
     // and the cycles of each one's instruction so far (for the timeout).
-    output wire [6:0]                        m_start,
-    input  wire [6:0]                        engine_ready,
-    input  wire [6:0]                        engine_busy,
-    input  wire [7*32-1:0]                   engine_busy_cycles,
+    output wire [tcu_isa_pkg::ENGINES-1:0]   m_start,
+    input  wire [tcu_isa_pkg::ENGINES-1:0]   engine_ready,
+    input  wire [tcu_isa_pkg::ENGINES-1:0]   engine_busy,
+    input  wire [tcu_isa_pkg::ENGINES*32-1:0] engine_busy_cycles,
     // The SIMD pipeline: dispatch strobe, a read of a vector it has yet to write, nothing in it
     output wire                              m_simd_start,
     input  wire                              simd_read_hazard,
@@ -108,9 +108,13 @@ localparam CB = 32;      // counters and addresses are computed in 32 bits, then
 localparam XB = 2 * CB;  // (size - 1) << stride without overflow (strides are at most 2^31)
 localparam AA = $clog2(ACC_DEPTH);
 localparam HALF = ACC_DEPTH / 2;
-// Engines, as bit positions of m_start / engine_ready / engine_busy
-localparam ENGINE_COMPUTE = 0, ENGINE_MOVE = 1, ENGINE_WEIGHTS = 2, ENGINE_DRAM0_READER = 3,
-           ENGINE_DRAM0_WRITER = 4, ENGINE_DRAM1_READER = 5, ENGINE_DRAM1_WRITER = 6, ENGINES = 7;
+// Engines, as bit positions of m_start / engine_ready / engine_busy (from tcu_isa_pkg, generated from
+// the Python enum the latency model uses too)
+localparam int ENGINE_COMPUTE = tcu_isa_pkg::ENGINE_COMPUTE, ENGINE_MOVE = tcu_isa_pkg::ENGINE_MOVE,
+               ENGINE_WEIGHTS = tcu_isa_pkg::ENGINE_WEIGHTS, ENGINE_DRAM0_READER = tcu_isa_pkg::ENGINE_DRAM0_READER,
+               ENGINE_DRAM0_WRITER = tcu_isa_pkg::ENGINE_DRAM0_WRITER,
+               ENGINE_DRAM1_READER = tcu_isa_pkg::ENGINE_DRAM1_READER,
+               ENGINE_DRAM1_WRITER = tcu_isa_pkg::ENGINE_DRAM1_WRITER, ENGINES = tcu_isa_pkg::ENGINES;
 
 // Illegal configurations stop elaboration.
 generate

@@ -71,6 +71,16 @@ localparam int SIMD_FLAG_ACCUMULATE_BIT = 2;
 localparam int DIRECTION_TO_DRAM_BIT = 0;
 localparam int DIRECTION_DRAM1_BIT = 1;
 
+// The core's engines: bit positions of the dispatcher's start, ready and busy vectors
+localparam int ENGINE_COMPUTE = 0;
+localparam int ENGINE_MOVE = 1;
+localparam int ENGINE_WEIGHTS = 2;
+localparam int ENGINE_DRAM0_READER = 3;
+localparam int ENGINE_DRAM0_WRITER = 4;
+localparam int ENGINE_DRAM1_READER = 5;
+localparam int ENGINE_DRAM1_WRITER = 6;
+localparam int ENGINES = 7;
+
 // Configure registers' values after reset (the others reset to 0)
 localparam logic [31:0] CONFIG_RESET_TIMEOUT = 32'd100;
 localparam logic [31:0] CONFIG_RESET_TRACEPOINT = 32'hFFFFFFFF;

@@ -46,7 +46,7 @@ import numba
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
-from ..isa.instructions import DataMoveBit, Direction, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag
+from ..isa.instructions import DataMoveBit, Direction, Engine, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag
 from ..isa.layout import layout_of
 from ..isa.program import Program
 
@@ -221,7 +221,10 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
 # The simulation's state between chunks of a program: indices into one int64 array. Per engine
 # (compute, weights, DRAM0, DRAM1): when its instruction ends, whom a wait for it is charged to
 # (node * kinds + kind), and that instruction's local memory range (has one, lo, hi, writes).
-_C, _O, _W, _D0R, _D0W, _D1R, _D1W, _ENGINES = 0, 1, 2, 3, 4, 5, 6, 7
+_C, _O, _W = int(Engine.COMPUTE), int(Engine.MOVE), int(Engine.WEIGHTS)
+_D0R, _D0W, _D1R, _D1W = (int(e) for e in (Engine.DRAM0_READER, Engine.DRAM0_WRITER, Engine.DRAM1_READER,
+                                           Engine.DRAM1_WRITER))  # fmt: skip
+_ENGINES = len(Engine)
 (
     _DISPATCH,
     _FINISH,

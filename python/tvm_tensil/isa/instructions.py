@@ -166,6 +166,34 @@ class ConfigRegister(IntEnum):
 CONFIG_RESET_VALUES = {ConfigRegister.TIMEOUT: 100, ConfigRegister.TRACEPOINT: 0xFFFFFFFF}
 
 
+class Engine(IntEnum):
+    """The core's engines, each running one instruction at a time; the values are their bit
+    positions in the dispatcher's start, ready and busy vectors (the RTL package has them). The DRAM
+    engines come last, each bank's reader before its writer: the dispatcher and the latency model
+    find a DRAM engine's partner and the other bank's by that order."""
+
+    COMPUTE = 0  # MatMul
+    MOVE = 1  # DataMove between local memory and the accumulators (the SIMD pipeline beside it)
+    WEIGHTS = 2  # LoadWeights
+    DRAM0_READER = 3  # DataMove DRAM0 -> local
+    DRAM0_WRITER = 4  # DataMove local -> DRAM0
+    DRAM1_READER = 5
+    DRAM1_WRITER = 6
+
+    @classmethod
+    def of_datamove(cls, direction: "Direction") -> "Engine":
+        """The engine that runs a DataMove in ``direction``."""
+        return _DATAMOVE_ENGINE.get(Direction(direction), cls.MOVE)
+
+
+_DATAMOVE_ENGINE = {
+    Direction.DRAM0_TO_LOCAL: Engine.DRAM0_READER,
+    Direction.LOCAL_TO_DRAM0: Engine.DRAM0_WRITER,
+    Direction.DRAM1_TO_LOCAL: Engine.DRAM1_READER,
+    Direction.LOCAL_TO_DRAM1: Engine.DRAM1_WRITER,
+}
+
+
 class InvalidInstruction(ValueError):
     """An instruction field the TCU cannot encode or execute.
 

@@ -1,7 +1,7 @@
 """The RTL's named constants, generated from the Python enums: ``rtl/tcu_isa_pkg.sv``.
 
 The core names opcodes, DataMove directions, flag bits, SIMD operations, Configure registers and
-their reset values through this package, so the RTL and the compiler cannot drift apart.
+their reset values, and its engines through this package, so the RTL and the compiler cannot drift apart.
 Regenerate after changing an enum (a test checks that the committed file is current):
 
     python -m tvm_tensil.rtl.isa_package
@@ -16,6 +16,7 @@ from ..isa.instructions import (
     ConfigRegister,
     DataMoveBit,
     Direction,
+    Engine,
     LoadWeightsFlag,
     MatMulFlag,
     Opcode,
@@ -46,6 +47,10 @@ _BITS = (
 )
 
 
+# Enums of indices become `localparam int PREFIX_NAME`, and their count `localparam int PREFIXS`.
+_INDICES = ((Engine, "ENGINE", "the core's engines: bit positions of the dispatcher's start, ready and busy vectors"),)
+
+
 def render() -> str:
     """The package's source text."""
     lines = [
@@ -68,6 +73,10 @@ def render() -> str:
         lines += ["", f"// {what[0].upper()}{what[1:]}: bit positions"]
         for member in flag_type:
             lines.append(f"localparam int {prefix}_{member.name}_BIT = {int(member).bit_length() - 1};")
+    for index_type, prefix, what in _INDICES:
+        lines += ["", f"// {what[0].upper()}{what[1:]}"]
+        lines += [f"localparam int {prefix}_{member.name} = {int(member)};" for member in index_type]
+        lines.append(f"localparam int {prefix}S = {len(index_type)};")
     lines += ["", "// Configure registers' values after reset (the others reset to 0)"]
     for register, value in CONFIG_RESET_VALUES.items():
         literal = f"32'd{value}" if value < 1 << 16 else f"32'h{value:08X}"

@@ -20,28 +20,26 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from tvm_tensil.isa.instructions import Engine
 from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.testbench import arch_from_env
 
-COMPUTE, MOVE, WEIGHTS, D0R, D0W, D1R, D1W = range(7)
+COMPUTE, MOVE, WEIGHTS = Engine.COMPUTE, Engine.MOVE, Engine.WEIGHTS
+D0R, D0W, D1R, D1W = Engine.DRAM0_READER, Engine.DRAM0_WRITER, Engine.DRAM1_READER, Engine.DRAM1_WRITER
+ENGINES = len(Engine)
 INSTRUCTIONS = 2000
 KINDS = ("noop", "matmul", "datamove", "datamove", "datamove", "loadweights", "simd", "configure")
 
 
 def engine_of(ins):
-    from tvm_tensil.isa import DataMove, Direction, LoadWeights, MatMul
+    from tvm_tensil.isa import DataMove, LoadWeights, MatMul
 
     if isinstance(ins, MatMul):
         return COMPUTE
     if isinstance(ins, LoadWeights):
         return WEIGHTS
     if isinstance(ins, DataMove):
-        return {
-            Direction.DRAM0_TO_LOCAL: D0R,
-            Direction.LOCAL_TO_DRAM0: D0W,
-            Direction.DRAM1_TO_LOCAL: D1R,
-            Direction.LOCAL_TO_DRAM1: D1W,
-        }.get(ins.direction, MOVE)
+        return Engine.of_datamove(ins.direction)
     return None
 
 
@@ -112,7 +110,7 @@ async def dispatch_follows_the_rule(dut):
         "acc_wr_addr",
     ):
         getattr(dut, name).value = 0
-    dut.engine_ready.value = 0x7F
+    dut.engine_ready.value = (1 << ENGINES) - 1
     dut.simd_empty.value = 1
     dut.compute_quiet.value = dut.move_quiet.value = 1
     for _ in range(3):
@@ -120,11 +118,11 @@ async def dispatch_follows_the_rule(dut):
     dut.rst.value = 0
 
     # Engine models: busy until `until`; the compute engine takes a MatMul again from `issued`.
-    until = [0] * 7
+    until = [0] * ENGINES
     issued = 0
-    started_at = [0] * 7
-    held = [None] * 7  # the local range each engine's instruction holds (cleared a cycle after busy)
-    dram_range = [None] * 7
+    started_at = [0] * ENGINES
+    held = [None] * ENGINES  # the local range each engine's instruction holds (cleared a cycle after busy)
+    dram_range = [None] * ENGINES
     compute_banks = move_banks = simd_banks = 0
     simd_stages = [None, None, None, None]  # p1, p2, p3, write: (write, address, accumulate) or None
     config = {r: CONFIG_RESET_VALUES.get(r, 0) for r in ConfigRegister}
@@ -138,12 +136,13 @@ async def dispatch_follows_the_rule(dut):
     while done < INSTRUCTIONS:
         await FallingEdge(dut.clk)
         cycle += 1
-        busy = [until[e] >= cycle for e in range(7)]
-        ready = [not busy[e] for e in range(7)]
+        busy = [until[e] >= cycle for e in range(ENGINES)]
+        ready = [not busy[e] for e in range(ENGINES)]
         ready[COMPUTE] = not busy[COMPUTE] or cycle >= issued
         dut.engine_busy.value = sum(int(b) << e for e, b in enumerate(busy))
         dut.engine_ready.value = sum(int(r) << e for e, r in enumerate(ready))
-        dut.engine_busy_cycles.value = sum((cycle - started_at[e] - 1 if busy[e] else 0) << (32 * e) for e in range(7))
+        waited = [cycle - started_at[e] - 1 if busy[e] else 0 for e in range(ENGINES)]
+        dut.engine_busy_cycles.value = sum(w << (32 * e) for e, w in enumerate(waited))
         dut.compute_quiet.value = int(not busy[COMPUTE])
         dut.move_quiet.value = int(not busy[MOVE])
         empty = all(s is None for s in simd_stages)
@@ -174,7 +173,7 @@ async def dispatch_follows_the_rule(dut):
             lo, hi, writes = rng_local
             return any(
                 held[e] is not None and e != engine and (writes or held[e][2]) and lo <= held[e][1] and held[e][0] <= hi
-                for e in range(7)
+                for e in range(ENGINES)
             )
 
         if ins is None or isinstance(ins, NoOp):
@@ -247,9 +246,9 @@ async def dispatch_follows_the_rule(dut):
 
         # The clock edge: the model advances as the RTL does.
         limit = config[ConfigRegister.TIMEOUT]
-        if limit and any(busy[e] and cycle - started_at[e] - 1 >= limit for e in range(7)):
+        if limit and any(busy[e] and cycle - started_at[e] - 1 >= limit for e in range(ENGINES)):
             timeout = 1
-        for e in range(7):
+        for e in range(ENGINES):
             if held[e] is not None and not busy[e]:
                 held[e] = None
         simd_stages = [None] + simd_stages[:3]
