@@ -120,10 +120,10 @@ def schedule_context(graph, arch: Architecture, options=None):
     """The scheduler's ``Context`` for ``graph`` as ``compile_graph`` makes it (fused, placed), and
     the fused graph."""
     from tvm_tensil.compiler import CompileOptions, fuse
-    from tvm_tensil.compiler.compile import place_tensors
+    from tvm_tensil.compiler.compile import mark_flattened, place_tensors
     from tvm_tensil.compiler.schedule import Context
 
-    fused = fuse(graph)
+    fused = mark_flattened(fuse(graph))
     place, dram0 = place_tensors(fused, arch)
     return Context(arch, fused, place, frozenset(), dram0, options or CompileOptions()), fused
 

@@ -4,6 +4,8 @@ Values on a 1/16 grid make every product exact in FP16BP8, so those results must
 float reference exactly: any wrong tap, transposed weight or padding off-by-one shows.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -107,7 +109,7 @@ def test_dense_as_pointwise_row():
         [w, bias],
     )
     # The matmul weight layout is handled by the packer: give it the 4-D view instead.
-    g.nodes[0].attrs.pop("layout")
+    g.nodes[0].attrs = replace(g.nodes[0].attrs, layout="OIHW")
     g.constants[0] = w.T[:, :, None, None]
     y, _, _ = run(g, {"x": x[None, None]})
     np.testing.assert_array_equal(y["y"][0, 0], x @ w + bias)
@@ -474,9 +476,9 @@ def test_compiling_leaves_the_graph_as_it_was():
         ["r"],
         [grid(rng, (8, 8, 1, 1))],
     )
-    before = [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes]
+    before = [(n.op, list(n.inputs), n.output, n.attrs, list(n.epilogue)) for n in g.nodes]
     first = compile_graph(g, ARCH, "t").program.data
-    assert [(n.op, list(n.inputs), n.output, dict(n.attrs), list(n.epilogue)) for n in g.nodes] == before
+    assert [(n.op, list(n.inputs), n.output, n.attrs, list(n.epilogue)) for n in g.nodes] == before
     assert compile_graph(g, ARCH, "t").program.data == first
 
 

@@ -89,10 +89,10 @@ def test_the_windows_are_the_layers_own():
     for i, node in enumerate(graph.nodes):
         if node.op != "conv2d":
             continue
-        w = np.asarray(graph.constants[node.attrs["weight"]], dtype=np.float64)
-        if node.attrs.get("layout") == "KM":
+        w = np.asarray(graph.constants[node.attrs.weight], dtype=np.float64)
+        if node.attrs.layout == "KM":
             rows = w.T
-        elif node.attrs["groups"] != 1:
+        elif node.attrs.groups != 1:
             rows = w.reshape(w.shape[0], 1, -1)
         else:
             rows = w.reshape(w.shape[0], -1)

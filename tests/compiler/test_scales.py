@@ -77,7 +77,7 @@ def test_chosen_shifts_fit_every_range_and_every_weight():
         assert s.peak * 2.0 ** shifts[t] * HEADROOM <= limit, t
     for node in graph.nodes:
         if node.op == "conv2d":
-            w = np.abs(graph.constants[node.attrs["weight"]]).max()
+            w = np.abs(graph.constants[node.attrs.weight]).max()
             assert w * 2.0 ** (shifts[node.output] - shifts[node.inputs[0]]) <= limit
             assert shifts[node.output] >= shifts[node.inputs[0]]  # weights never coarser than unscaled
     assert shifts["x"] < 0 < shifts["t1"]  # inputs in the hundreds; tiny weights get the difference

@@ -13,7 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
-from .graph import EPILOGUE_OPS, Graph, Node, layer_kind
+from .graph import EPILOGUE_OPS, Graph, Node, SecondOutput, layer_kind
 from .interpret import interpret
 from .latency import critical_path
 from .lir import LIR
@@ -27,8 +27,7 @@ def fuse(graph: Graph) -> Graph:
     """Fold bias adds into the preceding conv and activations into their producer's epilogue. The
     caller's nodes are left as they were (fusing works on copies)."""
     nodes = [
-        replace(n, inputs=list(n.inputs), attrs=dict(n.attrs), epilogue=list(n.epilogue), source_ops=list(n.source_ops))
-        for n in graph.nodes
+        replace(n, inputs=list(n.inputs), epilogue=list(n.epilogue), source_ops=list(n.source_ops)) for n in graph.nodes
     ]
     # Tensors that must keep their name: outputs, and the storage behind views.
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
@@ -44,19 +43,19 @@ def fuse(graph: Graph) -> Graph:
             nxt = sole_consumer(node.output)
             if nxt is None:
                 continue
-            if node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.get("bias") is None and not node.epilogue:
-                node.attrs["bias"] = nxt.attrs["bias"]
+            if node.op == "conv2d" and nxt.op == "bias_add" and node.attrs.bias is None and not node.epilogue:
+                node.attrs = replace(node.attrs, bias=nxt.attrs.bias)
             elif (
                 node.op == "conv2d"
                 and nxt.op == "add"
                 and not node.epilogue
-                and not node.attrs.get("residual")
+                and not node.attrs.residual
                 and len(set(nxt.inputs)) == 2
                 and len({graph.tensors[t].shape for t in nxt.inputs + [nxt.output]}) == 1
             ):
                 # A residual add: the conv's accumulators start from the other operand (the shortcut).
                 # The fused node takes the add's place, after the shortcut's producer.
-                node.attrs["residual"] = True
+                node.attrs = replace(node.attrs, residual=True)
                 node.inputs = node.inputs + [t for t in nxt.inputs if t != node.output]
                 node.source_ops += nxt.source_ops
                 node.output = nxt.output
@@ -74,7 +73,7 @@ def fuse(graph: Graph) -> Graph:
                 "concat",
                 "slice",
             ):
-                node.epilogue.append((nxt.op, dict(nxt.attrs)))
+                node.epilogue.append((nxt.op, nxt.attrs))
             else:
                 continue
             node.source_ops += nxt.source_ops
@@ -97,24 +96,24 @@ def fuse(graph: Graph) -> Graph:
 
 def outputs_of(node: Node) -> list[str]:
     """The tensors a node writes: its output, and a conv's fused second output."""
-    second = node.attrs.get("second")
-    return [node.output] + ([second["output"]] if second else [])
+    second = node.attrs.second if node.op == "conv2d" else None
+    return [node.output] + ([second.output] if second else [])
 
 
 def _is_channel_affine(node: Node, graph: Graph) -> bool:
     """A depthwise 1x1 conv that only scales and shifts channels (an inference batch norm that had
     no conv to fold into), possibly with an activation."""
     a = node.attrs
-    if node.op != "conv2d" or a.get("weight") is None or a.get("residual") or a.get("second"):
+    if node.op != "conv2d" or a.weight is None or a.residual or a.second:
         return False
     c = graph.tensors[node.output].c
-    w = np.shape(graph.constants[a["weight"]])
+    w = np.shape(graph.constants[a.weight])
     return (
-        a.get("groups") == c == graph.tensors[node.inputs[0]].c
+        a.groups == c == graph.tensors[node.inputs[0]].c
         and tuple(w[1:]) == (1, 1, 1)
-        and tuple(a.get("strides", (1, 1))) == (1, 1)
-        and not any(a.get("padding", (0, 0, 0, 0)))
-        and a.get("layout", "OIHW") == "OIHW"
+        and a.strides == (1, 1)
+        and not any(a.padding)
+        and a.layout == "OIHW"
     )
 
 
@@ -124,7 +123,7 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
     the conv's second output: computed from the conv's result while it is still in local memory,
     instead of a layer that reads it back from DRAM0."""
     for node in list(nodes):
-        if node.op != "conv2d" or node.attrs.get("second") or node.attrs.get("flatten"):
+        if node.op != "conv2d" or node.attrs.second or node.attrs.flatten:
             continue
         users = [n for n in nodes if node.output in n.inputs]
         for user in users:
@@ -133,13 +132,9 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
                 and user.inputs == [node.output]
                 and (len(users) > 1 or node.output in pinned)
             ):
-                node.attrs["second"] = {
-                    "output": user.output,
-                    "weight": user.attrs["weight"],
-                    "bias": user.attrs.get("bias"),
-                    "groups": user.attrs["groups"],
-                    "epilogue": list(user.epilogue),
-                }
+                second = SecondOutput(user.output, user.attrs.weight, user.attrs.bias, user.attrs.groups,
+                                      tuple(user.epilogue))  # fmt: skip
+                node.attrs = replace(node.attrs, second=second)
                 node.source_ops += user.source_ops
                 nodes.remove(user)
                 break
@@ -194,7 +189,7 @@ def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPla
     place.update(dram0.plan({t: graph.tensors[t].shape for t in graph.tensors}, _lifetimes(graph, set(place))))
     for view, (src, kind) in _views_in_order(graph):
         if kind == "flatten":
-            place[view] = _flatten_view(graph, place[src], view, arch)
+            place[view] = _flatten_view(place[src], arch)
         else:
             sp = place[src]
             vp = TensorPlacement(sp.base, graph.tensors[view].shape, arch.array_size)
@@ -222,6 +217,7 @@ def compile_graph(
             graph = with_weights(graph, choice.rounding.weights)
             sources = graph.constants
     graph, scaling = apply_shifts(fuse(graph), choice.shifts if choice else {})
+    graph = mark_flattened(graph)
     place, dram0 = place_tensors(graph, arch)
     consts = ConstTable(arch)
     lir = LIR(arch)
@@ -302,7 +298,7 @@ def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Gra
     """What the data type does to a layer's weights (as scaled): the shares of its nonzero weights
     that round to zero and that saturate, and the share of their magnitude lost to both.
     ``reference``: the graph with the model's own weights when ``graph``'s were rounded already."""
-    index = node.attrs.get("weight") if node.op == "conv2d" else None
+    index = node.attrs.weight if node.op == "conv2d" else None
     if index is None:
         return {}
     w = np.asarray((reference or graph).constants[index], dtype=np.float64).reshape(-1)
@@ -322,7 +318,7 @@ def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Gra
 def _output_error(node: Node, scaling, choice: "ScaleChoice | None") -> dict[str, float]:
     """A layer rounded for its outputs: their RMS error from the weights' rounding on the
     calibration inputs, relative to their RMS, and what nearest rounding would have left."""
-    index = node.attrs.get("weight") if node.op == "conv2d" else None
+    index = node.attrs.weight if node.op == "conv2d" else None
     if index is None or choice is None or choice.rounding is None:
         return {}
     source = scaling.source(index)
@@ -366,21 +362,33 @@ def _views_in_order(graph: Graph):
                 yield view, (src, kind)
 
 
-def _flatten_view(graph: Graph, src: TensorPlacement, view: str, arch: Architecture) -> TensorPlacement:
+def _flatten_view(src: TensorPlacement, arch: Architecture) -> TensorPlacement:
     """A flattened feature map read in place: each image becomes one pixel of blocks*h*w vectors
     (for a batch, an image's vectors are h*w apart in each of those: a power of two encodes)."""
     n, h, w, c = src.shape
     if n > 1 and (h * w) & (h * w - 1):
         raise ScheduleError(f"flattening a batch of {n} {h}x{w} maps needs h*w to be a power of two")
-    vp = TensorPlacement(
+    return TensorPlacement(
         src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size, flattened_hw=h * w if n > 1 else 0
     )
+
+
+def mark_flattened(graph: Graph) -> Graph:
+    """``graph`` with each dense layer that reads a flattened feature map told the map's (c, h, w),
+    which its weights' packing follows (the caller's graph is left as it was)."""
+    flattened = {view: graph.tensors[src].shape for view, (src, kind) in graph.views.items() if kind == "flatten"}
+    if not flattened:
+        return graph
+    nodes = []
     for node in graph.nodes:
-        if view in node.inputs:
-            if node.op != "conv2d" or node.attrs.get("layout") != "KM":
+        shapes = [flattened[t] for t in node.inputs if t in flattened]
+        if shapes:
+            if node.op != "conv2d" or node.attrs.layout != "KM":
                 raise ScheduleError(f"a flattened feature map feeds {node.op}; only a dense layer reads one")
-            node.attrs["flatten"] = [c, h, w]
-    return vp
+            _, h, w, c = shapes[0]
+            node = replace(node, attrs=replace(node.attrs, flatten=(c, h, w)))
+        nodes.append(node)
+    return Graph(graph.tensors, nodes, graph.inputs, graph.outputs, graph.constants, graph.views)
 
 
 def memory_use(program: Program, arch: Architecture, dram0_vectors: int, dram1_vectors: int) -> dict:

@@ -35,49 +35,175 @@ class Tensor:
         return self.shape[3]
 
 
+@dataclass(frozen=True)
+class NoAttrs:
+    """An op without parameters (add, relu, concat, global average pool, copy)."""
+
+
+@dataclass(frozen=True)
+class SecondOutput:
+    """A channel affine (a depthwise 1x1 conv with bias) and its activations, applied to a conv's
+    result while it is still in local memory: a second output of the conv."""
+
+    output: str
+    weight: int
+    bias: int | None
+    groups: int
+    epilogue: tuple = ()
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A conv (also a dense layer, a depthwise conv, and a standalone bias add: no weight).
+
+    ``weight``/``bias``: constant indices (the weight (O, I/groups, KH, KW), or (K, M) for a dense
+    layer's matmul: ``layout == "KM"``). ``residual``: a second input added to the result (a fused
+    residual add). ``flatten``: (c, h, w) of an NCHW map the dense layer reads flattened in place.
+    """
+
+    weight: int | None
+    bias: int | None = None
+    strides: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    groups: int = 1
+    layout: str = "OIHW"
+    residual: bool = False
+    flatten: tuple[int, int, int] | None = None
+    second: SecondOutput | None = None
+
+    @property
+    def depthwise(self) -> bool:
+        return self.weight is None or self.groups != 1
+
+
+@dataclass(frozen=True)
+class Pool:
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int] = (1, 1)
+    count_include_pad: bool = False
+
+
+@dataclass(frozen=True)
+class LeakyRelu:
+    alpha: float
+
+
+@dataclass(frozen=True)
+class Clip:
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class Pad:
+    padding: tuple[int, int, int, int]
+    value: float
+
+
+@dataclass(frozen=True)
+class Slice:
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ResizeNearest:
+    """The source row and column of every output row and column."""
+
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ResizeLinear:
+    """Separable interpolation matrices: rows (oh x h), cols (ow x w)."""
+
+    rows: Any
+    cols: Any
+
+
+# The ops a graph holds and each one's attributes (what ``Node.attrs`` holds): "add" adds two maps of
+# one shape, "bias_add" a constant vector over channels, "concat" joins its inputs along channels,
+# "global_avg_pool" means over h and w, "copy" is a layout-preserving reshape.
+ATTRS: dict[str, type] = {
+    "conv2d": Conv,
+    "bias_add": Conv,
+    "add": NoAttrs,
+    "relu": NoAttrs,
+    "leaky_relu": LeakyRelu,
+    "clip": Clip,
+    "max_pool2d": Pool,
+    "avg_pool2d": Pool,
+    "global_avg_pool": NoAttrs,
+    "concat": NoAttrs,
+    "slice": Slice,
+    "pad": Pad,
+    "resize_nearest": ResizeNearest,
+    "resize_linear": ResizeLinear,
+    "copy": NoAttrs,
+}
+
+
+def attrs_for(op: str, given) -> Any:
+    """``given`` (the op's attributes, or a mapping of them) as the op's attribute value."""
+    cls = ATTRS.get(op)
+    if cls is None:
+        raise ValueError(f"unknown graph op {op!r}; known: {', '.join(ATTRS)}")
+    if isinstance(given, cls):
+        return given
+    values = dict(given or {})
+    if cls is Conv:
+        for key in ("strides", "dilation", "padding", "flatten"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+        if isinstance(values.get("second"), dict):
+            second = dict(values["second"])
+            second.epilogue = tuple((op2, attrs_for(op2, a2)) for op2, a2 in second.epilogue)
+            values["second"] = SecondOutput(**second)
+        values.setdefault("weight", None)
+    if cls is ResizeNearest:
+        values = {k: tuple(int(v) for v in values[k]) for k in ("rows", "cols")}
+    if cls is Pool:
+        for key in ("kernel", "strides", "padding", "dilation"):
+            if key in values:
+                values[key] = tuple(values[key])
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise ValueError(f"graph op {op!r}: {e}") from None
+
+
 @dataclass
 class Node:
-    """One operation. ``op`` names it (see ``OPS``); ``attrs`` holds its parameters.
+    """One operation. ``op`` names it (a key of ``ATTRS``); ``attrs`` holds its parameters, a value of the
+    op's class in ``ATTRS`` (a mapping given here is read into it).
 
-    Constant operands are ``attrs`` entries holding a constant index (``weight``, ``bias``).
-    ``epilogue`` lists element-wise ops fused onto the output in the accumulators.
+    Constant operands are attributes holding a constant index (``weight``, ``bias``).
+    ``epilogue`` lists element-wise ops fused onto the output in the accumulators: (op, attrs).
     """
 
     op: str
     inputs: list[str]
     output: str
-    attrs: dict[str, Any] = field(default_factory=dict)
-    epilogue: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    attrs: Any = None
+    epilogue: list[tuple[str, Any]] = field(default_factory=list)
     source_ops: list[str] = field(default_factory=list)  # the Relax ops this node came from
+
+    def __post_init__(self):
+        self.attrs = attrs_for(self.op, self.attrs)
+        self.epilogue = [(op, attrs_for(op, a)) for op, a in self.epilogue]
 
 
 def layer_kind(node: Node) -> str:
     """What a user calls the node's layer: a dense layer is lowered as a 1x1 conv over a row of
     ``batch`` pixels, but it is still a dense layer."""
-    if node.op == "conv2d" and node.attrs.get("layout") == "KM":
+    if node.op == "conv2d" and node.attrs.layout == "KM":
         return "dense"
     return node.op
 
-
-# The node kinds the scheduler lowers, with the attrs each takes.
-OPS = {
-    "conv2d": "weight (O, I/groups, KH, KW), bias?, strides, dilation, padding (t, l, b, r), groups; "
-    "residual: a second input added to the result (a fused residual add)",
-    "add": "two tensors of one shape",
-    "bias_add": "bias: a constant vector over channels",
-    "relu": "",
-    "leaky_relu": "alpha",
-    "clip": "lo, hi",
-    "max_pool2d": "kernel, strides, dilation, padding",
-    "avg_pool2d": "kernel, strides, dilation, padding, count_include_pad",
-    "global_avg_pool": "mean over h and w",
-    "concat": "inputs concatenated along channels",
-    "slice": "channels begin .. end-1 of the input",
-    "pad": "padding (t, l, b, r) on h and w with a constant value",
-    "resize_nearest": "rows, cols: the source row/column of every output row/column",
-    "resize_linear": "rows (oh x h), cols (ow x w): separable interpolation matrices",
-    "copy": "layout-preserving reshape (no data movement on the host side)",
-}
 
 EPILOGUE_OPS = ("relu", "leaky_relu", "clip")
 

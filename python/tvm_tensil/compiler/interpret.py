@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from .graph import Graph, Node
+from .graph import Conv, Graph, Node
 
 
 def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
@@ -33,23 +33,23 @@ def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strid
 
 def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     a = node.attrs
-    if a.get("weight") is None:  # an identity (a bias add lowered as a depthwise conv)
+    if a.weight is None:  # an identity (a bias add lowered as a depthwise conv)
         y = x.copy()
-    elif a.get("layout") == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
-        w = np.asarray(graph.constants[a["weight"]], dtype=np.float64)
+    elif a.layout == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
+        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
         y = (x.reshape(-1, x.shape[-1]) @ w).reshape(out_shape)
     else:
-        w = np.asarray(graph.constants[a["weight"]], dtype=np.float64)
+        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
         y = np.zeros(out_shape)
-        depthwise = a.get("groups", 1) != 1
+        depthwise = a.groups != 1
         window = _window(
-            x, a.get("padding", (0, 0, 0, 0)), 0.0, out_shape[1:3], w.shape[2:], a.get("strides", (1, 1)),
-            a.get("dilation", (1, 1)),
+            x, a.padding, 0.0, out_shape[1:3], w.shape[2:], a.strides,
+            a.dilation,
         )  # fmt: skip
         for ky, kx, tap in window:
             y += tap * w[:, 0, ky, kx] if depthwise else tap @ w[:, :, ky, kx].T
-    if a.get("bias") is not None:
-        y = y + np.asarray(graph.constants[a["bias"]], dtype=np.float64).reshape(-1)
+    if a.bias is not None:
+        y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     return y
 
 
@@ -59,24 +59,24 @@ def _pool(node: Node, x: np.ndarray, out_shape) -> np.ndarray:
     taps = [
         tap
         for _, _, tap in _window(
-            x, a["padding"], -np.inf if is_max else np.nan, out_shape[1:3], a["kernel"], a["strides"], a["dilation"]
+            x, a.padding, -np.inf if is_max else np.nan, out_shape[1:3], a.kernel, a.strides, a.dilation
         )
     ]
     stack = np.stack(taps)
     if is_max:
         return stack.max(0)
     counted = stack
-    if a.get("count_include_pad"):  # explicit padding counts; a ceil-mode overhang does not
-        t, left, b, r = a["padding"]
+    if a.count_include_pad:  # explicit padding counts; a ceil-mode overhang does not
+        t, left, b, r = a.padding
         box = np.ones((1, x.shape[1] + t + b, x.shape[2] + left + r, 1))
-        window = _window(box, (0, 0, 0, 0), np.nan, out_shape[1:3], a["kernel"], a["strides"], a["dilation"])
+        window = _window(box, (0, 0, 0, 0), np.nan, out_shape[1:3], a.kernel, a.strides, a.dilation)
         counted = np.stack([tap for _, _, tap in window])
     return np.nansum(stack, 0) / np.sum(~np.isnan(counted), 0)
 
 
 def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
-    mh = np.asarray(node.attrs["rows"], dtype=np.float64)
-    mw = np.asarray(node.attrs["cols"], dtype=np.float64)
+    mh = np.asarray(node.attrs.rows, dtype=np.float64)
+    mw = np.asarray(node.attrs.cols, dtype=np.float64)
     return np.einsum("oh,nhwc,pw->nopc", mh, x, mw)
 
 
@@ -86,8 +86,8 @@ def _clip(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 _ELEMENTWISE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
     "relu": lambda x, a: np.maximum(x, 0.0),
-    "leaky_relu": lambda x, a: np.maximum(x, a["alpha"] * x),
-    "clip": lambda x, a: _clip(x, a["lo"], a["hi"]),
+    "leaky_relu": lambda x, a: np.maximum(x, a.alpha * x),
+    "clip": lambda x, a: _clip(x, a.lo, a.hi),
 }
 
 
@@ -96,10 +96,10 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     a, op, x = node.attrs, node.op, args[0]
     if op == "conv2d":
         y = _conv(node, x, graph, out_shape)
-        if a.get("residual"):
+        if a.residual:
             y = y + args[1]
     elif op == "bias_add":
-        y = x + np.asarray(graph.constants[a["bias"]], dtype=np.float64).reshape(-1)
+        y = x + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     elif op == "add":
         y = x + args[1]
     elif op in _ELEMENTWISE:
@@ -111,12 +111,12 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     elif op == "concat":
         y = np.concatenate(args, axis=3)
     elif op == "slice":
-        y = x[..., a["begin"] : a["end"]]
+        y = x[..., a.begin : a.end]
     elif op == "pad":
-        t, left, b, r = a["padding"]
-        y = np.pad(x, ((0, 0), (t, b), (left, r), (0, 0)), constant_values=a["value"])
+        t, left, b, r = a.padding
+        y = np.pad(x, ((0, 0), (t, b), (left, r), (0, 0)), constant_values=a.value)
     elif op == "resize_nearest":
-        y = x[:, a["rows"]][:, :, a["cols"]]
+        y = x[:, a.rows][:, :, a.cols]
     elif op == "resize_linear":
         y = _resize_linear(node, x)
     elif op == "copy":
@@ -164,16 +164,16 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
         values[node.output] = _node(node, args, graph)
         if rounding is not None:
             y = values[node.output]
-            if node.op == "conv2d" and node.attrs.get("weight") is not None:
-                w = np.shape(graph.constants[node.attrs["weight"]])
-                terms = w[0] if node.attrs.get("layout") == "KM" else int(np.prod(w[1:]))
+            if node.op == "conv2d" and node.attrs.weight is not None:
+                w = np.shape(graph.constants[node.attrs.weight])
+                terms = w[0] if node.attrs.layout == "KM" else int(np.prod(w[1:]))
                 y = y + noise.standard_normal(y.shape) * (rounding.resolution * np.sqrt(terms / 12))
             values[node.output] = rounding.to_float(rounding.from_float(y))
-        second = node.attrs.get("second")
+        second = node.attrs.second if node.op == "conv2d" else None
         if second:
-            sub = Node("conv2d", [node.output], second["output"], {**second, "residual": False},
-                       epilogue=list(second["epilogue"]))  # fmt: skip
-            values[second["output"]] = _node(sub, [values[node.output]], graph)
+            sub = Node("conv2d", [node.output], second.output, Conv(second.weight, second.bias, groups=second.groups),
+                       epilogue=list(second.epilogue))  # fmt: skip
+            values[second.output] = _node(sub, [values[node.output]], graph)
     for name in list(pending_views):
         resolve(name)
     return values

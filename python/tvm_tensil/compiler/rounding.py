@@ -41,24 +41,24 @@ MAX_INPUTS = 4608
 
 def _layers(graph: Graph) -> list[tuple[int, Node]]:
     """Convs and dense layers with weights, by node index."""
-    return [(i, n) for i, n in enumerate(graph.nodes) if n.op == "conv2d" and n.attrs.get("weight") is not None]
+    return [(i, n) for i, n in enumerate(graph.nodes) if n.op == "conv2d" and n.attrs.weight is not None]
 
 
 def _depthwise(node: Node) -> bool:
-    return node.attrs.get("groups", 1) != 1
+    return node.attrs.groups != 1
 
 
 def _windows(node: Node, x: np.ndarray, w_shape, out_shape) -> np.ndarray:
     """The layer's input windows as rows: (rows, in_channels * kh * kw), the weights' own order
     (for a depthwise layer: (rows, channels, kh * kw))."""
     a = node.attrs
-    if a.get("layout") == "KM":
+    if a.layout == "KM":
         return x.reshape(-1, x.shape[-1])
     taps = [
         tap
         for _, _, tap in _window(
-            x, a.get("padding", (0, 0, 0, 0)), 0.0, out_shape[1:3], w_shape[2:], a.get("strides", (1, 1)),
-            a.get("dilation", (1, 1)),
+            x, a.padding, 0.0, out_shape[1:3], w_shape[2:], a.strides,
+            a.dilation,
         )
     ]  # fmt: skip
     p = np.stack(taps, axis=-1)  # (n, oh, ow, c, kh * kw)
@@ -79,8 +79,8 @@ class LayerInputs:
         """One sample's interpreted tensors (``interpret``'s result). Layers with more than
         ``MAX_INPUTS`` inputs are not collected."""
         for i, node in _layers(self.graph):
-            w_shape = np.shape(self.graph.constants[node.attrs["weight"]])
-            if (w_shape[0] if node.attrs.get("layout") == "KM" else int(np.prod(w_shape[1:]))) > MAX_INPUTS:
+            w_shape = np.shape(self.graph.constants[node.attrs.weight])
+            if (w_shape[0] if node.attrs.layout == "KM" else int(np.prod(w_shape[1:]))) > MAX_INPUTS:
                 continue
             x = _windows(node, values[node.inputs[0]], w_shape, self.graph.tensors[node.output].shape)
             h = np.einsum("rci,rcj->cij", x, x) if x.ndim == 3 else x.T @ x
@@ -143,7 +143,7 @@ def output_error(w: np.ndarray, q: np.ndarray, h: np.ndarray) -> float:
 
 def _as_rows(node: Node, w: np.ndarray) -> np.ndarray:
     """The weights as ``round_to_outputs`` takes them: (out, in) or, depthwise, (c, 1, kh * kw)."""
-    if node.attrs.get("layout") == "KM":
+    if node.attrs.layout == "KM":
         return w.T
     if _depthwise(node):
         return w.reshape(w.shape[0], 1, -1)
@@ -151,7 +151,7 @@ def _as_rows(node: Node, w: np.ndarray) -> np.ndarray:
 
 
 def _from_rows(node: Node, rows: np.ndarray, shape) -> np.ndarray:
-    return rows.T if node.attrs.get("layout") == "KM" else rows.reshape(shape)
+    return rows.T if node.attrs.layout == "KM" else rows.reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def round_weights(graph: Graph, shifts: dict[str, int], inputs: LayerInputs, dt:
                 uses[node.attrs[key]] = uses.get(node.attrs[key], 0) + 1
     weights, errors = {}, {}
     for i, node in _layers(graph):
-        index = node.attrs["weight"]
+        index = node.attrs.weight
         if uses[index] != 1 or i not in inputs.grams:
             continue
         source = np.asarray(graph.constants[index], dtype=np.float64)

@@ -72,9 +72,9 @@ def scale_groups(graph: Graph) -> dict[str, str]:
     for node in graph.nodes:
         if node.op != "conv2d":
             union(node.output, *node.inputs)
-        elif node.attrs.get("residual"):  # the accumulators start from the shortcut
+        elif node.attrs.residual:  # the accumulators start from the shortcut
             union(node.output, node.inputs[1])
-        elif node.attrs.get("weight") is None:  # an identity with bias
+        elif node.attrs.weight is None:  # an identity with bias
             union(node.output, node.inputs[0])
     return {t: find(t) for t in graph.tensors}
 
@@ -113,7 +113,7 @@ def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architec
     layers = [
         _Layer(n, group, graph, stats, arch)
         for n in graph.nodes
-        if n.op == "conv2d" and n.attrs.get("weight") is not None and _max_abs(graph.constants[n.attrs["weight"]]) > 0
+        if n.op == "conv2d" and n.attrs.weight is not None and _max_abs(graph.constants[n.attrs.weight]) > 0
     ]
     signal: dict[str, float] = {}
     for t, g in group.items():
@@ -174,9 +174,9 @@ def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStat
     for t, g in group.items():
         peak[g] = max(peak.get(g, 0.0), stats[t].peak if t in stats else 0.0)
     for node in graph.nodes:
-        if node.op in ("conv2d", "bias_add") and node.attrs.get("bias") is not None:
+        if node.op in ("conv2d", "bias_add") and node.attrs.bias is not None:
             g = group[node.output]
-            peak[g] = max(peak[g], _max_abs(graph.constants[node.attrs["bias"]]))
+            peak[g] = max(peak[g], _max_abs(graph.constants[node.attrs.bias]))
     return {g: _shift_for(arch.data_type.max_float / HEADROOM, v) for g, v in peak.items()}
 
 
@@ -190,8 +190,8 @@ class _Layer:
 
     def __init__(self, node: Node, group: dict[str, str], graph: Graph, stats: dict[str, TensorStats], arch):
         self.gin, self.gout = group[node.inputs[0]], group[node.output]
-        w = np.abs(np.asarray(graph.constants[node.attrs["weight"]], dtype=np.float64))
-        self.terms = w.size / (w.shape[1] if node.attrs.get("layout") == "KM" else w.shape[0])
+        w = np.abs(np.asarray(graph.constants[node.attrs.weight], dtype=np.float64))
+        self.terms = w.size / (w.shape[1] if node.attrs.layout == "KM" else w.shape[0])
         flat = w.reshape(-1)
         self.w_peak, self.w_mean_square = float(flat.max()), float(np.mean(flat**2))
         self.w = np.random.default_rng(0).choice(flat, self.SAMPLE, replace=False) if flat.size > self.SAMPLE else flat
@@ -310,30 +310,30 @@ def _scaled_epilogue(epilogue, k: int):
     out = []
     for op, attrs in epilogue:
         if op == "clip":
-            attrs = {**attrs, "lo": attrs["lo"] * 2.0**k, "hi": attrs["hi"] * 2.0**k}
+            attrs = replace(attrs, lo=attrs.lo * 2.0**k, hi=attrs.hi * 2.0**k)
         out.append((op, attrs))
     return out
 
 
 def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
-    a = dict(node.attrs)
+    a = node.attrs
     k = shifts[node.output]
     if node.op == "conv2d":
-        a["weight"] = derived.ref(a.get("weight"), k - shifts[node.inputs[0]])
-        a["bias"] = derived.ref(a.get("bias"), k)
-        if a.get("second"):
-            s = dict(a["second"])
-            k2 = shifts[s["output"]]
-            s["weight"] = derived.ref(s["weight"], k2 - k)
-            s["bias"] = derived.ref(s.get("bias"), k2)
-            s["epilogue"] = _scaled_epilogue(s["epilogue"], k2)
-            a["second"] = s
+        a = replace(a, weight=derived.ref(a.weight, k - shifts[node.inputs[0]]), bias=derived.ref(a.bias, k))
+        if a.second:
+            s = a.second
+            k2 = shifts[s.output]
+            s = replace(
+                s, weight=derived.ref(s.weight, k2 - k), bias=derived.ref(s.bias, k2),
+                epilogue=tuple(_scaled_epilogue(s.epilogue, k2)),
+            )  # fmt: skip
+            a = replace(a, second=s)
     elif node.op == "bias_add":
-        a["bias"] = derived.ref(a["bias"], k)
+        a = replace(a, bias=derived.ref(a.bias, k))
     elif node.op == "pad":
-        a["value"] = a["value"] * 2.0**k
+        a = replace(a, value=a.value * 2.0**k)
     elif node.op == "clip":
-        a["lo"], a["hi"] = a["lo"] * 2.0**k, a["hi"] * 2.0**k
+        a = replace(a, lo=a.lo * 2.0**k, hi=a.hi * 2.0**k)
     return replace(node, attrs=a, epilogue=_scaled_epilogue(node.epilogue, k))
 
 

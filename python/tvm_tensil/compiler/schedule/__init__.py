@@ -47,7 +47,7 @@ def _read_once(graph: Graph) -> frozenset[str]:
     a hand-over in local memory need not store them."""
     counts: dict[str, int] = {}
     for node in graph.nodes:
-        for t in set(node.inputs) | ({node.output} if node.attrs.get("second") else set()):
+        for t in set(node.inputs) | ({node.output} if node.op == "conv2d" and node.attrs.second else set()):
             counts[t] = counts.get(t, 0) + 1
     pinned = set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()}
     return frozenset(t for t, users in counts.items() if users == 1 and t not in pinned)

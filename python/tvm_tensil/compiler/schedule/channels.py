@@ -21,7 +21,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
         offsets = np.cumsum([0] + [ctx.place[i].shape[3] for i in node.inputs])
         segments = [(i, 0, int(offsets[i + 1] - offsets[i]), int(offsets[i])) for i in range(len(node.inputs))]
     else:
-        segments = [(0, node.attrs["begin"], node.attrs["end"] - node.attrs["begin"], 0)]
+        segments = [(0, node.attrs.begin, node.attrs.end - node.attrs.begin, 0)]
     return _select_channels(node, ctx, out, segments)
 
 
@@ -70,8 +70,8 @@ def _pad(node: Node, ctx: Context, out: Out) -> HandOver:
     rows into the interior."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir = out.lir
-    pt, pl, _, _ = node.attrs["padding"]
-    fill = out.consts.add("fill", ctx.graph.constants, values=[node.attrs["value"]])
+    pt, pl, _, _ = node.attrs.padding
+    fill = out.consts.add("fill", ctx.graph.constants, values=[node.attrs.value])
     lir.datamove(Direction.DRAM1_TO_LOCAL, 0, fill.base, 1)
     lir.load_weights(0, 1)
     chunk = min(ctx.arch.accumulator_depth, ctx.arch.local_depth - 1)

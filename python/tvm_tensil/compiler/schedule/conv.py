@@ -17,13 +17,13 @@ slab(s)] from ``lo``; accumulators = [tile | scratch | constants] (per bank when
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...isa.instructions import Direction
 from ...packing import ConstRecipe
-from ..graph import Node
+from ..graph import Conv, Node
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
@@ -118,36 +118,36 @@ class ConvPlan:
 
 def _window(node: Node, ctx: Context) -> Window:
     a = node.attrs
-    if a.get("weight") is None:  # identity (a standalone bias add)
+    if a.weight is None:  # identity (a standalone bias add)
         kh = kw = 1
     else:
-        kh, kw = (1, 1) if a.get("layout", "OIHW") == "KM" else np.shape(ctx.graph.constants[a["weight"]])[2:]
-    return Window(int(kh), int(kw), *a.get("strides", (1, 1)), *a.get("dilation", (1, 1)))
+        kh, kw = (1, 1) if a.layout == "KM" else np.shape(ctx.graph.constants[a.weight])[2:]
+    return Window(int(kh), int(kw), *a.strides, *a.dilation)
 
 
 def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool) -> Recipes:
     a = node.attrs
     out_c = ctx.place[node.output].shape[3]
-    bias = a.get("bias")
+    bias = a.bias
     fused_bias = {"bias": bias, "bias_tap": list(taps[covering])} if covering is not None and bias is not None else {}
     constants = ctx.graph.constants
-    if a.get("weight") is None:
+    if a.weight is None:
         weights = consts.add("identity_weights", constants, channels=out_c, **({"bias": bias} if fused_bias else {}))
     else:
-        extra = {"flatten": list(a["flatten"])} if a.get("flatten") else {}
+        extra = {"flatten": list(a.flatten)} if a.flatten else {}
         weights = consts.add(
-            "conv_weights", constants, weight=a["weight"], groups=a["groups"], layout=a.get("layout", "OIHW"),
+            "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
         )  # fmt: skip
     bias_rows = None if covering is not None else consts.add("channel_vectors", constants, channels=out_c, values=bias)
     identity = None
-    if a.get("residual") and shortcut_matmul:
+    if a.residual and shortcut_matmul:
         identity = consts.add("diagonal_weights", constants, values=[1.0])
-    second, srec = a.get("second"), None
+    second, srec = a.second, None
     if second:
         srec = consts.add(
-            "conv_weights", constants, weight=second["weight"], groups=second["groups"], layout="OIHW",
-            **({"bias": second["bias"], "bias_tap": [0, 0]} if second["bias"] is not None else {}),
+            "conv_weights", constants, weight=second.weight, groups=second.groups, layout="OIHW",
+            **({"bias": second.bias, "bias_tap": [0, 0]} if second.bias is not None else {}),
         )  # fmt: skip
     return Recipes(weights, bias_rows, identity, srec)
 
@@ -156,13 +156,12 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     """A conv, and its fused second output (if any) when that is faster than a layer of its own:
     the second output saves reading the result back from DRAM0 but needs a second store buffer,
     which can shrink the conv's tiles."""
-    second = node.attrs.get("second")
+    second = node.attrs.second
     if not second:
         return _best(node, ctx, given, out)
-    attrs = {k: v for k, v in node.attrs.items() if k != "second"}
-    plain = Node(node.op, node.inputs, node.output, attrs, node.epilogue, node.source_ops)
-    affine_attrs = {"weight": second["weight"], "bias": second["bias"], "groups": second["groups"]}
-    affine = Node("conv2d", [node.output], second["output"], affine_attrs, second["epilogue"])
+    plain = Node(node.op, node.inputs, node.output, replace(node.attrs, second=None), node.epilogue, node.source_ops)
+    affine = Node("conv2d", [node.output], second.output, Conv(second.weight, second.bias, groups=second.groups),
+                  list(second.epilogue))  # fmt: skip
     fused, alone = plan(node, ctx, given, out.consts, 1), plan(plain, ctx, given, out.consts, 1)
     if fused.key[1:] == alone.key[1:]:  # the same tiles: the second output only saves DRAM traffic
         return _best(node, ctx, given, out)
@@ -182,7 +181,7 @@ def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     """A fused residual's shortcut starts the accumulators either by a move (the accumulator
     engine's work) or by a MatMul with identity weights (the array's): the faster one is kept,
     unless the options choose."""
-    if not node.attrs.get("residual"):
+    if not node.attrs.residual:
         return _plans(node, ctx, given, out, False)
     if ctx.options.shortcut is not None:
         return _plans(node, ctx, given, out, ctx.options.shortcut == "array")
@@ -284,7 +283,7 @@ def plan(
     move. Places the conv's constants in ``consts``."""
     a = node.attrs
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
-    window, padding = _window(node, ctx), tuple(a.get("padding", (0, 0, 0, 0)))
+    window, padding = _window(node, ctx), tuple(a.padding)
     taps = window.taps
     # A tap that reads a real input pixel for every output pixel starts each output block: its
     # MatMuls overwrite the accumulators and its first input block's weights carry the bias, so no
@@ -292,8 +291,8 @@ def plan(
     # accumulators start from the bias by a MatMul of zeroes.
     cover = covering_tap(inp.shape, out.shape, window, padding, taps)
     recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul)
-    depthwise = a.get("weight") is None or a["groups"] != 1
-    second = a.get("second")
+    depthwise = a.weight is None or a.groups != 1
+    second = a.second
     order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
     cvals = tuple(_constants(node))
     acc_free = ctx.arch.accumulator_depth - len(cvals)
@@ -341,8 +340,8 @@ def plan(
 
 
 def _constants(node: Node) -> list[float]:
-    second = node.attrs.get("second")
-    return epilogue_constants(node.epilogue + (second["epilogue"] if second else []))
+    second = node.attrs.second
+    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []))
 
 
 def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:
@@ -351,7 +350,7 @@ def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffer
     store)."""
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     rows, cols = cut[0].rows, cut[0].cols
-    second = bool(node.attrs.get("second"))
+    second = bool(node.attrs.second)
     store_size = rows * cols * out.blocks
     full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
     slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
@@ -395,11 +394,11 @@ def dram_share(node: Node, ctx: Context) -> float:
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     a = node.attrs
     taps = 1
-    if a.get("weight") is not None and a.get("layout", "OIHW") != "KM":
-        taps = int(np.prod(np.shape(ctx.graph.constants[a["weight"]])[2:]))
-    depthwise = a.get("weight") is None or a.get("groups", 1) != 1
+    if a.weight is not None and a.layout != "KM":
+        taps = int(np.prod(np.shape(ctx.graph.constants[a.weight])[2:]))
+    depthwise = a.weight is None or a.groups != 1
     reads = inp.blocks * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
-    writes = out.blocks * (2 if a.get("second") else 1)
+    writes = out.blocks * (2 if a.second else 1)
     return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
 
 
@@ -477,7 +476,7 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> Ha
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.pending.extend(moves)
     full_rows = p.cols == result.shape[2]
-    short = ctx.place[node.inputs[1]] if node.attrs.get("residual") else None
+    short = ctx.place[node.inputs[1]] if node.attrs.residual else None
     geometry = m.geometry
     if not m.handed:
         geometry = _load_slab(lir.datamove, inp, p.tiles[0], p, m.slabs[0], full_rows)
@@ -498,8 +497,8 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> Ha
             continue
         move = s.overlap.defer if p.buffers == 2 else lir.datamove
         flush(result, tile, m.stores[i % p.buffers], move)
-        if node.attrs.get("second"):
-            flush(ctx.place[node.attrs["second"]["output"]], tile, m.stores2[i % p.buffers], move)
+        if node.attrs.second:
+            flush(ctx.place[node.attrs.second.output], tile, m.stores2[i % p.buffers], move)
     s.release()
     s.overlap.drain()
     return left
@@ -510,7 +509,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     deferred beside them with two buffers); returns the geometry of the slab loaded next."""
     inp = ctx.place[node.inputs[0]]
     tile, m = p.tiles[i], p.memory
-    short = ctx.place[node.inputs[1]] if node.attrs.get("residual") else None
+    short = ctx.place[node.inputs[1]] if node.attrs.residual else None
     y_lo, x_lo, scols, plane = geometry
     # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
     runs = [
@@ -543,8 +542,8 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     output's)."""
     tile, block, count = p.tiles[i], ctx.n + 1, p.tiles[i].pixels
     slab, store = p.memory.slabs[i % p.buffers], p.memory.stores[i % p.buffers]
-    short = node.attrs.get("residual")
-    second = node.attrs.get("second")
+    short = node.attrs.residual
+    second = node.attrs.second
     if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
         s.load_weights(p.memory.identity, block)
         s.matmul(store + ob * count, acc0, count)
@@ -595,11 +594,11 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         store2 = p.memory.stores2[i % p.buffers]
 
         def finish_second(lir: LIR) -> None:
-            emit_epilogue(lir, acc0, count, second["epilogue"], cvec)
+            emit_epilogue(lir, acc0, count, second.epilogue, cvec)
             gather(lir, tile, ob, acc0, store2)
 
         s.later(finish_second)
-        s.overlap.compute(count * (1 + len(second["epilogue"])))
+        s.overlap.compute(count * (1 + len(second.epilogue)))
 
 
 def _load_slab(move, inp, tile: Tile, p: ConvPlan, slab: int, full_rows: bool):
@@ -614,9 +613,9 @@ def _keep_in_local(node: Node, ctx: Context, p: ConvPlan, tile: Tile) -> HandOve
     issues its stores (or drops them, when it is the only reader)."""
     store_size = p.rows * p.cols * ctx.place[node.output].blocks
     outputs = [(node.output, ctx.place[node.output], p.memory.stores[0])]
-    second = node.attrs.get("second")
+    second = node.attrs.second
     if second:
-        outputs.append((second["output"], ctx.place[second["output"]], p.memory.stores2[0]))
+        outputs.append((second.output, ctx.place[second.output], p.memory.stores2[0]))
     carried, in_local = [], {}
     for name, place, buf in outputs:
         moves = []

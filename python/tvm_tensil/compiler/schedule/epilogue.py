@@ -30,9 +30,9 @@ def epilogue_constants(epilogue) -> list[float]:
     vals = []
     for op, attrs in epilogue:
         if op == "leaky_relu":
-            vals.append(attrs["alpha"])
+            vals.append(attrs.alpha)
         elif op == "clip":
-            vals += [v for v in (attrs["lo"], attrs["hi"]) if np.isfinite(v)]
+            vals += [v for v in (attrs.lo, attrs.hi) if np.isfinite(v)]
     return list(dict.fromkeys(vals))
 
 
@@ -43,7 +43,7 @@ def emit_epilogue(lir: LIR, acc: int, count: int, epilogue, cvec: dict[float, in
             lir.simd(SIMDOp.ZERO, dest=1)
             lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
         elif op == "leaky_relu":  # max(x, alpha * x), for 0 <= alpha <= 1
-            a = cvec[float(attrs["alpha"])]
+            a = cvec[float(attrs.alpha)]
             steps = [
                 (SIMDOp.MOVE, 1, 0, 0, a, None),
                 (SIMDOp.MULTIPLY, 1, 0, 1, "v", None),
@@ -51,7 +51,7 @@ def emit_epilogue(lir: LIR, acc: int, count: int, epilogue, cvec: dict[float, in
             ]
             lir.simd_runs(acc, count, steps)
         elif op == "clip":  # an infinite bound clips nothing beyond saturation
-            for bound, fn in ((attrs["hi"], SIMDOp.MIN), (attrs["lo"], SIMDOp.MAX)):
+            for bound, fn in ((attrs.hi, SIMDOp.MIN), (attrs.lo, SIMDOp.MAX)):
                 if not np.isfinite(bound):
                     continue
                 lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])

@@ -25,7 +25,7 @@ def _average_scales(node: Node, ctx: Context, window: Window) -> tuple[int, dict
     1.6% off). Returns s, {count: its factor}, and each output pixel's count."""
     a = node.attrs
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
-    counts = pool_counts(inp.shape, result.shape, window, a["padding"], a.get("count_include_pad", False))
+    counts = pool_counts(inp.shape, result.shape, window, a.padding, a.count_include_pad)
     shift = max(0, math.ceil(math.log2(window.kh * window.kw)))
     scales = {c: 2.0**shift / c for c in sorted(set(counts.reshape(-1).tolist())) if 2**shift != c}
     return shift, scales, counts
@@ -35,8 +35,8 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     a = node.attrs
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir = out.lir
-    window = Window(*a["kernel"], *a["strides"], *a.get("dilation", (1, 1)))
-    padding = a["padding"]
+    window = Window(*a.kernel, *a.strides, *a.dilation)
+    padding = a.padding
     is_max = node.op == "max_pool2d"
     shift, scales, counts = (0, {}, None) if is_max else _average_scales(node, ctx, window)
     cvals = list(dict.fromkeys(epilogue_constants(node.epilogue) + list(scales.values())))

@@ -68,7 +68,7 @@ def _nearest(node: Node, ctx: Context, out: Out) -> None:
     repeats it, as strided runs: output columns ``r, r + s, ...`` take source columns
     ``c0, c0 + 1, ...`` (an integer upscale is one run per residue ``r``)."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
-    rows, cols = node.attrs["rows"], node.attrs["cols"]
+    rows, cols = node.attrs.rows, node.attrs.cols
     lir = out.lir
     n, h, w, _ = inp.shape
     if w * inp.blocks > ctx.arch.local_depth:
@@ -91,8 +91,8 @@ def _linear(node: Node, ctx: Context, out: Out) -> None:
     output vector is a weighted sum of input vectors; every distinct weight is a diagonal weight
     block, loaded once per row and applied with strided MatMul runs."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
-    mh = np.asarray(node.attrs["rows"], dtype=np.float64)
-    mw = np.asarray(node.attrs["cols"], dtype=np.float64)
+    mh = np.asarray(node.attrs.rows, dtype=np.float64)
+    mw = np.asarray(node.attrs.cols, dtype=np.float64)
     n, h, w, c = inp.shape
     tmp = ctx.dram0.alloc((n, h, mw.shape[0], c), f"{node.output} (resize temporary)")
     _resample_cols(ctx, out, inp, tmp, mw)
