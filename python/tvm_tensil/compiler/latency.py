@@ -137,45 +137,19 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     ib, bb = layout_of(arch).instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
     state[_BUFFERED] = ib + bb  # the instruction buffer starts full
     blame = np.zeros((nodes, len(KINDS)), dtype=np.int64)
+    # The kernel's parameters, grouped: the core's sizes, the memory's timing, the engines' costs.
+    core = (arch.array_size, bpv, arch.local_depth, ib, bb, arch.accumulator_depth // 2)
+    memory = (t["read_latency"], t["write_latency"], t["max_reads"])
+    costs = (c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"], c["read"], c["write"], c["swap"],
+             c["lw_after_swap"])  # fmt: skip
     for start, f in program.chunks():  # a huge program is never decoded whole
         if node_starts is None:
             node = np.zeros(0, dtype=np.int64)
         else:
             pcs = np.arange(start, start + f.opcode.shape[0])
             node = np.maximum(np.searchsorted(node_starts, pcs, side="right") - 1, 0)
-        _simulate(
-            f.opcode,
-            f.flags,
-            f.operand2 + 1,
-            f.raw1 + 1,
-            f.addr0,
-            f.stride0,
-            f.addr1,
-            f.stride1,
-            busy,
-            state,
-            arch.array_size,
-            bpv,
-            arch.local_depth,
-            t["read_latency"],
-            t["write_latency"],
-            t["max_reads"],
-            c["mm"],
-            c["lw"],
-            c["move"],
-            c["simd_drain"],
-            c["simd_dependent"],
-            c["read"],
-            c["write"],
-            c["swap"],
-            c["lw_after_swap"],
-            ib,
-            bb,
-            arch.accumulator_depth // 2,
-            node,
-            _KIND_OF,
-            blame,
-        )
+        fields = (f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1)
+        _simulate(fields, core, memory, costs, busy, state, node, _KIND_OF, blame)
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
         ends.append((state[_SIMD_END], state[_S_OWNER]))
@@ -250,42 +224,16 @@ _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
 @numba.njit(cache=True, nogil=True)
-def _simulate(
-    ops,
-    flags,
-    size,
-    lw_size,
-    a0,
-    s0,
-    a1,
-    s1,
-    busy,
-    state,
-    n,
-    bpv,
-    depth,
-    rl,
-    wl,
-    max_reads,
-    mm,
-    lw,
-    move,
-    simd_drain,
-    simd_dependent,
-    read,
-    write,
-    swap,
-    lw_after_swap,
-    ib,
-    bb,
-    half,
-    node,
-    kind_of,
-    blame,
-):
+def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
-    dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up."""
+    dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up.
+    ``fields``: the instructions' decoded fields (``ProgramFields``, sizes and LoadWeights sizes as
+    counts); ``core``, ``memory``, ``costs``: as ``_run`` groups them."""
+    ops, flags, size, lw_size, a0, s0, a1, s1 = fields
+    n, bpv, depth, ib, bb, half = core
+    rl, wl, max_reads = memory
+    mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap = costs
     track = node.shape[0] > 0
     nk = blame.shape[1]
     end, owner = state[_END : _END + _ENGINES].copy(), state[_OWNER : _OWNER + _ENGINES].copy()
