@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .elementwise import ACTIVATIONS, NoAttrs
+
 
 @dataclass(frozen=True)
 class Tensor:
@@ -33,11 +35,6 @@ class Tensor:
     @property
     def c(self) -> int:
         return self.shape[3]
-
-
-@dataclass(frozen=True)
-class NoAttrs:
-    """An op without parameters (add, relu, concat, global average pool, copy)."""
 
 
 @dataclass(frozen=True)
@@ -87,17 +84,6 @@ class Pool:
 
 
 @dataclass(frozen=True)
-class LeakyRelu:
-    alpha: float
-
-
-@dataclass(frozen=True)
-class Clip:
-    lo: float
-    hi: float
-
-
-@dataclass(frozen=True)
 class Pad:
     padding: tuple[int, int, int, int]
     value: float
@@ -132,9 +118,7 @@ ATTRS: dict[str, type] = {
     "conv2d": Conv,
     "bias_add": Conv,
     "add": NoAttrs,
-    "relu": NoAttrs,
-    "leaky_relu": LeakyRelu,
-    "clip": Clip,
+    **{op: activation.attrs for op, activation in ACTIVATIONS.items()},
     "max_pool2d": Pool,
     "avg_pool2d": Pool,
     "global_avg_pool": NoAttrs,
@@ -205,7 +189,7 @@ def layer_kind(node: Node) -> str:
     return node.op
 
 
-EPILOGUE_OPS = ("relu", "leaky_relu", "clip")
+EPILOGUE_OPS = tuple(ACTIVATIONS)  # what fuses onto the op that produces its input
 
 
 @dataclass

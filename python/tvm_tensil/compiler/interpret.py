@@ -8,10 +8,10 @@ the values the fixed-point program has to represent.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
+from .elementwise import ACTIVATIONS
+from .elementwise import meaning as activation_meaning
 from .graph import Conv, Graph, Node
 
 
@@ -80,17 +80,6 @@ def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
     return np.einsum("oh,nhwc,pw->nopc", mh, x, mw)
 
 
-def _clip(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    return np.minimum(np.maximum(x, lo), hi)
-
-
-_ELEMENTWISE: dict[str, Callable[[np.ndarray, dict], np.ndarray]] = {
-    "relu": lambda x, a: np.maximum(x, 0.0),
-    "leaky_relu": lambda x, a: np.maximum(x, a.alpha * x),
-    "clip": lambda x, a: _clip(x, a.lo, a.hi),
-}
-
-
 def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     out_shape = graph.tensors[node.output].shape
     a, op, x = node.attrs, node.op, args[0]
@@ -102,8 +91,8 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
         y = x + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     elif op == "add":
         y = x + args[1]
-    elif op in _ELEMENTWISE:
-        y = _ELEMENTWISE[op](x, a)
+    elif op in ACTIVATIONS:
+        y = activation_meaning(op, x, a)
     elif op in ("max_pool2d", "avg_pool2d"):
         y = _pool(node, x, out_shape)
     elif op == "global_avg_pool":
@@ -124,7 +113,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     else:
         raise ValueError(f"no float meaning for graph op {op!r}")
     for ep, ea in node.epilogue:
-        y = _ELEMENTWISE[ep](y, ea)
+        y = activation_meaning(ep, y, ea)
     return y.reshape(out_shape)
 
 

@@ -27,6 +27,8 @@ from typing import Sequence
 import numpy as np
 
 from ..arch import Architecture
+from .elementwise import ACTIVATIONS
+from .elementwise import scaled as scaled_epilogue
 from .graph import Graph, Node
 from .interpret import interpret
 from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
@@ -306,15 +308,6 @@ class _Derived:
         return self.base + self.entries.index(key)
 
 
-def _scaled_epilogue(epilogue, k: int):
-    out = []
-    for op, attrs in epilogue:
-        if op == "clip":
-            attrs = replace(attrs, lo=attrs.lo * 2.0**k, hi=attrs.hi * 2.0**k)
-        out.append((op, attrs))
-    return out
-
-
 def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
     a = node.attrs
     k = shifts[node.output]
@@ -325,16 +318,16 @@ def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
             k2 = shifts[s.output]
             s = replace(
                 s, weight=derived.ref(s.weight, k2 - k), bias=derived.ref(s.bias, k2),
-                epilogue=tuple(_scaled_epilogue(s.epilogue, k2)),
+                epilogue=tuple(scaled_epilogue(s.epilogue, k2)),
             )  # fmt: skip
             a = replace(a, second=s)
     elif node.op == "bias_add":
         a = replace(a, bias=derived.ref(a.bias, k))
     elif node.op == "pad":
         a = replace(a, value=a.value * 2.0**k)
-    elif node.op == "clip":
-        a = replace(a, lo=a.lo * 2.0**k, hi=a.hi * 2.0**k)
-    return replace(node, attrs=a, epilogue=_scaled_epilogue(node.epilogue, k))
+    elif node.op in ACTIVATIONS:
+        a = ACTIVATIONS[node.op].scaled(a, k)
+    return replace(node, attrs=a, epilogue=scaled_epilogue(node.epilogue, k))
 
 
 def apply_shifts(graph: Graph, shifts: dict[str, int]) -> tuple[Graph, Scaling]:

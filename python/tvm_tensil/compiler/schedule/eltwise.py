@@ -4,11 +4,12 @@ flat pixel runs through the accumulators and the SIMD unit."""
 from __future__ import annotations
 
 from ...isa.instructions import Direction
+from ..elementwise import ACTIVATIONS
 from ..graph import Node
 from .context import NOTHING, Context, HandOver, Out
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants
 
-OPS = ("add", "relu", "leaky_relu", "clip")
+OPS = ("add", *ACTIVATIONS)
 
 
 def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:

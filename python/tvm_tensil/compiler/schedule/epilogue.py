@@ -3,12 +3,11 @@ fused element-wise ops through the SIMD unit, and moving results to DRAM0."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...isa.instructions import Direction, SIMDOp
+from ...isa.instructions import Direction
 from ...placement import TensorPlacement
+from .. import elementwise
 from ..lir import LIR
-from .context import Context, Out, ScheduleError, Tile
+from .context import Context, Out, Tile
 from .tiles import tile_runs
 
 
@@ -25,39 +24,9 @@ def const_vectors(ctx: Context, out: Out, values: list[float], acc_base: int, *m
     return {float(v): acc_base + i for i, v in enumerate(values)}
 
 
-def epilogue_constants(epilogue) -> list[float]:
-    """The constants an epilogue's ops read (one vector each)."""
-    vals = []
-    for op, attrs in epilogue:
-        if op == "leaky_relu":
-            vals.append(attrs.alpha)
-        elif op == "clip":
-            vals += [v for v in (attrs.lo, attrs.hi) if np.isfinite(v)]
-    return list(dict.fromkeys(vals))
-
-
-def emit_epilogue(lir: LIR, acc: int, count: int, epilogue, cvec: dict[float, int]) -> None:
-    """Element-wise ops on ``count`` accumulator vectors, in place, through the SIMD unit."""
-    for op, attrs in epilogue:
-        if op == "relu":
-            lir.simd(SIMDOp.ZERO, dest=1)
-            lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
-        elif op == "leaky_relu":  # max(x, alpha * x), for 0 <= alpha <= 1
-            a = cvec[float(attrs.alpha)]
-            steps = [
-                (SIMDOp.MOVE, 1, 0, 0, a, None),
-                (SIMDOp.MULTIPLY, 1, 0, 1, "v", None),
-                (SIMDOp.MAX, 0, 0, 1, "v", "v"),
-            ]
-            lir.simd_runs(acc, count, steps)
-        elif op == "clip":  # an infinite bound clips nothing beyond saturation
-            for bound, fn in ((attrs.hi, SIMDOp.MIN), (attrs.lo, SIMDOp.MAX)):
-                if not np.isfinite(bound):
-                    continue
-                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])
-                lir.simd_run(fn, acc, count, left=0, right=1)
-        else:  # pragma: no cover - the frontend only fuses the ops above
-            raise ScheduleError(f"unknown epilogue {op}")
+# The constants an epilogue's ops read, and the ops as SIMD instructions (``compiler/elementwise.py``).
+epilogue_constants = elementwise.constants
+emit_epilogue = elementwise.emit
 
 
 def gather(lir: LIR, tile: Tile, block: int, acc: int, buf: int) -> None:
