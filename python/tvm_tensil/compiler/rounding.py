@@ -171,9 +171,9 @@ def round_weights(graph: Graph, shifts: dict[str, int], inputs: LayerInputs, dt:
     inputs."""
     uses: dict[int, int] = {}
     for node in graph.nodes:
-        for key in ("weight", "bias"):
-            if node.attrs.get(key) is not None:
-                uses[node.attrs[key]] = uses.get(node.attrs[key], 0) + 1
+        for index in (node.attrs.weight, node.attrs.bias) if node.op in ("conv2d", "bias_add") else ():
+            if index is not None:
+                uses[index] = uses.get(index, 0) + 1
     weights, errors = {}, {}
     for i, node in _layers(graph):
         index = node.attrs.weight
