@@ -328,3 +328,59 @@ def test_standalone_bias_add(compare):
     np.testing.assert_array_equal(tcu, cpu)
     nodes = [n["op"] for p in report.partitions.values() for n in p["nodes"]]
     assert "bias_add" in nodes and cpu_ops(report) == []
+
+
+@pytest.mark.parametrize("op", ["Sub", "Mul", "Max", "Min", "Add"])
+@pytest.mark.parametrize("second", ["map", "vector", "vector first"])
+def test_two_maps(compare, op, second):
+    """Two maps of one shape, or a map and a per-channel vector (N, C, 1, 1) broadcast over H and W
+    (a squeeze-excitation gate), on either side: on the 1/16 grid every result is exact."""
+    b = OnnxBuilder(seed=5, grid=True)
+    rng = np.random.default_rng(5)
+    x_shape, y_shape = [1, 12, 5, 6], [1, 12, 5, 6] if second == "map" else [1, 12, 1, 1]
+    inputs = ["y", "x"] if second == "vector first" else ["x", "y"]
+    m = b.model({"x": x_shape, "y": y_shape}, b.op(op, inputs))
+    cpu, tcu, report, _ = compare(m, {"x": grid(rng, x_shape), "y": grid(rng, y_shape)})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == [] and len(report.partitions) == 1
+
+
+def test_a_map_times_a_constant_is_not_two_maps(compare):
+    """A product with a full-shape constant stays on the CPU, and says why."""
+    b = OnnxBuilder(seed=6, grid=True)
+    rng = np.random.default_rng(6)
+    m = b.model({"x": [1, 4, 3, 3]}, b.op("Mul", ["x", b.const(grid(rng, (1, 4, 3, 3)))]))
+    cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, 4, 3, 3))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert [o["reason"] for o in report.cpu_ops] == [
+        "multiply by a constant of shape (1, 4, 3, 3) (the TCU folds per-channel constants into convs)"
+    ]
+
+
+def test_a_product_of_far_apart_ranges_keeps_its_precision_with_calibration():
+    """x around 100 times y around 0.01: at one binary point y keeps two significant bits; with a
+    scale per tensor the product is rescaled by exact powers of two and stays within 0.5% of its range."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+
+    b = OnnxBuilder(seed=7)
+    m = b.model({"x": [1, 8, 4, 4], "y": [1, 8, 4, 4]}, b.op("Mul", ["x", "y"]))
+    mod = from_onnx(m, keep_params_in_input=False)
+    rng = np.random.default_rng(7)
+
+    def sample():
+        return {"x": rng.uniform(-100, 100, (1, 8, 4, 4)).astype("float32"),
+                "y": rng.uniform(-0.01, 0.01, (1, 8, 4, 4)).astype("float32")}  # fmt: skip
+
+    test = sample()
+    args = [tvm.runtime.tensor(v) for v in test.values()]
+    want = test["x"] * test["y"]
+    errors = {}
+    for calibration in (None, [sample() for _ in range(8)]):
+        ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=calibration)
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
+        errors[calibration is not None] = np.abs(got - want).max() / np.ptp(want)
+    assert errors[True] < 0.005 < errors[False]

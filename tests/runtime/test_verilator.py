@@ -208,7 +208,32 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
     assert sim.build_key(other) != sim.build_key(TINY)
 
 
-@pytest.mark.parametrize("model", ["mlp", "small_cnn", "small_cnn_calibrated", "resnet20v2"])
+def two_maps():
+    """Element-wise ops between maps: a squeeze-excitation gate (a map times a per-channel vector),
+    a difference, a product, a maximum and a minimum of maps."""
+    from zoo import OnnxBuilder
+
+    b = OnnxBuilder(seed=4)
+    rng = np.random.default_rng(4)
+    c = b.op("Conv", ["x", b.const(rng.standard_normal((8, 8, 3, 3)) / 8)], pads=[1, 1, 1, 1])
+    pooled = b.op("GlobalAveragePool", [c])
+    gate = b.op(
+        "Clip",
+        [
+            b.op("Conv", [pooled, b.const(rng.standard_normal((8, 8, 1, 1)) / 4)]),
+            b.const(0.0, dtype=np.float32),
+            b.const(1.0),
+        ],
+    )
+    gated = b.op("Mul", [c, gate])
+    d = b.op("Sub", ["x", gated])
+    m = b.op("Max", [d, b.op("Mul", ["x", c])])
+    return b.model({"x": [1, 8, 6, 6]}, b.op("Min", [m, c])), (1, 8, 6, 6)
+
+
+@pytest.mark.parametrize(
+    "model", ["mlp", "small_cnn", "small_cnn_calibrated", "resnet20v2", "two_maps", "two_maps_calibrated"]
+)
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
     """The same executable under both devices: outputs equal bit for bit, cycles reported (also with
     a scale per tensor from calibration)."""
@@ -221,7 +246,7 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
         "small_cnn_calibrated": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
-    }[model]
+    }.get(model) or two_maps()
     calibration = np.random.default_rng(1).standard_normal((4, *shape[1:])).astype(np.float32)
     runs = outputs_on_devices(
         onnx_model, shape, ("emulator", "verilator"), calibration=calibration if "calibrated" in model else None

@@ -318,6 +318,11 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
     if op == "relax.strided_slice":
         lo, hi = channel_slice(call)
         return node("slice", [_operand(scope, call.args[0])], begin=lo, end=hi)
+    if op in ("relax.subtract", "relax.multiply") or (
+        op in ("relax.maximum", "relax.minimum") and not _is_const(call.args[1])
+    ):
+        kind = {"relax.subtract": "sub", "relax.multiply": "mul", "relax.maximum": "max", "relax.minimum": "min"}[op]
+        return node(kind, [_operand(scope, call.args[0]), _operand(scope, call.args[1])])
     if op in ("relax.maximum", "relax.minimum"):
         bound = float(call.args[1].value.numpy().reshape(()))
         lo, hi = (bound, float("inf")) if op == "relax.maximum" else (float("-inf"), bound)

@@ -144,11 +144,36 @@ def check_add(arch: Architecture, call: relax.Call) -> str | None:
         if reason := _rank(xx) or broadcast_reason(shape_of(c), shape_of(xx)):
             return f"add of a constant: {reason}"
         return None
+    return _two_maps(arch, "add", x, y)
+
+
+def _two_maps(arch: Architecture, what: str, x, y) -> str | None:
+    """Two maps element by element: of one shape, or a map (N, C, H, W) and a per-channel vector
+    (N, C, 1, 1) broadcast over H and W (which goes through a SIMD register)."""
     if err := _rank(x) or _rank(y):
         return err
-    if shape_of(x) != shape_of(y):
-        return f"add with broadcasting ({shape_of(x)} + {shape_of(y)})"
-    return None
+    sx, sy = shape_of(x), shape_of(y)
+    if sx == sy:
+        return None
+    if len(sx) == len(sy) == 4 and ((sx[2:] == (1, 1) and sx[:2] == sy[:2]) or (sy[2:] == (1, 1) and sy[:2] == sx[:2])):
+        return _needs_registers(arch, what)
+    return (
+        f"{what} with broadcasting ({sx} and {sy}): the TCU takes two maps of one shape or a map and "
+        "a per-channel (N, C, 1, 1) vector"
+    )
+
+
+def check_binary(arch: Architecture, call: relax.Call) -> str | None:
+    """subtract, multiply, maximum, minimum of two maps (a constant operand is another op's: a
+    per-channel multiply folds into a conv, a scalar maximum is a clip)."""
+    x, y = call.args[:2]
+    what = call.op.name.removeprefix("relax.")
+    if err := _float32(x, y):
+        return err
+    for c in (x, y):
+        if isinstance(c, tvm.ir.GenericConst):
+            return f"{what} by a constant of shape {shape_of(c)} (the TCU folds per-channel constants into convs)"
+    return _two_maps(arch, what, x, y) or _needs_registers(arch, what)
 
 
 def check_resize(arch: Architecture, call: relax.Call) -> str | None:
@@ -309,6 +334,10 @@ SINGLE_OPS = {
     "resize2d": ("relax.image.resize2d", 2, check_resize),
     "maximum": ("relax.maximum", 2, check_minmax),
     "minimum": ("relax.minimum", 2, check_minmax),
+    "subtract": ("relax.subtract", 2, check_binary),
+    "multiply": ("relax.multiply", 2, check_binary),
+    "maximum_maps": ("relax.maximum", 2, check_binary),
+    "minimum_maps": ("relax.minimum", 2, check_binary),
 }
 
 

@@ -75,6 +75,15 @@ class Conv:
 
 
 @dataclass(frozen=True)
+class Product:
+    """Two maps multiplied element by element (the second may be a per-channel vector (n, 1, 1, c)
+    broadcast over h and w). ``shift``: the product's power of two, when its inputs and result are
+    stored at scales whose exponents do not add up (2**shift times the product is stored)."""
+
+    shift: int = 0
+
+
+@dataclass(frozen=True)
 class Pool:
     kernel: tuple[int, int]
     strides: tuple[int, int]
@@ -111,13 +120,19 @@ class ResizeLinear:
     cols: Any
 
 
-# The ops a graph holds and each one's attributes (what ``Node.attrs`` holds): "add" adds two maps of
-# one shape, "bias_add" a constant vector over channels, "concat" joins its inputs along channels,
-# "global_avg_pool" means over h and w, "copy" is a layout-preserving reshape.
+# The ops a graph holds and each one's attributes (what ``Node.attrs`` holds). "add", "sub", "max",
+# "min" and "mul" combine two maps element by element (the second of the same shape, or a
+# per-channel vector (n, 1, 1, c) broadcast over h and w); "bias_add" adds a constant vector over
+# channels; "concat" joins its inputs along channels; "global_avg_pool" means over h and w; "copy"
+# is a layout-preserving reshape.
 ATTRS: dict[str, type] = {
     "conv2d": Conv,
     "bias_add": Conv,
     "add": NoAttrs,
+    "sub": NoAttrs,
+    "max": NoAttrs,
+    "min": NoAttrs,
+    "mul": Product,
     **{op: activation.attrs for op, activation in ACTIVATIONS.items()},
     "max_pool2d": Pool,
     "avg_pool2d": Pool,

@@ -80,6 +80,10 @@ def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
     return np.einsum("oh,nhwc,pw->nopc", mh, x, mw)
 
 
+# Two maps element by element (numpy broadcasts a per-channel vector (n, 1, 1, c) over h and w).
+_BINARY = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum, "mul": np.multiply}
+
+
 def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     out_shape = graph.tensors[node.output].shape
     a, op, x = node.attrs, node.op, args[0]
@@ -89,8 +93,10 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
             y = y + args[1]
     elif op == "bias_add":
         y = x + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
-    elif op == "add":
-        y = x + args[1]
+    elif op in _BINARY:
+        y = _BINARY[op](x, args[1])
+        if op == "mul" and a.shift:
+            y = y * 2.0**a.shift
     elif op in ACTIVATIONS:
         y = activation_meaning(op, x, a)
     elif op in ("max_pool2d", "avg_pool2d"):

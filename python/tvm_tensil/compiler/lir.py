@@ -182,7 +182,8 @@ class LIR:
     def simd_runs(self, first: int, count: int, steps) -> None:
         """For each vector ``v = first + i`` of a run, the SIMD instructions ``steps`` in order,
         emitted at once. A step is ``(op, dest, left, right, read, write)``: ``read`` is ``"v"``
-        (vector v), an int (that fixed accumulator address, e.g. a constant) or ``None``;
+        (vector v), ``("v", k)`` (vector v + k), an int (that fixed accumulator address, e.g. a
+        constant) or ``None``;
         ``write`` is ``"v"`` or ``None``."""
         if count <= 0:
             return
@@ -193,7 +194,9 @@ class LIR:
         for k, (op, dest, left, right, read, write) in enumerate(steps):
             rows[:, k, 1] = int(SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None))
             rows[:, k, 2] = v if write is not None else 0
-            rows[:, k, 4] = 0 if read is None else v if read == "v" else read
+            rows[:, k, 4] = (
+                0 if read is None else v if read == "v" else v + read[1] if isinstance(read, tuple) else read
+            )
             rows[:, k, 6] = dest | right << b | left << (2 * b) | int(op) << (3 * b)
         self._rows.frombytes(rows.tobytes())
         if len(self._rows) >= _ROW * self.CHUNK:

@@ -72,6 +72,8 @@ def scale_groups(graph: Graph) -> dict[str, str]:
     for view, (src, _) in graph.views.items():
         union(view, src)
     for node in graph.nodes:
+        if node.op == "mul":  # a product's scale is its inputs' scales times each other
+            continue
         if node.op != "conv2d":
             union(node.output, *node.inputs)
         elif node.attrs.residual:  # the accumulators start from the shortcut
@@ -325,6 +327,8 @@ def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
         a = replace(a, bias=derived.ref(a.bias, k))
     elif node.op == "pad":
         a = replace(a, value=a.value * 2.0**k)
+    elif node.op == "mul":  # stored product = stored inputs' product * 2**shift
+        a = replace(a, shift=a.shift + k - shifts[node.inputs[0]] - shifts[node.inputs[1]])
     elif node.op in ACTIVATIONS:
         a = ACTIVATIONS[node.op].scaled(a, k)
     return replace(node, attrs=a, epilogue=scaled_epilogue(node.epilogue, k))
