@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
 from .broadcast import canonical_shape, channel_values
 from .frontend import shape_of
@@ -378,12 +378,33 @@ def _split_to_slices():
     return pat, r
 
 
+def _stacked_extremum_to_pairs():
+    """ONNX Max / Min of two inputs imports as a max / min reduction over ``stack`` of both
+    broadcast to the output's shape: the same as ``maximum`` / ``minimum`` of the two by numpy's
+    broadcasting, which the patterns take."""
+    a, b = wildcard(), wildcard()
+    pair = is_tuple([is_op("relax.broadcast_to")(a, wildcard()), is_op("relax.broadcast_to")(b, wildcard())])
+    stack = is_op("relax.stack")(pair)
+    pat = is_op("relax.max")(stack) | is_op("relax.min")(stack)
+
+    def r(expr, match):
+        st, attrs = match[stack], expr.attrs
+        if int(st.attrs.axis) != 0 or attrs.axis is None or [int(v) for v in attrs.axis] != [0] or attrs.keepdims:
+            return expr
+        x, y = match[a], match[b]
+        if tuple(np.broadcast_shapes(shape_of(x), shape_of(y))) != tuple(shape_of(expr)):
+            return expr
+        return (relax.op.maximum if expr.op.name == "relax.max" else relax.op.minimum)(x, y)
+
+    return pat, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
-        func = _rewrite_to_fixpoint(func, [_inference_batch_norm(), _split_to_slices()])
+        func = _rewrite_to_fixpoint(func, [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs()])
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])
