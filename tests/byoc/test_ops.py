@@ -384,3 +384,28 @@ def test_a_product_of_far_apart_ranges_keeps_its_precision_with_calibration():
         got = relax.VirtualMachine(ex, tvm.cpu())["main"](*args).numpy()
         errors[calibration is not None] = np.abs(got - want).max() / np.ptp(want)
     assert errors[True] < 0.005 < errors[False]
+
+
+@pytest.mark.parametrize("after_conv", [True, False])
+def test_hard_swish_is_one_activation(compare, after_conv):
+    """HardSwish as TVM imports it (x times clip(x + 3, 0, 6) / 6, four ops) becomes one activation,
+    fused into the conv that produces x: within (|x| + 2) * 2^-9 of TVM's CPU build on its own
+    (test_elementwise.py), within 1% of the output range after a conv at FP16BP8 (the conv's
+    weights round too)."""
+    b = OnnxBuilder(seed=8, grid=not after_conv)
+    rng = np.random.default_rng(8)
+    x = "x"
+    if after_conv:
+        w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
+        x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
+    m = b.model({"x": [1, 8, 10, 10]}, b.op("HardSwish", [x]), opset=14)
+    inputs = {"x": rng.standard_normal((1, 8, 10, 10)) if after_conv else grid(rng, (1, 8, 10, 10), -128, 128)}
+    cpu, tcu, report, _ = compare(m, inputs)
+    (part,) = report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == (
+        [("conv2d", ["hard_sigmoid"])] if after_conv else [("hard_sigmoid", [])]
+    )
+    if after_conv:
+        assert np.abs(tcu - cpu).max() <= 0.01 * np.ptp(cpu)
+    else:
+        assert np.all(np.abs(tcu - cpu) <= (np.abs(inputs["x"]) + 2) * 2.0**-9)

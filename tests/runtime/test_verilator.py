@@ -209,13 +209,13 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 
 
 def two_maps():
-    """Element-wise ops between maps: a squeeze-excitation gate (a map times a per-channel vector),
-    a difference, a product, a maximum and a minimum of maps."""
+    """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
+    a per-channel vector), a difference, a product, a maximum and a minimum of maps."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
     rng = np.random.default_rng(4)
-    c = b.op("Conv", ["x", b.const(rng.standard_normal((8, 8, 3, 3)) / 8)], pads=[1, 1, 1, 1])
+    c = b.op("HardSwish", [b.op("Conv", ["x", b.const(rng.standard_normal((8, 8, 3, 3)) / 8)], pads=[1, 1, 1, 1])])
     pooled = b.op("GlobalAveragePool", [c])
     gate = b.op(
         "Clip",
@@ -228,7 +228,7 @@ def two_maps():
     gated = b.op("Mul", [c, gate])
     d = b.op("Sub", ["x", gated])
     m = b.op("Max", [d, b.op("Mul", ["x", c])])
-    return b.model({"x": [1, 8, 6, 6]}, b.op("Min", [m, c])), (1, 8, 6, 6)
+    return b.model({"x": [1, 8, 6, 6]}, b.op("Min", [m, c]), opset=14), (1, 8, 6, 6)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
+from .elementwise import HardSigmoid
 from .graph import EPILOGUE_OPS, Graph, Node, SecondOutput, layer_kind
 from .interpret import interpret
 from .latency import critical_path
@@ -96,6 +97,83 @@ def fuse(graph: Graph) -> Graph:
     )
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def _constant(graph: Graph, index) -> np.ndarray | None:
+    return None if index is None else np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)
+
+
+def recognize_activations(graph: Graph) -> Graph:
+    """``graph`` with each activation that importers spell as several ops as the one activation it
+    is (a HardSwish), before anything else sees the graph (calibration included)."""
+    pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
+    nodes = _hard_swishes(graph, list(graph.nodes), pinned)
+    if len(nodes) == len(graph.nodes):
+        return graph
+    used = {t for n in nodes for t in n.inputs + [n.output]} | set(graph.inputs) | set(graph.outputs)
+    used |= set(graph.views) | {src for src, _ in graph.views.values()}
+    tensors = {k: v for k, v in graph.tensors.items() if k in used}
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Node]:
+    """HardSwish as importers write it, ``x * (clip(x + 3, 0, 6) / 6)`` (a bias add of 3, a clip, a
+    diagonal 1x1 conv by 1/6 and a product), becomes one activation of ``x``: the three layers
+    between become a few SIMD instructions per vector, fused into whatever produces ``x``. The
+    affine folding may have merged ``x``'s own bias add into the +3 (both then read ``x``'s
+    producer, their biases 3 apart)."""
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    producer = {n.output: n for n in nodes}
+
+    def only(t: str, op: str) -> Node | None:
+        users = readers.get(t, [])
+        return users[0] if len(users) == 1 and users[0].op == op and t not in pinned else None
+
+    def three_apart(add: Node, x: str) -> bool:
+        """``add`` computes x + 3, or reads what x's own bias add reads with a bias 3 larger."""
+        plus = _constant(graph, add.attrs.bias)
+        if add.inputs[0] == x:
+            return plus is not None and np.allclose(plus, 3.0, rtol=0, atol=1e-5)
+        own = producer.get(x)
+        if own is None or own.op != "bias_add" or own.epilogue or own.inputs != add.inputs:
+            return False
+        base = _constant(graph, own.attrs.bias)
+        if plus is None or base is None:
+            return False
+        plus, base = np.broadcast_arrays(plus, base)
+        return np.allclose(plus - base, 3.0, rtol=0, atol=1e-5 * max(1.0, float(np.abs(base).max())))
+
+    for product in [n for n in nodes if n.op == "mul" and not n.attrs.shift]:
+        for x, s in (product.inputs, product.inputs[::-1]):
+            scale = producer.get(s)
+            if scale is None or scale.op != "conv2d" or only(s, "mul") is not product:
+                continue
+            a = scale.attrs
+            if a.weight is None or a.bias is not None or scale.epilogue or a.residual or a.layout != "OIHW":
+                continue
+            w = np.shape(graph.constants[a.weight])
+            if a.groups != w[0] or tuple(w[1:]) != (1, 1, 1):
+                continue
+            if not np.allclose(_constant(graph, a.weight), 1 / 6, rtol=1e-6, atol=0):
+                continue
+            clip = producer.get(scale.inputs[0])
+            if clip is None or clip.op != "clip" or only(clip.output, "conv2d") is not scale or clip.epilogue:
+                continue
+            if (clip.attrs.lo, clip.attrs.hi) != (0.0, 6.0):
+                continue
+            add = producer.get(clip.inputs[0])
+            if add is None or add.op != "bias_add" or add.epilogue or only(add.output, "clip") is not clip:
+                continue
+            if not three_apart(add, x):
+                continue
+            swish = Node("hard_sigmoid", [x], product.output, HardSigmoid(swish=True), list(product.epilogue),
+                         add.source_ops + clip.source_ops + scale.source_ops + product.source_ops)  # fmt: skip
+            nodes = [swish if n is product else n for n in nodes if all(n is not r for r in (add, clip, scale))]
+            break
+    return nodes
 
 
 def outputs_of(node: Node) -> list[str]:
@@ -213,6 +291,7 @@ def compile_graph(
     """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
     every tensor its own power-of-two scale; without it every tensor uses the data type's binary
     point. ``options``: scheduling choices to turn off (for tests and benchmarks)."""
+    graph = recognize_activations(graph)
     choice, stats, reference, sources = None, {}, None, graph.constants
     if calibration:
         choice, stats = calibrate(graph, calibration, arch)

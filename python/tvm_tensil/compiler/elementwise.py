@@ -17,6 +17,7 @@ import numpy as np
 from ..isa.instructions import SIMDOp
 
 if TYPE_CHECKING:
+    from ..numbers import DataType
     from .lir import LIR
 
 
@@ -37,12 +38,26 @@ class Clip:
 
 
 @dataclass(frozen=True)
+class HardSigmoid:
+    """``clip(alpha * x + beta, 0, 1)`` (``swish``: times x, a HardSwish), for inputs stored times
+    ``2**shift`` and results times ``2**out_shift``."""
+
+    alpha: float = 1 / 6
+    beta: float = 0.5
+    swish: bool = False
+    shift: int = 0
+    out_shift: int = 0
+
+
+@dataclass(frozen=True)
 class Activation:
     attrs: type
-    meaning: Callable[[np.ndarray, Any], np.ndarray]  # in float
-    constants: Callable[[Any], list[float]]  # the constant vectors its instructions read
+    meaning: Callable[[np.ndarray, Any], np.ndarray]  # in float (values as stored: times 2**shift)
+    constants: Callable[[Any, "DataType"], list[float]]  # the constant vectors its instructions read
     emit: Callable[["LIR", int, int, Any, dict], None]  # (lir, first accumulator, count, attrs, constants)
-    scaled: Callable[[Any, int], Any] = lambda attrs, k: attrs  # its attrs for values stored times 2**k
+    # Its attrs for inputs stored times 2**k_in and results times 2**k_out (equal but for ops that
+    # change the scale).
+    scaled: Callable[[Any, int, int], Any] = lambda attrs, k_in, k_out: attrs
 
 
 def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict) -> None:
@@ -64,22 +79,80 @@ def _emit_clip(lir: "LIR", acc: int, count: int, attrs: Clip, cvec: dict) -> Non
             lir.simd_run(fn, acc, count, left=0, right=1)
 
 
+def powers_of_two(shift: int, dt: "DataType") -> list[float]:
+    """Powers of two the data type holds exactly whose product is ``2**shift`` (one SIMD multiply
+    each)."""
+    top = int(np.floor(np.log2(dt.max_float)))
+    out = []
+    while shift < -dt.binary_point or shift > top:
+        step = -dt.binary_point if shift < 0 else top
+        out.append(2.0**step)
+        shift -= step
+    return out + ([2.0**shift] if shift else [])
+
+
+def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> tuple[float, list[float], float, float]:
+    """The slope as ``alpha * 2**m`` (as many bits as the data type holds without saturating inside
+    the active range |x| <= X; beyond it a saturated value still clips to the right side), the
+    powers of two that take the result to its scale (a HardSwish's factor: the scale that puts
+    x times it at ``out_shift``), and the offset and upper bound at that scale."""
+    k = a.shift
+    active = max(abs(a.beta / a.alpha), abs((1 - a.beta) / a.alpha))
+    limit = dt.max_float / 2  # |x * 2**k * alpha * 2**m| stays below it
+    m = int(np.floor(np.log2(limit / (abs(a.alpha) * active)))) - k
+    m = min(m, int(np.floor(np.log2(limit / abs(a.alpha)))))  # the slope itself representable
+    out = a.out_shift - k if a.swish else a.out_shift
+    return a.alpha * 2.0**m, powers_of_two(out - k - m, dt), a.beta * 2.0**out, 2.0**out
+
+
+def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
+    v = x / 2.0**a.shift
+    h = np.minimum(np.maximum(a.alpha * v + a.beta, 0.0), 1.0)
+    return (v * h if a.swish else h) * 2.0**a.out_shift
+
+
+def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType") -> list[float]:
+    slope, factors, offset, one = _hard_sigmoid_plan(a, dt)
+    return [slope, *factors, offset, 0.0, one]
+
+
+def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict) -> None:
+    """Per vector, in register 1: the slope, times x, to its scale, plus the offset, clipped to
+    [0, 1]; then out (a HardSwish: x times it)."""
+    slope, factors, offset, one = _hard_sigmoid_plan(a, lir.arch.data_type)
+    steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[slope], None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
+    steps += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in factors]
+    steps += [(SIMDOp.ADD, 1, 0, 1, cvec[offset], None), (SIMDOp.MAX, 1, 0, 1, cvec[0.0], None)]
+    steps.append((SIMDOp.MIN, 1, 0, 1, cvec[one], None))
+    steps.append((SIMDOp.MULTIPLY, 0, 0, 1, "v", "v") if a.swish else (SIMDOp.MOVE, 0, 1, 0, None, "v"))
+    lir.simd_runs(acc, count, steps)
+
+
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a: [], _emit_relu),
-    "leaky_relu": Activation(LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), lambda a: [a.alpha], _emit_leaky_relu),
+    "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt: [], _emit_relu),
+    "leaky_relu": Activation(
+        LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), lambda a, dt: [a.alpha], _emit_leaky_relu
+    ),
     "clip": Activation(
         Clip,
         lambda x, a: np.minimum(np.maximum(x, a.lo), a.hi),
-        lambda a: [v for v in (a.lo, a.hi) if np.isfinite(v)],
+        lambda a, dt: [v for v in (a.lo, a.hi) if np.isfinite(v)],
         _emit_clip,
-        lambda a, k: replace(a, lo=a.lo * 2.0**k, hi=a.hi * 2.0**k),
+        lambda a, k_in, k_out: replace(a, lo=a.lo * 2.0**k_out, hi=a.hi * 2.0**k_out),
+    ),
+    "hard_sigmoid": Activation(
+        HardSigmoid,
+        _hard_sigmoid_meaning,
+        _hard_sigmoid_constants,
+        _emit_hard_sigmoid,
+        lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
     ),
 }
 
 
-def constants(epilogue) -> list[float]:
+def constants(epilogue, dt: "DataType") -> list[float]:
     """The constant vectors an epilogue's ops read (one each, in first use order)."""
-    return list(dict.fromkeys(v for op, attrs in epilogue for v in ACTIVATIONS[op].constants(attrs)))
+    return list(dict.fromkeys(v for op, attrs in epilogue for v in ACTIVATIONS[op].constants(attrs, dt)))
 
 
 def emit(lir: "LIR", acc: int, count: int, epilogue, cvec: dict[float, int]) -> None:
@@ -93,5 +166,5 @@ def meaning(op: str, x: np.ndarray, attrs) -> np.ndarray:
 
 
 def scaled(epilogue, k: int) -> list:
-    """An epilogue for values stored times ``2**k``."""
-    return [(op, ACTIVATIONS[op].scaled(attrs, k)) for op, attrs in epilogue]
+    """An epilogue for values stored times ``2**k`` (before and after it)."""
+    return [(op, ACTIVATIONS[op].scaled(attrs, k, k)) for op, attrs in epilogue]

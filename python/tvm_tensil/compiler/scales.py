@@ -330,7 +330,7 @@ def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
     elif node.op == "mul":  # stored product = stored inputs' product * 2**shift
         a = replace(a, shift=a.shift + k - shifts[node.inputs[0]] - shifts[node.inputs[1]])
     elif node.op in ACTIVATIONS:
-        a = ACTIVATIONS[node.op].scaled(a, k)
+        a = ACTIVATIONS[node.op].scaled(a, shifts[node.inputs[0]], k)
     return replace(node, attrs=a, epilogue=scaled_epilogue(node.epilogue, k))
 
 

@@ -294,7 +294,7 @@ def plan(
     depthwise = a.weight is None or a.groups != 1
     second = a.second
     order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
-    cvals = tuple(_constants(node))
+    cvals = tuple(_constants(node, ctx.arch.data_type))
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     resident = sum(r.size for r in (recipes.second, recipes.identity) if r)
     local_free = ctx.arch.local_depth - len(cvals) - resident
@@ -339,9 +339,9 @@ def plan(
     )  # fmt: skip
 
 
-def _constants(node: Node) -> list[float]:
+def _constants(node: Node, dt) -> list[float]:
     second = node.attrs.second
-    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []))
+    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []), dt)
 
 
 def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:

@@ -4,10 +4,8 @@ per-channel vector (n, 1, 1, c) broadcast over h and w), or a standalone activat
 
 from __future__ import annotations
 
-import math
-
 from ...isa.instructions import Direction, SIMDOp
-from ..elementwise import ACTIVATIONS
+from ..elementwise import ACTIVATIONS, powers_of_two
 from ..graph import Node
 from .context import NOTHING, Context, HandOver, Out, ScheduleError
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants
@@ -24,7 +22,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     ins = [ctx.place[i] for i in node.inputs]
     lir = out.lir
     epilogue = ([] if node.op == "add" else [(node.op, node.attrs)]) + node.epilogue
-    cvals = epilogue_constants(epilogue)
+    cvals = epilogue_constants(epilogue, ctx.arch.data_type)
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     cvec = const_vectors(ctx, out, cvals, acc_free)
     chunk = min(acc_free, ctx.arch.local_depth - len(cvals))
@@ -42,17 +40,6 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     return NOTHING
 
 
-def power_factors(shift: int, bp: int, max_exponent: int) -> list[float]:
-    """Powers of two the data type holds exactly (2**-bp .. 2**max_exponent) whose product is
-    2**shift: a product's rescale, one SIMD multiply each."""
-    out = []
-    while shift < -bp or shift > max_exponent:
-        step = -bp if shift < 0 else max_exponent
-        out.append(2.0**step)
-        shift -= step
-    return out + ([2.0**shift] if shift else [])
-
-
 def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     """``first OP second`` vector by vector: the second operand (or the broadcast vector) into SIMD
     register 1, then the op on the first in the accumulators. A product stored at a scale other than
@@ -66,10 +53,9 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     mat, vec = ctx.place[first], ctx.place[second]
     broadcast = ctx.graph.tensors[first].shape != ctx.graph.tensors[second].shape
     shift = node.attrs.shift if node.op == "mul" else 0
-    dt = ctx.arch.data_type
-    factors = power_factors(shift, dt.binary_point, math.floor(math.log2(dt.max_float)))
+    factors = powers_of_two(shift, ctx.arch.data_type)
     before, after = (factors, []) if shift < 0 else ([], factors)
-    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue) + factors))
+    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type) + factors))
     acc_free = ctx.arch.accumulator_depth - len(cvals) - 1  # and one vector for the broadcast one
     cvec = const_vectors(ctx, out, cvals, acc_free + 1)
     left, right = (1, 0) if swapped else (0, 1)

@@ -1,0 +1,40 @@
+"""The activations table: exact powers of two for rescales; HardSigmoid and HardSwish within their bounds."""
+
+import math
+
+import pytest
+
+from tvm_tensil.compiler.elementwise import powers_of_two
+from tvm_tensil.numbers import FP16BP8
+
+
+@pytest.mark.parametrize("shift", range(-20, 15))
+def test_a_rescale_is_exact_powers_the_data_type_holds(shift):
+    factors = powers_of_two(shift, FP16BP8)
+    assert math.prod(factors) == 2.0**shift
+    assert all(2.0**-8 <= f <= 2.0**6 for f in factors)
+    assert len(factors) == (0 if shift == 0 else max(1, math.ceil(-shift / 8) if shift < 0 else math.ceil(shift / 6)))
+
+
+@pytest.mark.parametrize("swish", [True, False])
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_hard_sigmoid_and_hard_swish_within_their_bounds(swish, calibrated):
+    """Every FP16BP8 value in [-8, 8): a HardSigmoid within 2^-8 of the exact value; a HardSwish
+    within (|x| + 2) * 2^-9 (its factor keeps 8 fractional bits so that x times it cannot overflow,
+    plus the result's rounding), at the data type's binary point and at a calibrated scale."""
+    import numpy as np
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.runtime import Emulator
+
+    arch = PRESETS["pynqz1"]
+    x = (np.arange(-8 * 256, 8 * 256) / 256).reshape(1, 1, -1, 8)
+    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)},
+              [Node("hard_sigmoid", ["x"], "y", {"swish": swish})], ["x"], ["y"], [])  # fmt: skip
+    part = compile_graph(g, arch, "t", calibration=[{"x": x}] if calibrated else None)
+    assert bool(part.shifts) == calibrated
+    y = Emulator(arch).run_model(part.model(g.constants), {"x": x})["y"]
+    h = np.clip(x / 6 + 0.5, 0, 1)
+    bound = (np.abs(x) + 2) * 2.0**-9 if swish else 2.0**-8
+    assert np.all(np.abs(y - (x * h if swish else h)) <= bound)
