@@ -190,7 +190,9 @@ def test_a_stopped_server_is_a_clear_error_within_the_time_limit():
     finally:
         proc.send_signal(signal.SIGCONT)
         proc.terminate()
-        proc.wait(10)
+        # Once, in a cold-cache CI run under load, the continued server took over 10 s to end (3/3
+        # unloaded runs: under a second); a server that never ends still fails here.
+        proc.wait(60)
 
 
 def test_a_server_for_another_architecture_is_refused(server):
