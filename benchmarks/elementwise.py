@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import warnings
 from pathlib import Path
 
@@ -54,11 +53,7 @@ def main() -> None:
                 row = layer_cycles(op, second, arch)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"results": rows, "machine": machine.describe(), "date": time.strftime("%Y-%m-%d")}, indent=2) + "\n"
-    )
-    print(f"wrote {RESULTS}")
+    machine.write_results(RESULTS, rows)
 
 
 if __name__ == "__main__":

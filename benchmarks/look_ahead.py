@@ -15,7 +15,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import machine
@@ -54,11 +53,7 @@ def main() -> None:
                 row["look_ahead" if on else "greedy"] = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(row), flush=True)
             rows.append(row)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"results": rows, "machine": machine.describe(), "date": time.strftime("%Y-%m-%d")}, indent=2) + "\n"
-    )
-    print(f"wrote {RESULTS}")
+    machine.write_results(RESULTS, rows)
 
 
 if __name__ == "__main__":

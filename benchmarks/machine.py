@@ -20,3 +20,16 @@ def cpu_model() -> str:
 def describe() -> str:
     """For example 'AMD EPYC, x86_64, 2 cores, CPython 3.11.7'."""
     return f"{cpu_model()}, {platform.machine()}, {os.cpu_count()} cores, CPython {platform.python_version()}"
+
+
+def write_results(path, rows: list) -> None:
+    """A benchmark's rows with what they ran on and when, as JSON at ``path``."""
+    import json
+    import time
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"results": rows, "machine": describe(), "date": time.strftime("%Y-%m-%d")}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")

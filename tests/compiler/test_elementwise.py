@@ -38,3 +38,16 @@ def test_hard_sigmoid_and_hard_swish_within_their_bounds(swish, calibrated):
     h = np.clip(x / 6 + 0.5, 0, 1)
     bound = (np.abs(x) + 2) * 2.0**-9 if swish else 2.0**-8
     assert np.all(np.abs(y - (x * h if swish else h)) <= bound)
+
+
+def test_a_hard_swish_result_too_fine_for_the_data_type_is_an_error_not_a_wrong_number():
+    """A result stored 7+ powers of two finer than its input would need the factor's 1 at 2^7+
+    (saturated at FP16BP8): the compile says so instead of computing a clipped factor."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+
+    shape = (1, 1, 4, 8)
+    g = Graph({"x": Tensor("x", shape), "y": Tensor("y", shape)},
+              [Node("hard_sigmoid", ["x"], "y", {"swish": True, "out_shift": 7})], ["x"], ["y"], [])  # fmt: skip
+    with pytest.raises(ValueError, match="7 powers of two finer than its input does not fit FP16BP8"):
+        compile_graph(g, PRESETS["pynqz1"], "t")

@@ -173,7 +173,7 @@ def check_binary(arch: Architecture, call: relax.Call) -> str | None:
     for c in (x, y):
         if isinstance(c, tvm.ir.GenericConst):
             return f"{what} by a constant of shape {shape_of(c)} (the TCU folds per-channel constants into convs)"
-    return _two_maps(arch, what, x, y) or _needs_registers(arch, what)
+    return _two_maps(arch, what, x, y) or (_needs_registers(arch, what) if shape_of(x) == shape_of(y) else None)
 
 
 def check_resize(arch: Architecture, call: relax.Call) -> str | None:

@@ -101,7 +101,12 @@ def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> tuple[float, list[floa
     limit = dt.max_float / 2  # |x * 2**k * alpha * 2**m| stays below it
     m = int(np.floor(np.log2(limit / (abs(a.alpha) * active)))) - k
     m = min(m, int(np.floor(np.log2(limit / abs(a.alpha)))))  # the slope itself representable
-    out = a.out_shift - k if a.swish else a.out_shift
+    out = a.out_shift - k if a.swish else a.out_shift  # x times the factor at scale out: at out_shift
+    if 2.0**out > dt.max_float:  # the factor's 1 would saturate, and the result with it
+        raise ValueError(
+            f"hard_sigmoid: a result stored {a.out_shift - k} powers of two finer than its input does not "
+            f"fit {dt.name}; build without calibration or with a wider data type"
+        )
     return a.alpha * 2.0**m, powers_of_two(out - k - m, dt), a.beta * 2.0**out, 2.0**out
 
 
