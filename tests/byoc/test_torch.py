@@ -137,3 +137,27 @@ def test_torch_onnx_export_to_tensil():
     with torch.no_grad():
         want = model(x).numpy()
     assert np.abs(got - want).max() < 0.01 * np.ptp(want)
+
+
+def test_hard_swish_through_torch_export_is_one_activation():
+    """torch.export writes HardSwish as (x * clip(clip(x + 3, 0, inf), -inf, 6)) / 6 (ONNX's import:
+    x * (clip(x + 3, 0, 6) / 6)); either way it becomes one activation fused into the conv, and the
+    result, checked against TVM's CPU build, is within (|x| + 2) * 2^-9 plus the conv's own rounding
+    (inputs and weights on the 1/16 grid: the conv is exact, so only the activation's bound is left)."""
+    torch.manual_seed(2)
+    conv = torch.nn.Conv2d(4, 8, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.copy_(torch.round(conv.weight * 16) / 16)
+        conv.bias.copy_(torch.round(conv.bias * 16) / 16)
+    model = torch.nn.Sequential(conv, torch.nn.Hardswish()).eval()
+    x = torch.round(torch.randn(1, 4, 8, 8) * 16) / 16
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    (part,) = ex.tensil_report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == [("conv2d", ["hard_sigmoid"])]
+    args = [tvm.runtime.tensor(x.numpy())]
+    tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)[0].numpy()
+    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args)[0].numpy()
+    with torch.no_grad():
+        pre = conv(x).numpy()
+    assert np.all(np.abs(tcu - cpu) <= (np.abs(pre) + 2) * 2.0**-9)

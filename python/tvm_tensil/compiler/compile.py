@@ -146,32 +146,51 @@ def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Nod
         plus, base = np.broadcast_arrays(plus, base)
         return np.allclose(plus - base, 3.0, rtol=0, atol=1e-5 * max(1.0, float(np.abs(base).max())))
 
+    def sixth(node: Node | None) -> bool:
+        """A diagonal 1x1 conv by 1/6 (a division by 6 after the affine folding)."""
+        a = node.attrs if node is not None and node.op == "conv2d" else None
+        if a is None or a.weight is None or a.bias is not None or node.epilogue or a.residual or a.layout != "OIHW":
+            return False
+        w = np.shape(graph.constants[a.weight])
+        return (
+            a.groups == w[0]
+            and tuple(w[1:]) == (1, 1, 1)
+            and np.allclose(_constant(graph, a.weight), 1 / 6, rtol=1e-6, atol=0)
+        )
+
+    def relu6_of_plus_3(t: str, x: str) -> list[Node] | None:
+        """The nodes computing clip(x + 3, 0, 6) into ``t`` (one clip, or two: torch's (0, inf), (-inf, 6))."""
+        clips, lo, hi = [], -np.inf, np.inf
+        node = producer.get(t)
+        while node is not None and node.op == "clip" and not node.epilogue and len(clips) < 2:
+            clips.append(node)
+            lo, hi = max(lo, node.attrs.lo), min(hi, node.attrs.hi)
+            node = producer.get(node.inputs[0])
+        if not clips or (lo, hi) != (0.0, 6.0) or node is None or node.op != "bias_add" or node.epilogue:
+            return None
+        chain = [node] + clips[::-1]
+        if any(only(n.output, nxt.op) is not nxt for n, nxt in zip(chain, chain[1:])) or not three_apart(node, x):
+            return None
+        return chain
+
     for product in [n for n in nodes if n.op == "mul" and not n.attrs.shift]:
         for x, s in (product.inputs, product.inputs[::-1]):
-            scale = producer.get(s)
-            if scale is None or scale.op != "conv2d" or only(s, "mul") is not product:
+            # ONNX: x * (relu6(x + 3) / 6); torch: (x * relu6(x + 3)) / 6.
+            scale, last = producer.get(s), product
+            if sixth(scale) and only(s, "mul") is product:
+                chain = relu6_of_plus_3(scale.inputs[0], x)
+                chain = chain and (chain if only(chain[-1].output, "conv2d") is scale else None)
+            else:
+                scale = only(product.output, "conv2d")
+                chain = relu6_of_plus_3(s, x) if sixth(scale) and only(s, "mul") is product else None
+                chain = chain and (chain if only(chain[-1].output, "mul") is product else None)
+                last = scale
+            if not chain:
                 continue
-            a = scale.attrs
-            if a.weight is None or a.bias is not None or scale.epilogue or a.residual or a.layout != "OIHW":
-                continue
-            w = np.shape(graph.constants[a.weight])
-            if a.groups != w[0] or tuple(w[1:]) != (1, 1, 1):
-                continue
-            if not np.allclose(_constant(graph, a.weight), 1 / 6, rtol=1e-6, atol=0):
-                continue
-            clip = producer.get(scale.inputs[0])
-            if clip is None or clip.op != "clip" or only(clip.output, "conv2d") is not scale or clip.epilogue:
-                continue
-            if (clip.attrs.lo, clip.attrs.hi) != (0.0, 6.0):
-                continue
-            add = producer.get(clip.inputs[0])
-            if add is None or add.op != "bias_add" or add.epilogue or only(add.output, "clip") is not clip:
-                continue
-            if not three_apart(add, x):
-                continue
-            swish = Node("hard_sigmoid", [x], product.output, HardSigmoid(swish=True), list(product.epilogue),
-                         add.source_ops + clip.source_ops + scale.source_ops + product.source_ops)  # fmt: skip
-            nodes = [swish if n is product else n for n in nodes if all(n is not r for r in (add, clip, scale))]
+            gone = [*chain, scale, product]
+            swish = Node("hard_sigmoid", [x], last.output, HardSigmoid(swish=True), list(last.epilogue),
+                         [op for n in gone for op in n.source_ops])  # fmt: skip
+            nodes = [swish if n is last else n for n in nodes if n is last or all(n is not r for r in gone)]
             break
     return nodes
 
