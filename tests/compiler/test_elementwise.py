@@ -19,9 +19,10 @@ def test_a_rescale_is_exact_powers_the_data_type_holds(shift):
 @pytest.mark.parametrize("swish", [True, False])
 @pytest.mark.parametrize("calibrated", [False, True])
 def test_hard_sigmoid_and_hard_swish_within_their_bounds(swish, calibrated):
-    """Every FP16BP8 value in [-8, 8): a HardSigmoid within 2^-8 of the exact value; a HardSwish
-    within (|x| + 2) * 2^-9 (its factor keeps 8 fractional bits so that x times it cannot overflow,
-    plus the result's rounding), at the data type's binary point and at a calibrated scale."""
+    """Every FP16BP8 value in [-8, 8) (and in [-64, 64) beside): a HardSigmoid within 2^-8 of the
+    exact value; a HardSwish within (|x| + 2) * 2^-9 (its factor keeps 8 fractional bits so that x
+    times it cannot overflow, plus the result's rounding), at the data type's binary point and at a
+    calibrated scale. No step saturates: the device would count it and the user be warned."""
     import numpy as np
 
     from tvm_tensil.arch import PRESETS
@@ -29,15 +30,18 @@ def test_hard_sigmoid_and_hard_swish_within_their_bounds(swish, calibrated):
     from tvm_tensil.runtime import Emulator
 
     arch = PRESETS["pynqz1"]
-    x = (np.arange(-8 * 256, 8 * 256) / 256).reshape(1, 1, -1, 8)
-    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)},
-              [Node("hard_sigmoid", ["x"], "y", {"swish": swish})], ["x"], ["y"], [])  # fmt: skip
-    part = compile_graph(g, arch, "t", calibration=[{"x": x}] if calibrated else None)
-    assert bool(part.shifts) == calibrated
-    y = Emulator(arch).run_model(part.model(g.constants), {"x": x})["y"]
-    h = np.clip(x / 6 + 0.5, 0, 1)
-    bound = (np.abs(x) + 2) * 2.0**-9 if swish else 2.0**-8
-    assert np.all(np.abs(y - (x * h if swish else h)) <= bound)
+    for top in (8, 64):
+        x = (np.arange(-top * 256, top * 256) / 256).reshape(1, 1, -1, 8)
+        g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)},
+                  [Node("hard_sigmoid", ["x"], "y", {"swish": swish})], ["x"], ["y"], [])  # fmt: skip
+        part = compile_graph(g, arch, "t", calibration=[{"x": x}] if calibrated else None)
+        assert bool(part.shifts) == calibrated or top > 8  # calibrated: x in [-64, 64) may keep scale 1
+        emu = Emulator(arch)
+        y = emu.run_model(part.model(g.constants), {"x": x})["y"]
+        assert emu.last_stats.saturated == 0
+        h = np.clip(x / 6 + 0.5, 0, 1)
+        bound = (np.abs(x) + 2) * 2.0**-9 if swish else 2.0**-8
+        assert np.all(np.abs(y - (x * h if swish else h)) <= bound), top
 
 
 def test_a_hard_swish_result_too_fine_for_the_data_type_is_an_error_not_a_wrong_number():

@@ -91,13 +91,26 @@ def powers_of_two(shift: int, dt: "DataType") -> list[float]:
     return out + ([2.0**shift] if shift else [])
 
 
-def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> tuple[float, list[float], float, float]:
-    """The slope as ``alpha * 2**m`` (as many bits as the data type holds without saturating inside
-    the active range |x| <= X; beyond it a saturated value still clips to the right side), the
-    powers of two that take the result to its scale (a HardSwish's factor: the scale that puts
-    x times it at ``out_shift``), and the offset and upper bound at that scale."""
+@dataclass(frozen=True)
+class _HardSigmoidPlan:
+    """The constants of a HardSigmoid's SIMD sequence (all at stored scales)."""
+
+    bounds: tuple[float | None, float | None]  # x clipped to these first (None: x cannot pass it)
+    slope: float  # alpha * 2**m, with as many bits as the data type holds without saturating
+    factors: list[float]  # powers of two taking slope * x to the result's scale
+    offset: float
+    one: float
+
+
+def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> _HardSigmoidPlan:
+    """x is first clipped to its active range widened by an eighth (where it can go beyond it), so
+    no step saturates: a saturation the device counts would be a false alarm to the user. The
+    widening keeps the results of x beyond the active range exactly 0 or 1 after the final clip."""
     k = a.shift
-    active = max(abs(a.beta / a.alpha), abs((1 - a.beta) / a.alpha))
+    ends = sorted((-a.beta / a.alpha, (1 - a.beta) / a.alpha))
+    margin = (ends[1] - ends[0]) / 8
+    bounds = tuple(b * 2.0**k if abs(b) * 2.0**k < dt.max_float else None for b in (ends[0] - margin, ends[1] + margin))
+    active = max(abs(e) for e in ends) + margin
     limit = dt.max_float / 2  # |x * 2**k * alpha * 2**m| stays below it
     m = int(np.floor(np.log2(limit / (abs(a.alpha) * active)))) - k
     m = min(m, int(np.floor(np.log2(limit / abs(a.alpha)))))  # the slope itself representable
@@ -107,7 +120,7 @@ def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> tuple[float, list[floa
             f"hard_sigmoid: a result stored {a.out_shift - k} powers of two finer than its input does not "
             f"fit {dt.name}; build without calibration or with a wider data type"
         )
-    return a.alpha * 2.0**m, powers_of_two(out - k - m, dt), a.beta * 2.0**out, 2.0**out
+    return _HardSigmoidPlan(bounds, a.alpha * 2.0**m, powers_of_two(out - k - m, dt), a.beta * 2.0**out, 2.0**out)
 
 
 def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
@@ -117,18 +130,28 @@ def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
 
 
 def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType") -> list[float]:
-    slope, factors, offset, one = _hard_sigmoid_plan(a, dt)
-    return [slope, *factors, offset, 0.0, one]
+    p = _hard_sigmoid_plan(a, dt)
+    return [b for b in p.bounds if b is not None] + [p.slope, *p.factors, p.offset, 0.0, p.one]
 
 
 def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict) -> None:
-    """Per vector, in register 1: the slope, times x, to its scale, plus the offset, clipped to
-    [0, 1]; then out (a HardSwish: x times it)."""
-    slope, factors, offset, one = _hard_sigmoid_plan(a, lir.arch.data_type)
-    steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[slope], None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
-    steps += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in factors]
-    steps += [(SIMDOp.ADD, 1, 0, 1, cvec[offset], None), (SIMDOp.MAX, 1, 0, 1, cvec[0.0], None)]
-    steps.append((SIMDOp.MIN, 1, 0, 1, cvec[one], None))
+    """Per vector, in register 1: x clipped to its widened active range, times the slope, to its
+    scale, plus the offset, clipped to [0, 1]; then out (a HardSwish: x times it)."""
+    p = _hard_sigmoid_plan(a, lir.arch.data_type)
+    lo, hi = p.bounds
+    if lo is None and hi is None:
+        steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[p.slope], None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
+    else:
+        first, second = (hi, SIMDOp.MIN), (lo, SIMDOp.MAX)
+        if hi is None:
+            first, second = second, first
+        steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[first[0]], None), (first[1], 1, 0, 1, "v", None)]
+        if second[0] is not None:
+            steps.append((second[1], 1, 0, 1, cvec[second[0]], None))
+        steps.append((SIMDOp.MULTIPLY, 1, 0, 1, cvec[p.slope], None))
+    steps += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in p.factors]
+    steps += [(SIMDOp.ADD, 1, 0, 1, cvec[p.offset], None), (SIMDOp.MAX, 1, 0, 1, cvec[0.0], None)]
+    steps.append((SIMDOp.MIN, 1, 0, 1, cvec[p.one], None))
     steps.append((SIMDOp.MULTIPLY, 0, 0, 1, "v", "v") if a.swish else (SIMDOp.MOVE, 0, 1, 0, None, "v"))
     lir.simd_runs(acc, count, steps)
 
