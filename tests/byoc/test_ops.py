@@ -409,3 +409,29 @@ def test_hard_swish_is_one_activation(compare, after_conv):
         assert np.abs(tcu - cpu).max() <= 0.01 * np.ptp(cpu)
     else:
         assert np.all(np.abs(tcu - cpu) <= (np.abs(inputs["x"]) + 2) * 2.0**-9)
+
+
+def test_hard_swish_without_its_sixth_is_one_activation(compare):
+    """``x * relu6(x + 3)`` with the 1/6 folded into what follows (PaddleOCR's PP-LCNet: the next
+    op's scale) is one activation on the conv too, not a clip, a product and a layer of its own."""
+    from dataclasses import replace
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import FP32BP16
+
+    b = OnnxBuilder(seed=9)
+    rng = np.random.default_rng(9)
+    w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
+    x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
+    relu6 = b.op("Clip", [b.op("Add", [x, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
+    scale = b.const((rng.uniform(0.5, 1, (1, 16, 1, 1)) / 6).astype("float32"))
+    m = b.model({"x": [1, 8, 10, 10]}, b.op("Mul", [b.op("Mul", [x, relu6]), scale]), opset=14)
+    inputs = {"x": rng.standard_normal((1, 8, 10, 10))}
+    cpu, tcu, report, _ = compare(m, inputs)
+    (part,) = report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]][0] == ("conv2d", ["hard_sigmoid"])
+    assert "mul" not in [n["op"] for n in part["nodes"]]
+    # At FP16BP8 the scale (>= 1/12) rounds by up to 1/512, 2.3% of itself; at FP32BP16 the logic.
+    assert np.all(np.abs(tcu - cpu) <= 0.025 * np.abs(cpu) + 0.005 * np.ptp(cpu))
+    _, tcu32, _, _ = compare(m, inputs, arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
+    assert np.abs(tcu32 - cpu).max() <= 1e-3 * np.ptp(cpu)

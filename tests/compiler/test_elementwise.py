@@ -44,6 +44,28 @@ def test_hard_sigmoid_and_hard_swish_within_their_bounds(swish, calibrated):
         assert np.all(np.abs(y - (x * h if swish else h)) <= bound), top
 
 
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_hard_swish_without_its_sixth_within_its_bound(calibrated):
+    """``x * clip(x + 3, 0, 6)`` (six HardSwishes: the 1/6 folded into the next layer): every FP16BP8
+    value in [-8, 8) within six times HardSwish's bound, no step saturating."""
+    import numpy as np
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.compiler.elementwise import HardSigmoid
+    from tvm_tensil.runtime import Emulator
+
+    arch = PRESETS["pynqz1"]
+    x = (np.arange(-8 * 256, 8 * 256) / 256).reshape(1, 1, -1, 8)
+    six = Node("hard_sigmoid", ["x"], "y", HardSigmoid(1.0, 3.0, swish=True, hi=6.0))
+    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)}, [six], ["x"], ["y"], [])
+    part = compile_graph(g, arch, "t", calibration=[{"x": x}] if calibrated else None)
+    emu = Emulator(arch)
+    y = emu.run_model(part.model(g.constants), {"x": x})["y"]
+    assert emu.last_stats.saturated == 0
+    assert np.all(np.abs(y - x * np.clip(x + 3, 0, 6)) <= 6 * (np.abs(x) + 2) * 2.0**-9)
+
+
 def test_a_hard_swish_result_too_fine_for_the_data_type_is_an_error_not_a_wrong_number():
     """A result stored 7+ powers of two finer than its input would need the factor's 1 at 2^7+
     (saturated at FP16BP8): the compile says so instead of computing a clipped factor."""

@@ -121,7 +121,8 @@ def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Nod
     diagonal 1x1 conv by 1/6 and a product), becomes one activation of ``x``: the three layers
     between become a few SIMD instructions per vector, fused into whatever produces ``x``. The
     affine folding may have merged ``x``'s own bias add into the +3 (both then read ``x``'s
-    producer, their biases 3 apart)."""
+    producer, their biases 3 apart). Without its 1/6 (``x * relu6(x + 3)``, the 1/6 folded into what
+    follows) it is the activation ``x * clip(x + 3, 0, 6)``."""
     readers: dict[str, list[Node]] = {}
     for n in nodes:
         for t in n.inputs:
@@ -185,10 +186,15 @@ def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Nod
                 chain = relu6_of_plus_3(s, x) if sixth(scale) and only(s, "mul") is product else None
                 chain = chain and (chain if only(chain[-1].output, "mul") is product else None)
                 last = scale
+            attrs = HardSigmoid(swish=True)
+            if not chain and only(s, "mul") is product:
+                scale, last, attrs = None, product, HardSigmoid(1.0, 3.0, swish=True, hi=6.0)
+                chain = relu6_of_plus_3(s, x)
+                chain = chain and (chain if only(chain[-1].output, "mul") is product else None)
             if not chain:
                 continue
-            gone = [*chain, scale, product]
-            swish = Node("hard_sigmoid", [x], last.output, HardSigmoid(swish=True), list(last.epilogue),
+            gone = [n for n in (*chain, scale, product) if n is not None]
+            swish = Node("hard_sigmoid", [x], last.output, attrs, list(last.epilogue),
                          [op for n in gone for op in n.source_ops])  # fmt: skip
             nodes = [swish if n is last else n for n in nodes if n is last or all(n is not r for r in gone)]
             break

@@ -39,7 +39,7 @@ class Clip:
 
 @dataclass(frozen=True)
 class HardSigmoid:
-    """``clip(alpha * x + beta, 0, 1)`` (``swish``: times x, a HardSwish), for inputs stored times
+    """``clip(alpha * x + beta, 0, hi)`` (``swish``: times x, a HardSwish), for inputs stored times
     ``2**shift`` and results times ``2**out_shift``."""
 
     alpha: float = 1 / 6
@@ -47,6 +47,7 @@ class HardSigmoid:
     swish: bool = False
     shift: int = 0
     out_shift: int = 0
+    hi: float = 1.0  # 6 for x * relu6(x + 3), a HardSwish whose 1/6 went elsewhere
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> _HardSigmoidPlan:
     no step saturates: a saturation the device counts would be a false alarm to the user. The
     widening keeps the results of x beyond the active range exactly 0 or 1 after the final clip."""
     k = a.shift
-    ends = sorted((-a.beta / a.alpha, (1 - a.beta) / a.alpha))
+    ends = sorted((-a.beta / a.alpha, (a.hi - a.beta) / a.alpha))
     margin = (ends[1] - ends[0]) / 8
     bounds = tuple(b * 2.0**k if abs(b) * 2.0**k < dt.max_float else None for b in (ends[0] - margin, ends[1] + margin))
     active = max(abs(e) for e in ends) + margin
@@ -115,17 +116,18 @@ def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> _HardSigmoidPlan:
     m = int(np.floor(np.log2(limit / (abs(a.alpha) * active)))) - k
     m = min(m, int(np.floor(np.log2(limit / abs(a.alpha)))))  # the slope itself representable
     out = a.out_shift - k if a.swish else a.out_shift  # x times the factor at scale out: at out_shift
-    if 2.0**out > dt.max_float:  # the factor's 1 would saturate, and the result with it
+    if a.hi * 2.0**out > dt.max_float:  # the factor's top would saturate, and the result with it
         raise ValueError(
             f"hard_sigmoid: a result stored {a.out_shift - k} powers of two finer than its input does not "
             f"fit {dt.name}; build without calibration or with a wider data type"
         )
-    return _HardSigmoidPlan(bounds, a.alpha * 2.0**m, powers_of_two(out - k - m, dt), a.beta * 2.0**out, 2.0**out)
+    slope, factors = a.alpha * 2.0**m, powers_of_two(out - k - m, dt)
+    return _HardSigmoidPlan(bounds, slope, factors, a.beta * 2.0**out, a.hi * 2.0**out)
 
 
 def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
     v = x / 2.0**a.shift
-    h = np.minimum(np.maximum(a.alpha * v + a.beta, 0.0), 1.0)
+    h = np.minimum(np.maximum(a.alpha * v + a.beta, 0.0), a.hi)
     return (v * h if a.swish else h) * 2.0**a.out_shift
 
 
