@@ -163,3 +163,44 @@ def test_interpret_pools(op):
         want = want.reshape(2, 4, 4, 3)
     graph = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", shape)}, [node], ["x"], ["y"], [])
     assert np.allclose(interpret(graph, {"x": x})["y"], want)
+
+
+def _chain(peaks_weights: list[float]) -> Graph:
+    """x -> 1x1 conv -> ... each by a diagonal weight, so each tensor's peak is known."""
+    n = len(peaks_weights)
+    shapes = {f"t{i}": (1, 4, 4, 8) for i in range(n + 1)}
+    consts = [np.full((8, 1, 1, 1), w, np.float32) for w in peaks_weights]
+    conv = dict(strides=(1, 1), dilation=(1, 1), groups=8, padding=(0, 0, 0, 0), bias=None)
+    nodes = [Node("conv2d", [f"t{i}"], f"t{i + 1}", dict(weight=i, **conv)) for i in range(n)]
+    return Graph({k: Tensor(k, v) for k, v in shapes.items()}, nodes, ["t0"], [f"t{n}"], consts)
+
+
+def test_a_wide_tensor_deep_in_a_network_leaves_the_others_their_scales():
+    """x (peak 1) -> weights 0.01 -> 0.01 -> weights 1e5 -> 1000: the last tensor needs a low shift,
+    which must not pull the input and the small tensor between down with it (a detector's neck in
+    the thousands once left its input image a few bits)."""
+    graph = _chain([0.01, 1e5])
+    stats = tensor_stats(graph, [{"t0": np.ones((1, 4, 4, 8))}])
+    options = candidate_shifts(graph, stats, FP16)
+    assert options["largest"]["t0"] == 5 and options["largest"]["t1"] >= 12  # 1 and 0.01 twice over in 128
+    for name, shifts in options.items():
+        assert shifts["t2"] <= -4, name  # 1000 twice over within 128
+        assert shifts["t0"] >= 0 and shifts["t1"] >= 6, name  # with the old rule: both at -4
+
+
+def test_a_hard_swish_keeps_its_input_scale_and_its_factor_fits():
+    """x * relu6(x + 3) reaches six times x's range: its result gets its own (lower) shift, and no
+    shift puts the factor's top (6 at the factor's scale) beyond the data type."""
+    from tvm_tensil.compiler.elementwise import HardSigmoid
+
+    six = HardSigmoid(1.0, 3.0, swish=True, hi=6.0)
+    tensors = {k: Tensor(k, (1, 4, 4, 8)) for k in ("x", "y")}
+    graph = Graph(tensors, [Node("hard_sigmoid", ["x"], "y", six)], ["x"], ["y"], [])
+    x = np.linspace(-2, 20, 128).reshape(1, 4, 4, 8)
+    stats = tensor_stats(graph, [{"x": x}])
+    for name, shifts in candidate_shifts(graph, stats, FP16).items():
+        assert shifts["x"] == 1 and shifts["y"] == -1, name  # 20 and 120, twice over within 128
+        assert 6 * 2.0 ** (shifts["y"] - shifts["x"]) <= FP16.data_type.max_float
+    part = compile_graph(graph, FP16, "t", calibration=[{"x": x}])
+    y = Emulator(FP16).run_model(part.model(part.constants), {"x": x}, warn_saturation=False)["y"]
+    assert np.abs(y - x * np.clip(x + 3, 0, 6)).max() <= 6 * (20 + 2) * 2.0**-9

@@ -321,10 +321,13 @@ def compile_graph(
     if calibration:
         choice, stats = calibrate(graph, calibration, arch)
         if choice.rounding is not None and choice.rounding.weights:
-            reference, _ = apply_shifts(fuse(graph), choice.shifts)  # the model's weights, for the report
+            reference = fuse(apply_shifts(graph, choice.shifts)[0])  # the model's weights, for the report
             graph = with_weights(graph, choice.rounding.weights)
             sources = graph.constants
-    graph, scaling = apply_shifts(fuse(graph), choice.shifts if choice else {})
+    # Scaled before fusing: an activation fused into a conv may take the accumulators' scale to
+    # another (a HardSwish), so each op is scaled for its own input and output first.
+    graph, scaling = apply_shifts(graph, choice.shifts if choice else {})
+    graph = fuse(graph)
     graph = mark_flattened(graph)
     place, dram0 = place_tensors(graph, arch)
     consts = ConstTable(arch)

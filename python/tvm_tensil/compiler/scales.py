@@ -74,6 +74,8 @@ def scale_groups(graph: Graph) -> dict[str, str]:
     for node in graph.nodes:
         if node.op == "mul":  # a product's scale is its inputs' scales times each other
             continue
+        if node.op == "hard_sigmoid":  # its constants take x from its scale to the result's
+            continue
         if node.op != "conv2d":
             union(node.output, *node.inputs)
         elif node.attrs.residual:  # the accumulators start from the shortcut
@@ -107,9 +109,8 @@ def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architec
     """Two choices of every tensor's shift from calibration ``stats``, one shift per group:
 
     - ``largest``: the largest shifts such that a group's peak (and any bias added in its
-      accumulators), times ``HEADROOM``, fits the data type, no layer's scaled weights saturate, and
-      no layer's weights keep fewer bits than at the data type's own binary point unless their peak
-      still uses all but two bits;
+      accumulators), times ``HEADROOM``, fits the data type, no layer's scaled weights saturate and
+      no HardSwish's factor does;
     - ``balanced``: from there, shifts come down where the modelled rounding noise says a layer's
       weights gain more than its input loses."""
     group = scale_groups(graph)
@@ -122,8 +123,13 @@ def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architec
     signal: dict[str, float] = {}
     for t, g in group.items():
         signal[g] = max(signal.get(g, 0.0), stats[t].mean_square if t in stats else 0.0)
-    largest = _bounded(dict(top), layers)
-    balanced = _balanced(largest, layers, signal)
+    # (input group, output group, most): the output's shift at most the input's plus ``most``.
+    bounds = [(layer.gin, layer.gout, layer.highest) for layer in layers]
+    for n in graph.nodes:
+        if n.op == "hard_sigmoid" and n.attrs.swish:  # its factor's top, hi * 2^(out - in), fits
+            bounds.append((group[n.inputs[0]], group[n.output], _shift_for(arch.data_type.max_float, n.attrs.hi)))
+    largest = _bounded(dict(top), bounds)
+    balanced = _bounded(_balanced(largest, layers, signal), bounds)
     return {
         name: {t: shifts[g] for t, g in group.items()}
         for name, shifts in (("largest", largest), ("balanced", balanced))
@@ -203,7 +209,6 @@ class _Layer:
         dt = arch.data_type
         self.bp, self.max_int = dt.binary_point, dt.max_int
         self.highest = _shift_for(dt.max_float, self.w_peak)  # weight shifts that do not saturate
-        self.lowest = min(0, math.floor(math.log2(2.0 ** (dt.width - 2) / (self.w_peak * dt.one))))
         self._rounding: dict[int, float] = {}
 
     def weight_rounding(self, shift: int) -> float:
@@ -222,9 +227,10 @@ class _Layer:
         return products + weights + inputs
 
 
-def _bounded(shift: dict[str, int], layers: list[_Layer]) -> dict[str, int]:
-    """Lower shifts until every layer's weight shift lies within its bounds. Each bound ties one
-    shift to another plus a constant, so this finds the largest solution (shifts only come down).
+def _bounded(shift: dict[str, int], bounds: list[tuple[str, str, int]]) -> dict[str, int]:
+    """Lower shifts until every bound holds (a layer's weight shift, a HardSwish's factor). Each
+    bound ties one shift to another plus a constant, so this finds the largest solution (shifts
+    only come down).
     Bounds that no shifts satisfy (weights beyond the data type in a layer whose input and output
     share a group, as in ``conv(x) + x``) stop at ``-MAX_SHIFT``: those weights saturate, and the
     build's report says so."""
@@ -239,9 +245,8 @@ def _bounded(shift: dict[str, int], layers: list[_Layer]) -> dict[str, int]:
     changed = True
     while changed:
         changed = False
-        for layer in layers:
-            changed |= lower(layer.gout, shift[layer.gin] + layer.highest)
-            changed |= lower(layer.gin, shift[layer.gout] - layer.lowest)
+        for gin, gout, most in bounds:
+            changed |= lower(gout, shift[gin] + most)
     return shift
 
 
