@@ -161,3 +161,35 @@ def test_hard_swish_through_torch_export_is_one_activation():
     with torch.no_grad():
         pre = conv(x).numpy()
     assert np.all(np.abs(tcu - cpu) <= (np.abs(pre) + 2) * 2.0**-9)
+
+
+class PermutedDense(torch.nn.Module):
+    """MTCNN's R-Net tail: a conv, its map permuted NCHW -> NWHC and flattened, a dense layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8 * 4 * 3, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x)).permute(0, 3, 2, 1).contiguous()
+        return self.fc(x.view(x.shape[0], -1))
+
+
+def test_a_permute_before_a_dense_layer_folds_into_its_weights():
+    """The permute never reaches the CPU: the dense layer reads the map as it is stored, its weight
+    rows reordered; exact at FP32BP16 (the same products), one partition."""
+    from dataclasses import replace
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import FP32BP16
+
+    torch.manual_seed(2)
+    x = torch.randn(1, 3, 6, 5)
+    model = PermutedDense().eval()
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
+    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)

@@ -329,15 +329,15 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("clip", [_operand(scope, call.args[0])], lo=lo, hi=hi)
     if op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
         kind = "max_pool2d" if "max" in op else "avg_pool2d"
-        return node(
-            kind,
-            [_operand(scope, call.args[0])],
-            kernel=tuple(int(k) for k in a.pool_size),
-            strides=tuple(int(s) for s in a.strides),
-            dilation=tuple(int(d) for d in a.dilation),
-            padding=tuple(int(p) for p in a.padding),
-            count_include_pad=bool(a.count_include_pad),
-        )
+        kernel, strides = tuple(int(k) for k in a.pool_size), tuple(int(s) for s in a.strides)
+        dilation, padding = tuple(int(d) for d in a.dilation), [int(p) for p in a.padding]
+        if a.ceil_mode:  # the last windows hang over the bottom and right: padding there (max pools only)
+            in_shape = b.relax_shapes[_operand(scope, call.args[0])]
+            for axis in (0, 1):
+                reach = (out_shape[2 + axis] - 1) * strides[axis] + (kernel[axis] - 1) * dilation[axis] + 1
+                padding[2 + axis] += max(0, reach - (in_shape[2 + axis] + padding[axis] + padding[2 + axis]))
+        return node(kind, [_operand(scope, call.args[0])], kernel=kernel, strides=strides, dilation=dilation,
+                    padding=tuple(padding), count_include_pad=bool(a.count_include_pad))  # fmt: skip
     if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
         return node("global_avg_pool", [_operand(scope, call.args[0])])
     if op in ("relax.reshape", "relax.flatten"):

@@ -243,8 +243,8 @@ def check_pool(arch: Architecture, call: relax.Call) -> str | None:
         return err
     if a.layout != "NCHW" or a.out_layout != "NCHW":
         return f"pool layout {a.layout}"
-    if a.ceil_mode:
-        return "ceil_mode pooling"
+    if a.ceil_mode and call.op.name == "relax.nn.avg_pool2d":
+        return "ceil_mode average pooling (its last windows count fewer values)"
     kh, kw = (int(k) for k in a.pool_size)
     if call.op.name == "relax.nn.avg_pool2d":
         # Each value enters the sum scaled by 2^-s, 2^s >= kh*kw; keep at least half the

@@ -399,12 +399,38 @@ def _stacked_extremum_to_pairs():
     return pat, r
 
 
+def _permute_into_dense():
+    """``matmul(reshape(permute_dims(x), (N, K)), W)`` with the batch axis kept first: the same dense
+    layer on x flattened as it is, its weight rows reordered (MTCNN's nets permute NCHW to NWHC
+    before their dense layers)."""
+    x, w, s = wildcard(), is_const(), wildcard()
+    perm = is_op("relax.permute_dims")(x)
+    flat = is_op("relax.reshape")(perm, s)
+    pat = is_op("relax.matmul")(flat, w)
+
+    def r(expr, m):
+        shape, axes = shape_of(m[x]), [int(a) for a in m[perm].attrs.axes]
+        out = shape_of(m[flat])
+        if len(out) != 2 or axes[0] != 0 or out[0] != shape[0] or out[1] != int(np.prod(shape[1:])):
+            return expr
+        # Element j of the permuted map's row is element order[j] of x's own row.
+        order = np.arange(out[1]).reshape(shape[1:]).transpose([a - 1 for a in axes[1:]]).reshape(-1)
+        weight = _value(m[w])
+        rows = np.empty_like(weight)
+        rows[order] = weight
+        return relax.op.matmul(relax.op.reshape(m[x], out), _const(rows))
+
+    return pat, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
-        func = _rewrite_to_fixpoint(func, [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs()])
+        func = _rewrite_to_fixpoint(
+            func, [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense()]
+        )
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])
