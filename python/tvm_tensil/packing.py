@@ -157,9 +157,13 @@ def pack_channel_vectors(consts, n: int, channels: int, values: int | None = Non
 
 
 @packer("fill")
-def pack_fill(consts, n: int, values: Sequence[float]) -> np.ndarray:
-    """One vector per value, every lane holding it (constants for SIMD operands)."""
-    return np.repeat(np.asarray(values, dtype=np.float64)[:, None], n, axis=1)
+def pack_fill(consts, n: int, values: Sequence) -> np.ndarray:
+    """One vector per value (constants for SIMD operands): a number in every lane, or a list of
+    lane values (per-channel constants)."""
+    out = np.zeros((len(values), n))
+    for i, v in enumerate(values):
+        out[i] = v if np.isscalar(v) else np.asarray(v, dtype=np.float64)[:n]
+    return out
 
 
 @dataclass(frozen=True)

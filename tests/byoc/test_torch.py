@@ -193,3 +193,54 @@ def test_a_permute_before_a_dense_layer_folds_into_its_weights():
     with torch.no_grad():
         want = model(x).numpy()
     assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+
+
+class PReluNet(torch.nn.Module):
+    """MTCNN's pattern: conv, PReLU (one slope per channel), conv."""
+
+    def __init__(self, slopes=(-0.5, 0.9)):
+        super().__init__()
+        self.c1, self.act, self.c2 = torch.nn.Conv2d(3, 12, 3), torch.nn.PReLU(12), torch.nn.Conv2d(12, 4, 1)
+        with torch.no_grad():
+            self.act.weight.uniform_(*slopes)
+
+    def forward(self, x):
+        return self.c2(self.act(self.c1(x)))
+
+
+def test_prelu_is_one_epilogue_not_a_second_conv():
+    """torch.export writes PReLU as where(x > 0, x, alpha * x); the affine folding used to fold
+    alpha * x into a copy of the conv (the TCU ran it twice, the where on the CPU between). Now one
+    partition, the conv's epilogue (negative slopes too: max(x, alpha x)), as many convs as the
+    model has; exact logic at FP32BP16 (0.1% of range: the rounding of 16 fractional bits)."""
+    from dataclasses import replace
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import FP32BP16
+
+    torch.manual_seed(3)
+    model, x = PReluNet().eval(), torch.randn(1, 3, 10, 10)
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
+    report = ex.tensil_report
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    (part,) = report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == [("conv2d", ["prelu"]), ("conv2d", [])]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+
+
+def test_prelu_slopes_on_both_sides_of_one_stay_on_the_cpu_with_the_reason():
+    torch.manual_seed(4)
+    model, x = PReluNet(slopes=(0.5, 1.5)).eval(), torch.randn(1, 3, 10, 10)
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    assert [(o["op"], o["reason"]) for o in ex.tensil_report.cpu_ops] == [
+        ("relax.nn.prelu", "prelu slopes on both sides of 1 (computed as max(x, alpha*x), or min for slopes above 1)")
+    ]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() <= 0.02 * np.ptp(want)  # the convs at FP16BP8, the PReLU exact

@@ -252,6 +252,17 @@ def probe_linear(call: relax.Call, in_shape, out_shape) -> tuple[list, list]:
     return mh.tolist(), mw.tolist()
 
 
+def prelu_slopes(call: relax.Call) -> np.ndarray | None:
+    """A PReLU's slope per channel (a scalar slope repeated), or None when they are not per channel."""
+    x, alpha = call.args
+    if not _is_const(alpha):
+        return None
+    shape, a = shape_of(x), alpha.value.numpy().reshape(-1)
+    if a.size == 1:
+        return np.repeat(a, shape[1])
+    return a if int(call.attrs.axis) % len(shape) == 1 and a.size == shape[1] else None
+
+
 def _is_const(e) -> bool:
     return isinstance(e, tvm.ir.GenericConst)
 
@@ -299,6 +310,8 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("relu", [_operand(scope, call.args[0])])
     if op == "relax.nn.leakyrelu":
         return node("leaky_relu", [_operand(scope, call.args[0])], alpha=float(a.alpha))
+    if op == "relax.nn.prelu":
+        return node("prelu", [_operand(scope, call.args[0])], alpha=tuple(float(v) for v in prelu_slopes(call)))
     if op == "relax.clip":
         return node("clip", [_operand(scope, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
     if op == "relax.image.resize2d":

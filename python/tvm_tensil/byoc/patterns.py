@@ -20,7 +20,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
 from .broadcast import broadcast_reason
-from .frontend import FrontendError, channel_slice, shape_of
+from .frontend import FrontendError, channel_slice, prelu_slopes, shape_of
 from .prepare import prepare_for_tensil
 
 
@@ -132,6 +132,17 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
         # Bounds beyond the data type's range clip nothing more than saturation does.
     if op == "relax.nn.leakyrelu" and not 0.0 <= float(call.attrs.alpha) <= 1.0:
         return f"leaky relu alpha {float(call.attrs.alpha)} outside [0, 1] (computed as max(x, alpha*x))"
+    return None
+
+
+def check_prelu(arch: Architecture, call: relax.Call) -> str | None:
+    if err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, "prelu"):
+        return err
+    a = prelu_slopes(call)
+    if a is None:
+        return "prelu slopes that are not one per channel (or one for all)"
+    if a.min() < 1 < a.max():
+        return "prelu slopes on both sides of 1 (computed as max(x, alpha*x), or min for slopes above 1)"
     return None
 
 
@@ -322,6 +333,7 @@ SINGLE_OPS = {
     "add": ("relax.add", 2, check_add),
     "relu": ("relax.nn.relu", 1, check_activation),
     "leaky_relu": ("relax.nn.leakyrelu", 1, check_activation),
+    "prelu": ("relax.nn.prelu", 2, check_prelu),
     "clip": ("relax.clip", 3, check_activation),
     "max_pool2d": ("relax.nn.max_pool2d", 1, check_pool),
     "avg_pool2d": ("relax.nn.avg_pool2d", 1, check_pool),

@@ -399,6 +399,27 @@ def _stacked_extremum_to_pairs():
     return pat, r
 
 
+def _where_to_prelu():
+    """``where(x > 0, x, alpha * x)`` with one slope per channel (torch.export's PReLU) is
+    ``prelu(x, alpha)``: one activation, where the affine folding would fold ``alpha * x`` into a
+    second copy of the conv that makes x."""
+    x, c = wildcard(), is_const()
+    zero = is_const()
+    scaled = is_op("relax.multiply")(c, x) | is_op("relax.multiply")(x, c)
+    pat = is_op("relax.where")(is_op("relax.greater")(x, zero), x, scaled)
+
+    def r(expr, m):
+        if _value(m[zero]).size != 1 or float(_value(m[zero]).reshape(())) != 0.0:
+            return expr
+        shape = shape_of(m[x])
+        alpha = channel_values(_value(m[c]), shape) if len(shape) in (2, 4) else None
+        if alpha is None:
+            return expr
+        return relax.op.nn.prelu(m[x], _const(alpha.astype(np.float32)), axis=1)
+
+    return pat, r
+
+
 def _permute_into_dense():
     """``matmul(reshape(permute_dims(x), (N, K)), W)`` with the batch axis kept first: the same dense
     layer on x flattened as it is, its weight rows reordered (MTCNN's nets permute NCHW to NWHC
@@ -429,8 +450,10 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
         func = _rewrite_to_fixpoint(
-            func, [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense()]
-        )
+            func,
+            [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
+             _where_to_prelu()],
+        )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])

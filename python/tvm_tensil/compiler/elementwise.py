@@ -32,6 +32,14 @@ class LeakyRelu:
 
 
 @dataclass(frozen=True)
+class PRelu:
+    """``x`` where positive, else ``alpha[c] * x``: one slope per channel, all at most 1 (then it is
+    ``max(x, alpha x)``) or all at least 1 (``min(x, alpha x)``)."""
+
+    alpha: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Clip:
     lo: float  # -inf or inf: no bound on that side
     hi: float
@@ -54,26 +62,29 @@ class HardSigmoid:
 class Activation:
     attrs: type
     meaning: Callable[[np.ndarray, Any], np.ndarray]  # in float (values as stored: times 2**shift)
-    constants: Callable[[Any, "DataType"], list[float]]  # the constant vectors its instructions read
-    emit: Callable[["LIR", int, int, Any, dict], None]  # (lir, first accumulator, count, attrs, constants)
+    # The constant vectors its instructions read (data type, lanes): a float fills every lane, a
+    # tuple gives each lane its value (per-channel constants: one vector per channel block).
+    constants: Callable[[Any, "DataType", int], list]
+    # (lir, first accumulator, count, attrs, constants, channel block of the vectors or None: mixed)
+    emit: Callable[["LIR", int, int, Any, dict, "int | None"], None]
     # Its attrs for inputs stored times 2**k_in and results times 2**k_out (equal but for ops that
     # change the scale).
     scaled: Callable[[Any, int, int], Any] = lambda attrs, k_in, k_out: attrs
 
 
-def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict) -> None:
+def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) -> None:
     lir.simd(SIMDOp.ZERO, dest=1)
     lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
 
 
-def _emit_leaky_relu(lir: "LIR", acc: int, count: int, attrs: LeakyRelu, cvec: dict) -> None:
+def _emit_leaky_relu(lir: "LIR", acc: int, count: int, attrs: LeakyRelu, cvec: dict, block=None) -> None:
     """max(x, alpha * x), for 0 <= alpha <= 1."""
     a = cvec[float(attrs.alpha)]
     steps = [(SIMDOp.MOVE, 1, 0, 0, a, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None), (SIMDOp.MAX, 0, 0, 1, "v", "v")]
     lir.simd_runs(acc, count, steps)
 
 
-def _emit_clip(lir: "LIR", acc: int, count: int, attrs: Clip, cvec: dict) -> None:
+def _emit_clip(lir: "LIR", acc: int, count: int, attrs: Clip, cvec: dict, block=None) -> None:
     for bound, fn in ((attrs.hi, SIMDOp.MIN), (attrs.lo, SIMDOp.MAX)):
         if np.isfinite(bound):  # an infinite bound clips nothing beyond saturation
             lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])
@@ -131,12 +142,12 @@ def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
     return (v * h if a.swish else h) * 2.0**a.out_shift
 
 
-def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType") -> list[float]:
+def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int = 1) -> list[float]:
     p = _hard_sigmoid_plan(a, dt)
     return [b for b in p.bounds if b is not None] + [p.slope, *p.factors, p.offset, 0.0, p.one]
 
 
-def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict) -> None:
+def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict, block=None) -> None:
     """Per vector, in register 1: x clipped to its widened active range, times the slope, to its
     scale, plus the offset, clipped to [0, 1]; then out (a HardSwish: x times it)."""
     p = _hard_sigmoid_plan(a, lir.arch.data_type)
@@ -158,15 +169,37 @@ def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: d
     lir.simd_runs(acc, count, steps)
 
 
+def _prelu_blocks(a: PRelu, lanes: int) -> list[tuple[float, ...]]:
+    """The slopes per channel block, padded with zeros to whole vectors."""
+    padded = list(a.alpha) + [0.0] * (-len(a.alpha) % lanes)
+    return [tuple(padded[i : i + lanes]) for i in range(0, len(padded), lanes)]
+
+
+def _emit_prelu(lir: "LIR", acc: int, count: int, a: PRelu, cvec: dict, block=None) -> None:
+    """max(x, alpha x) (min for slopes above 1), alpha the block's vector of slopes."""
+    if block is None:
+        raise ValueError("prelu: per-channel slopes need vectors of one channel block (fused into a conv)")
+    slopes = cvec[_prelu_blocks(a, lir.arch.array_size)[block]]
+    pick = SIMDOp.MAX if max(a.alpha) <= 1 else SIMDOp.MIN
+    steps = [(SIMDOp.MOVE, 1, 0, 0, slopes, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None), (pick, 0, 0, 1, "v", "v")]
+    lir.simd_runs(acc, count, steps)
+
+
 ACTIVATIONS: dict[str, Activation] = {
-    "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt: [], _emit_relu),
+    "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt, n: [], _emit_relu),
     "leaky_relu": Activation(
-        LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), lambda a, dt: [a.alpha], _emit_leaky_relu
+        LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), lambda a, dt, n: [a.alpha], _emit_leaky_relu
+    ),
+    "prelu": Activation(
+        PRelu,
+        lambda x, a: np.where(x > 0, x, np.asarray(a.alpha) * x),
+        lambda a, dt, n: _prelu_blocks(a, n),
+        _emit_prelu,
     ),
     "clip": Activation(
         Clip,
         lambda x, a: np.minimum(np.maximum(x, a.lo), a.hi),
-        lambda a, dt: [v for v in (a.lo, a.hi) if np.isfinite(v)],
+        lambda a, dt, n: [v for v in (a.lo, a.hi) if np.isfinite(v)],
         _emit_clip,
         lambda a, k_in, k_out: replace(a, lo=a.lo * 2.0**k_out, hi=a.hi * 2.0**k_out),
     ),
@@ -180,15 +213,16 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 
 
-def constants(epilogue, dt: "DataType") -> list[float]:
+def constants(epilogue, dt: "DataType", lanes: int) -> list:
     """The constant vectors an epilogue's ops read (one each, in first use order)."""
-    return list(dict.fromkeys(v for op, attrs in epilogue for v in ACTIVATIONS[op].constants(attrs, dt)))
+    return list(dict.fromkeys(v for op, attrs in epilogue for v in ACTIVATIONS[op].constants(attrs, dt, lanes)))
 
 
-def emit(lir: "LIR", acc: int, count: int, epilogue, cvec: dict[float, int]) -> None:
-    """An epilogue's ops on ``count`` accumulator vectors from ``acc``, in place."""
+def emit(lir: "LIR", acc: int, count: int, epilogue, cvec: dict, block: int | None = None) -> None:
+    """An epilogue's ops on ``count`` accumulator vectors from ``acc``, in place; ``block``: the
+    channel block they hold (None: they may hold several, no per-channel constants)."""
     for op, attrs in epilogue:
-        ACTIVATIONS[op].emit(lir, acc, count, attrs, cvec)
+        ACTIVATIONS[op].emit(lir, acc, count, attrs, cvec, block)
 
 
 def meaning(op: str, x: np.ndarray, attrs) -> np.ndarray:

@@ -34,7 +34,7 @@ def _select_channels(node: Node, ctx: Context, out: Out, segments: list[tuple[in
     wrec = out.consts.add("channel_selection", ctx.graph.constants, segments=[list(s) for s in segments])
     zero = out.consts.add("fill", ctx.graph.constants, values=[0.0])
     pairs = selection_blocks(segments, ctx.n)
-    cvals = epilogue_constants(node.epilogue, ctx.arch.data_type)
+    cvals = epilogue_constants(node.epilogue, ctx.arch.data_type, ctx.n)
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     cvec = const_vectors(ctx, out, cvals, acc_free)
     block = ctx.n + 1

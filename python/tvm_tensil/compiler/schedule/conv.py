@@ -294,7 +294,7 @@ def plan(
     depthwise = a.weight is None or a.groups != 1
     second = a.second
     order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
-    cvals = tuple(_constants(node, ctx.arch.data_type))
+    cvals = tuple(_constants(node, ctx.arch.data_type, ctx.n))
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     resident = sum(r.size for r in (recipes.second, recipes.identity) if r)
     local_free = ctx.arch.local_depth - len(cvals) - resident
@@ -339,9 +339,9 @@ def plan(
     )  # fmt: skip
 
 
-def _constants(node: Node, dt) -> list[float]:
+def _constants(node: Node, dt, lanes: int) -> list:
     second = node.attrs.second
-    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []), dt)
+    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []), dt, lanes)
 
 
 def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:
@@ -578,7 +578,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     s.release()  # what the block before still had to do
 
     def finish(lir: LIR) -> None:
-        emit_epilogue(lir, acc0, count, node.epilogue, cvec)
+        emit_epilogue(lir, acc0, count, node.epilogue, cvec, ob)
         gather(lir, tile, ob, acc0, store)
 
     if second:  # now: the second output's MatMul reads this gather
@@ -594,7 +594,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         store2 = p.memory.stores2[i % p.buffers]
 
         def finish_second(lir: LIR) -> None:
-            emit_epilogue(lir, acc0, count, second.epilogue, cvec)
+            emit_epilogue(lir, acc0, count, second.epilogue, cvec, ob)
             gather(lir, tile, ob, acc0, store2)
 
         s.later(finish_second)

@@ -22,7 +22,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     ins = [ctx.place[i] for i in node.inputs]
     lir = out.lir
     epilogue = ([] if node.op == "add" else [(node.op, node.attrs)]) + node.epilogue
-    cvals = epilogue_constants(epilogue, ctx.arch.data_type)
+    cvals = epilogue_constants(epilogue, ctx.arch.data_type, ctx.n)
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     cvec = const_vectors(ctx, out, cvals, acc_free)
     chunk = min(acc_free, ctx.arch.local_depth - len(cvals))
@@ -55,7 +55,7 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     shift = node.attrs.shift if node.op == "mul" else 0
     factors = powers_of_two(shift, ctx.arch.data_type)
     before, after = (factors, []) if shift < 0 else ([], factors)
-    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type) + factors))
+    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type, ctx.n) + factors))
     acc_free = ctx.arch.accumulator_depth - len(cvals) - 1  # and one vector for the broadcast one
     cvec = const_vectors(ctx, out, cvals, acc_free + 1)
     left, right = (1, 0) if swapped else (0, 1)

@@ -11,17 +11,19 @@ from .context import Context, Out, Tile
 from .tiles import tile_runs
 
 
-def const_vectors(ctx: Context, out: Out, values: list[float], acc_base: int, *more_bases: int) -> dict[float, int]:
-    """Load one full vector per value into the accumulators at ``acc_base`` (and copies at
-    ``more_bases``); returns where the first copy is."""
+def const_vectors(ctx: Context, out: Out, values: list, acc_base: int, *more_bases: int) -> dict:
+    """Load one vector per value into the accumulators at ``acc_base`` (and copies at
+    ``more_bases``): a float fills every lane, a tuple gives each lane its own; returns where the
+    first copy is."""
     if not values:
         return {}
-    rec = out.consts.add("fill", ctx.graph.constants, values=[float(v) for v in values])
+    fills = [[float(x) for x in v] if isinstance(v, tuple) else float(v) for v in values]
+    rec = out.consts.add("fill", ctx.graph.constants, values=fills)
     scratch = ctx.arch.local_depth - len(values)
     out.lir.datamove(Direction.DRAM1_TO_LOCAL, scratch, rec.base, rec.size)
     for base in (acc_base, *more_bases):
         out.lir.datamove(Direction.LOCAL_TO_ACC, scratch, base, rec.size)
-    return {float(v): acc_base + i for i, v in enumerate(values)}
+    return {v if isinstance(v, tuple) else float(v): acc_base + i for i, v in enumerate(values)}
 
 
 # The constants an epilogue's ops read, and the ops as SIMD instructions (``compiler/elementwise.py``).

@@ -86,7 +86,8 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     n_img, h, w, _ = inp.shape
     lv = _Levels(h * w, 1 << max(0, h * w - 1).bit_length(), ctx.n + 1, inp.blocks)
     post = lv.total / lv.pixels
-    cvals = list(dict.fromkeys(([post] if post != 1.0 else []) + epilogue_constants(node.epilogue, ctx.arch.data_type)))
+    fused = epilogue_constants(node.epilogue, ctx.arch.data_type, ctx.n)
+    cvals = list(dict.fromkeys(([post] if post != 1.0 else []) + fused))
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     room = ctx.arch.local_depth - len(cvals) - lv.block
     # Local memory from ``base``: the diagonal weights, then the data (``block`` vectors up).

@@ -39,7 +39,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     padding = a.padding
     is_max = node.op == "max_pool2d"
     shift, scales, counts = (0, {}, None) if is_max else _average_scales(node, ctx, window)
-    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type) + list(scales.values())))
+    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type, ctx.n) + list(scales.values())))
     wsize = 0 if is_max else ctx.n + 1
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     local_free = ctx.arch.local_depth - len(cvals) - 1 - wsize
