@@ -210,7 +210,8 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 
 def two_maps():
     """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
-    a per-channel vector), a difference, a product, a maximum and a minimum of maps."""
+    a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
+    PReLU over two channel blocks (a vector of slopes each) and one with x * relu6(x + 3)."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
@@ -227,7 +228,12 @@ def two_maps():
     )
     gated = b.op("Mul", [c, gate])
     d = b.op("Sub", ["x", gated])
-    m = b.op("Max", [d, b.op("Mul", ["x", c])])
+    wide = b.op("Conv", [d, b.const(rng.standard_normal((16, 8, 1, 1)) / 4)])
+    prelu = b.op("PRelu", [wide, b.const(rng.uniform(-0.5, 1, (16, 1, 1)))])
+    e = b.op("Conv", [prelu, b.const(rng.standard_normal((8, 16, 1, 1)) / 4)])
+    relu6 = b.op("Clip", [b.op("Add", [e, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
+    six = b.op("Mul", [e, relu6])
+    m = b.op("Max", [b.op("Mul", [six, b.const(np.array(0.2))]), b.op("Mul", ["x", c])])
     return b.model({"x": [1, 8, 6, 6]}, b.op("Min", [m, c]), opset=14), (1, 8, 6, 6)
 
 
