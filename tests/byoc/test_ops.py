@@ -460,16 +460,18 @@ def test_hard_swish_without_its_sixth_is_one_activation(compare):
     assert np.abs(tcu32 - cpu).max() <= 1e-3 * np.ptp(cpu)
 
 
-@pytest.mark.parametrize("slopes", ["channels", "one", "above_one"])
+@pytest.mark.parametrize("slopes", ["channels", "one", "above_one", "both_sides"])
 def test_onnx_prelu_on_the_conv(compare, slopes):
-    """ONNX PRelu (a slope per channel, shaped (C, 1, 1), or one for all; slopes above 1 as
-    min(x, alpha x)) fused into the conv: within one unit (1/256) of TVM's CPU build, the slope's
-    product rounding (grid inputs and weights, slopes in eighths)."""
+    """ONNX PRelu fused into the conv: a slope per channel (shaped (C, 1, 1)) or one for all;
+    slopes above 1 as min(x, alpha x), on both sides of 1 as x + (alpha - 1) min(x, 0). Within one
+    unit (1/256) of TVM's CPU build: the slope's product rounding (grid inputs and weights, slopes
+    in eighths)."""
     b = OnnxBuilder(seed=10, grid=True)
     rng = np.random.default_rng(10)
     x = b.conv("x", 8, 16, bias=True, scale=0.1)
     alpha = {"channels": rng.integers(-4, 8, (16, 1, 1)) / 8, "one": np.array([0.25]),
-             "above_one": rng.integers(9, 16, (16, 1, 1)) / 8}[slopes]  # fmt: skip
+             "above_one": rng.integers(9, 16, (16, 1, 1)) / 8,
+             "both_sides": rng.integers(-4, 16, (16, 1, 1)) / 8}[slopes]  # fmt: skip
     m = b.model({"x": [1, 8, 6, 6]}, b.op("PRelu", [x, b.const(alpha)]))
     cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, 8, 6, 6), -4, 4)})
     (part,) = report.partitions.values()

@@ -211,7 +211,7 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 def two_maps():
     """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
     a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
-    PReLU over two channel blocks (a vector of slopes each) and one with x * relu6(x + 3)."""
+    PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3)."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
@@ -229,7 +229,7 @@ def two_maps():
     gated = b.op("Mul", [c, gate])
     d = b.op("Sub", ["x", gated])
     wide = b.op("Conv", [d, b.const(rng.standard_normal((16, 8, 1, 1)) / 4)])
-    prelu = b.op("PRelu", [wide, b.const(rng.uniform(-0.5, 1, (16, 1, 1)))])
+    prelu = b.op("PRelu", [wide, b.const(rng.uniform(-0.5, 1.5, (16, 1, 1)))])  # slopes on both sides of 1
     e = b.op("Conv", [prelu, b.const(rng.standard_normal((8, 16, 1, 1)) / 4)])
     relu6 = b.op("Clip", [b.op("Add", [e, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
     six = b.op("Mul", [e, relu6])

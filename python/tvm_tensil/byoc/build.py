@@ -162,9 +162,12 @@ class BuildReport:
                 lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
         lines += [f"warning: {w}" for w in weight_losses(self)]
         if self.cpu_ops:
-            lines.append("on the CPU:")
+            splits = sum(op.get("splits", False) for op in self.cpu_ops)
+            between = f" ({splits} between TCU partitions, marked *: each a round trip between the devices)"
+            lines.append("on the CPU:" + (between if splits else ""))
             for op in self.cpu_ops:
-                lines.append(f"  {op['op']} {tuple(op['shape'])}: {op['reason']}")
+                mark = "*" if op.get("splits") else " "
+                lines.append(f" {mark}{op['op']} {tuple(op['shape'])}: {op['reason']}")
         else:
             lines.append("on the CPU: nothing")
         if a.clock_mhz:
@@ -203,7 +206,10 @@ def _weights_not_constant(call, params) -> str | None:
 
 
 def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
+    """Every op left on the CPU with its reason, and whether it splits the TCU's part (a TCU
+    partition before it and one after it: a round trip between the devices)."""
     ops = []
+    splitting = _splitting(mod)
     for gv, func in mod.functions.items():
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
@@ -216,10 +222,42 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                     shape = ()
                 name = e.op.name
                 reason = rejections.reason(name, shape) or _weights_not_constant(e, func.params)
-                ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}"})
+                ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}",
+                            "splits": e in splitting or gv in splitting})  # fmt: skip
 
         relax.analysis.post_order_visit(func.body, visit)
     return ops
+
+
+def _splitting(mod: tvm.IRModule) -> set:
+    """The calls in ``main`` (CPU ops, and the functions they call) with a TCU partition upstream
+    and one downstream."""
+    tcu = {gv for gv, _ in _partitions(mod)}
+    bindings = [b for block in mod["main"].body.blocks for b in block.bindings]
+    uses: dict = {}
+    for b in bindings:
+        uses[b.var] = [b.value] if isinstance(b.value, relax.Var) else list(relax.analysis.free_vars(b.value))
+
+    def is_tcu(value) -> bool:
+        return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.GlobalVar) and value.op in tcu
+
+    after_tcu, before_tcu = set(), set()
+    for b in bindings:
+        if is_tcu(b.value) or any(v in after_tcu for v in uses[b.var]):
+            after_tcu.add(b.var)
+    for b in reversed(bindings):
+        if is_tcu(b.value) or b.var in before_tcu:
+            before_tcu.update(uses[b.var])
+    out = set()
+    for b in bindings:
+        v = b.value
+        if is_tcu(v) or b.var not in before_tcu or not any(u in after_tcu for u in uses[b.var]):
+            continue
+        if isinstance(v, relax.Call):
+            out.add(v)
+            if isinstance(v.op, tvm.ir.GlobalVar):
+                out.add(v.op)
+    return out
 
 
 def _partitions(mod: tvm.IRModule):

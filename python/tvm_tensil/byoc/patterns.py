@@ -138,11 +138,8 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
 def check_prelu(arch: Architecture, call: relax.Call) -> str | None:
     if err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, "prelu"):
         return err
-    a = prelu_slopes(call)
-    if a is None:
+    if prelu_slopes(call) is None:
         return "prelu slopes that are not one per channel (or one for all)"
-    if a.min() < 1 < a.max():
-        return "prelu slopes on both sides of 1 (computed as max(x, alpha*x), or min for slopes above 1)"
     return None
 
 

@@ -33,8 +33,8 @@ class LeakyRelu:
 
 @dataclass(frozen=True)
 class PRelu:
-    """``x`` where positive, else ``alpha[c] * x``: one slope per channel, all at most 1 (then it is
-    ``max(x, alpha x)``) or all at least 1 (``min(x, alpha x)``)."""
+    """``x`` where positive, else ``alpha[c] * x``: one slope per channel. All at most 1, it is
+    ``max(x, alpha x)``; all at least 1, ``min(x, alpha x)``; else ``x + (alpha - 1) min(x, 0)``."""
 
     alpha: tuple[float, ...]
 
@@ -169,19 +169,31 @@ def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: d
     lir.simd_runs(acc, count, steps)
 
 
-def _prelu_blocks(a: PRelu, lanes: int) -> list[tuple[float, ...]]:
-    """The slopes per channel block, padded with zeros to whole vectors."""
-    padded = list(a.alpha) + [0.0] * (-len(a.alpha) % lanes)
-    return [tuple(padded[i : i + lanes]) for i in range(0, len(padded), lanes)]
+def _prelu_mixed(a: PRelu) -> bool:
+    return min(a.alpha) < 1 < max(a.alpha)
+
+
+def _prelu_blocks(a: PRelu, lanes: int) -> list:
+    """The slopes (slopes minus one where they lie on both sides of 1) per channel block, padded
+    with zeros to whole vectors; and zero, for the mixed form."""
+    values = [v - 1 for v in a.alpha] if _prelu_mixed(a) else list(a.alpha)
+    padded = values + [0.0] * (-len(values) % lanes)
+    return [tuple(padded[i : i + lanes]) for i in range(0, len(padded), lanes)] + ([0.0] if _prelu_mixed(a) else [])
 
 
 def _emit_prelu(lir: "LIR", acc: int, count: int, a: PRelu, cvec: dict, block=None) -> None:
-    """max(x, alpha x) (min for slopes above 1), alpha the block's vector of slopes."""
+    """max(x, alpha x) (min for slopes above 1; x + (alpha - 1) min(x, 0) for both), alpha the
+    block's vector of slopes."""
     if block is None:
         raise ValueError("prelu: per-channel slopes need vectors of one channel block (fused into a conv)")
     slopes = cvec[_prelu_blocks(a, lir.arch.array_size)[block]]
-    pick = SIMDOp.MAX if max(a.alpha) <= 1 else SIMDOp.MIN
-    steps = [(SIMDOp.MOVE, 1, 0, 0, slopes, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None), (pick, 0, 0, 1, "v", "v")]
+    if _prelu_mixed(a):
+        steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[0.0], None), (SIMDOp.MIN, 1, 0, 1, "v", None)]
+        steps += [(SIMDOp.MULTIPLY, 1, 0, 1, slopes, None), (SIMDOp.ADD, 0, 0, 1, "v", "v")]
+    else:
+        pick = SIMDOp.MAX if max(a.alpha) <= 1 else SIMDOp.MIN
+        steps = [(SIMDOp.MOVE, 1, 0, 0, slopes, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
+        steps.append((pick, 0, 0, 1, "v", "v"))
     lir.simd_runs(acc, count, steps)
 
 
