@@ -268,7 +268,7 @@ def _cmd_run(args) -> int:
             if failure is not None:
                 raise DeviceError(f"the {args.device} device failed: {_first_line(failure)}") from None
             raise ModelError(_input_mismatch(e, params, arrays)) from None
-    outs = result if isinstance(result, (list, tuple)) else [result]
+    outs = [result] if hasattr(result, "numpy") else list(result)  # one tensor, or TVM's Array of them
     for i, o in enumerate(outs):
         value = o.numpy()
         if args.output:

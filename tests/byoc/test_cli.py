@@ -241,3 +241,25 @@ def test_a_device_failing_inside_the_model_is_a_device_error(tmp_path):
             "--socket", str(sock))  # fmt: skip
     assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
     assert r.stderr.count("\n") == 1 and str(sock) in r.stderr and "rejected its inputs" not in r.stderr
+
+
+def test_run_saves_every_output_of_a_model_with_several(tmp_path):
+    """A model with two outputs (TVM returns them as an Array): one .npy each, as computed in process."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+
+    b = zoo.OnnxBuilder(seed=12)
+    c = b.conv("x", 4, 8, bias=True)
+    model = b.model({"x": [1, 4, 6, 6]}, [b.op("Relu", [c]), b.op("Sigmoid", [c])])
+    x = np.random.default_rng(12).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ex = tvm_tensil.build(from_onnx(model, keep_params_in_input=False), target="tensil")
+    ex.export_library(str(tmp_path / "two.so"))
+    want = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", str(tmp_path / "two.so"), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    for i in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"y.{i}.npy"), want[i].numpy())
