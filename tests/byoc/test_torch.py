@@ -249,3 +249,36 @@ def test_prelu_slopes_on_both_sides_of_one_too():
     with torch.no_grad():
         want = model(x).numpy()
     assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+
+
+class MaxMinPRelu(torch.nn.Module):
+    """PReLU written out: relu(x) + alpha * min(x, 0), per channel."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.alpha = torch.nn.Parameter(torch.linspace(-0.5, 1.5, 8).reshape(1, 8, 1, 1), requires_grad=False)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.clamp(y, min=0) + self.alpha * torch.clamp(y, max=0)
+
+
+def test_prelu_written_as_max_plus_scaled_min_is_one_epilogue():
+    from dataclasses import replace
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import FP32BP16
+
+    torch.manual_seed(5)
+    model, x = MaxMinPRelu().eval(), torch.randn(1, 3, 8, 8)
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
+    (part,) = ex.tensil_report.partitions.values()
+    assert ex.tensil_report.cpu_ops == [] and [(n["op"], n["epilogue"]) for n in part["nodes"]] == [
+        ("conv2d", ["prelu"])
+    ]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)

@@ -420,6 +420,41 @@ def _where_to_prelu():
     return pat, r
 
 
+def _clamp_bounds(call) -> tuple[float, float] | None:
+    """(lo, hi) of ``maximum(x, c)``, ``minimum(x, c)`` or ``clip(x, lo, hi)``; None otherwise."""
+    op = call.op.name
+    if op in ("relax.maximum", "relax.minimum") and isinstance(call.args[1], tvm.ir.GenericConst):
+        c = _value(call.args[1])
+        if c.size != 1:
+            return None
+        v = float(c.reshape(()))
+        return (v, float("inf")) if op == "relax.maximum" else (float("-inf"), v)
+    if op == "relax.clip":
+        return float(call.args[1].value), float(call.args[2].value)
+    return None
+
+
+def _max_min_to_prelu():
+    """``max(x, 0) + alpha * min(x, 0)`` (PReLU written out; torch's clamps import as clips) is
+    ``prelu(x, alpha)``."""
+    x, c = wildcard(), is_const()
+    pos = is_op("relax.maximum")(x, is_const()) | is_op("relax.clip")(x, wildcard(), wildcard())
+    neg = is_op("relax.minimum")(x, is_const()) | is_op("relax.clip")(x, wildcard(), wildcard())
+    scaled = is_op("relax.multiply")(c, neg) | is_op("relax.multiply")(neg, c)
+    pat = is_op("relax.add")(pos, scaled) | is_op("relax.add")(scaled, pos)
+
+    def r(expr, m):
+        if _clamp_bounds(m[pos]) != (0.0, float("inf")) or _clamp_bounds(m[neg]) != (float("-inf"), 0.0):
+            return expr
+        shape = shape_of(m[x])
+        alpha = channel_values(_value(m[c]), shape) if len(shape) in (2, 4) else None
+        if alpha is None:
+            return expr
+        return relax.op.nn.prelu(m[x], _const(alpha.astype(np.float32)), axis=1)
+
+    return pat, r
+
+
 def _permute_into_dense():
     """``matmul(reshape(permute_dims(x), (N, K)), W)`` with the batch axis kept first: the same dense
     layer on x flattened as it is, its weight rows reordered (MTCNN's nets permute NCHW to NWHC
@@ -452,7 +487,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _where_to_prelu()],
+             _where_to_prelu(), _max_min_to_prelu()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
