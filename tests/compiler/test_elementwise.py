@@ -77,3 +77,32 @@ def test_a_hard_swish_result_too_fine_for_the_data_type_is_an_error_not_a_wrong_
               [Node("hard_sigmoid", ["x"], "y", {"swish": True, "out_shift": 7})], ["x"], ["y"], [])  # fmt: skip
     with pytest.raises(ValueError, match="7 powers of two finer than its input does not fit FP16BP8"):
         compile_graph(g, PRESETS["pynqz1"], "t")
+
+
+SLOPES = [(-0.5, 0.0, 0.1, 0.25, 0.3, 0.9, 1.0, -2.0), (1.0, 1.5, 3.0, 1.1, 2.0, 1.25, 4.0, 1.0),
+          (-0.5, 0.1, 0.9, 1.5, 3.0, -2.0, 0.0, 1.25)]  # fmt: skip
+
+
+@pytest.mark.parametrize("slopes", SLOPES)
+def test_prelu_within_half_a_unit_of_every_value(slopes):
+    """PReLU on a conv (an identity 1x1), every FP16BP8 value in [-16, 16) in every channel: within
+    half a unit (1/512) of x where positive and alpha x else, with alpha as the data type holds it
+    (the one rounding is the product's); slopes at most 1, at least 1, and on both sides of 1."""
+    import numpy as np
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.runtime import Emulator
+
+    arch = PRESETS["pynqz1"]
+    x = np.repeat((np.arange(-16 * 256, 16 * 256) / 256)[:, None], 8, axis=1).reshape(1, 1, -1, 8)
+    conv = dict(weight=0, bias=None, strides=(1, 1), dilation=(1, 1), groups=1, padding=(0, 0, 0, 0))
+    nodes = [Node("conv2d", ["x"], "t", conv), Node("prelu", ["t"], "y", {"alpha": slopes})]
+    tensors = {k: Tensor(k, x.shape) for k in ("x", "t", "y")}
+    g = Graph(tensors, nodes, ["x"], ["y"], [np.eye(8, dtype=np.float32).reshape(8, 8, 1, 1)])
+    part = compile_graph(g, arch, "t")
+    emu = Emulator(arch)
+    y = emu.run_model(part.model(g.constants), {"x": x})["y"]
+    alpha = np.round(np.asarray(slopes) * 256) / 256
+    assert emu.last_stats.saturated == 0
+    assert np.all(np.abs(y - np.where(x > 0, x, np.clip(alpha * x, -128, 127.99609375))) <= 2.0**-9)
