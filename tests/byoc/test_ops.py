@@ -204,7 +204,7 @@ def test_softmax_stays_on_cpu_with_reason(compare):
     cpu, tcu, report, _ = compare(b.model({"x": [2, 8]}, y), {"x": grid(rng, (2, 8))})
     np.testing.assert_allclose(tcu, cpu, atol=1e-6)
     assert report.cpu_ops == [
-        {"op": "relax.nn.softmax", "shape": [2, 8], "reason": "no Tensil pattern for relax.nn.softmax"}
+        {"op": "relax.nn.softmax", "shape": [2, 8], "reason": "no Tensil pattern for relax.nn.softmax", "splits": False}
     ]
 
 
@@ -476,5 +476,21 @@ def test_onnx_prelu_on_the_conv(compare, slopes):
     cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, 8, 6, 6), -4, 4)})
     (part,) = report.partitions.values()
     assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == [("conv2d", ["prelu"])]
+    assert cpu_ops(report) == []
+    np.testing.assert_allclose(tcu, cpu, rtol=0, atol=2**-8)
+
+
+@pytest.mark.parametrize("producer", ["Add", "MaxPool", "input"])
+def test_onnx_prelu_after_other_ops(compare, producer):
+    """A PReLU on a sum of two maps, on a max pool, on the model's input: fused into that op (one
+    vector of slopes per channel block, its runs split by block) or a layer of its own."""
+    b = OnnxBuilder(seed=13, grid=True)
+    rng = np.random.default_rng(13)
+    x = {"Add": lambda: b.op("Add", ["x", "y"]), "input": lambda: "x",
+         "MaxPool": lambda: b.op("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])}[producer]()  # fmt: skip
+    alpha = rng.integers(-4, 16, (16, 1, 1)) / 8
+    inputs = {"x": [1, 16, 6, 6]} | ({"y": [1, 16, 6, 6]} if producer == "Add" else {})
+    m = b.model(inputs, b.op("PRelu", [x, b.const(alpha)]))
+    cpu, tcu, report, _ = compare(m, {k: grid(rng, tuple(v), -4, 4) for k, v in inputs.items()})
     assert cpu_ops(report) == []
     np.testing.assert_allclose(tcu, cpu, rtol=0, atol=2**-8)

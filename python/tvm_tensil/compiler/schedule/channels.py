@@ -59,7 +59,7 @@ def _select_channels(node: Node, ctx: Context, out: Out, segments: list[tuple[in
                 lir.datamove(Direction.DRAM1_TO_LOCAL, wlocal, wrec.base + k * block, block)
                 lir.load_weights(wlocal, block)
                 lir.matmul(stage, 0, cnt, accumulate=True)
-            emit_epilogue(lir, 0, cnt, node.epilogue, cvec)
+            emit_epilogue(lir, 0, cnt, node.epilogue, cvec, ob)
             lir.datamove(Direction.ACC_TO_LOCAL, buf, 0, cnt)
             lir.datamove(Direction.LOCAL_TO_DRAM0, buf, result.base + ob * result.pixels + start, cnt)
     return NOTHING

@@ -26,15 +26,15 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     cvec = const_vectors(ctx, out, cvals, acc_free)
     chunk = min(acc_free, ctx.arch.local_depth - len(cvals))
-    # Every vector is real (no padding blocks) and the operands share the layout: one flat run. Two
-    # maps are added as the second's move into the accumulators (a saturating add).
-    for off in range(0, result.size, chunk):
-        cnt = min(chunk, result.size - off)
+    # Every vector is real (no padding blocks) and the operands share the layout: one flat run (one
+    # per channel block when the epilogue reads per-channel constants). Two maps are added as the
+    # second's move into the accumulators (a saturating add).
+    for off, cnt, block in _runs(result, chunk, cvals):
         lir.comment(f"{node.op} {node.output}: vectors {off}+{cnt}")
         for k, src in enumerate(ins):
             lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt)
             lir.datamove(Direction.LOCAL_TO_ACC_ACCUMULATE if k else Direction.LOCAL_TO_ACC, 0, 0, cnt)
-        emit_epilogue(lir, 0, cnt, epilogue, cvec)
+        emit_epilogue(lir, 0, cnt, epilogue, cvec, block)
         lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, cnt)
         lir.datamove(Direction.LOCAL_TO_DRAM0, 0, result.base + off, cnt)
     return NOTHING
@@ -73,14 +73,13 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     result = ctx.place[node.output]
     if not broadcast:
         chunk = min(acc_free // 2, ctx.arch.local_depth - len(cvals))
-        for off in range(0, result.size, chunk):
-            cnt = min(chunk, result.size - off)
+        for off, cnt, block in _runs(result, chunk, cvals):
             lir.comment(f"{node.op} {node.output}: vectors {off}+{cnt}")
             for src, acc in ((mat, 0), (vec, cnt)):
                 lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt)
                 lir.datamove(Direction.LOCAL_TO_ACC, 0, acc, cnt)
             lir.simd_runs(0, cnt, [(SIMDOp.MOVE, 1, 0, 0, ("v", cnt), None)] + scale_r1 + tail)
-            _finish(node, lir, cnt, cvec, result.base + off)
+            _finish(node, lir, cnt, cvec, result.base + off, block)
         return NOTHING
     n, h, w, _ = result.shape
     chunk = min(acc_free, ctx.arch.local_depth - len(cvals), h * w)
@@ -98,11 +97,24 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
                 for step in scale_r1:
                     lir.simd(step[0], dest=1, left=0, right=1, read=step[4])
                 lir.simd_runs(0, cnt, tail)
-                _finish(node, lir, cnt, cvec, result.address(img, 0, 0, b) + off)
+                _finish(node, lir, cnt, cvec, result.address(img, 0, 0, b) + off, b)
     return NOTHING
 
 
-def _finish(node: Node, lir, cnt: int, cvec, address: int) -> None:
-    emit_epilogue(lir, 0, cnt, node.epilogue, cvec)
+def _runs(result, chunk: int, cvals: list):
+    """(first vector, count, channel block) of a map's runs of at most ``chunk`` vectors: the whole
+    map in one run, or each channel block in its own when the epilogue reads per-channel constants
+    (block None: a run may span blocks)."""
+    if any(isinstance(v, tuple) for v in cvals):
+        spans = [(b * result.pixels, result.pixels, b) for b in range(result.blocks)]
+    else:
+        spans = [(0, result.size, None)]
+    for start, size, block in spans:
+        for o in range(0, size, chunk):
+            yield start + o, min(chunk, size - o), block
+
+
+def _finish(node: Node, lir, cnt: int, cvec, address: int, block: int | None) -> None:
+    emit_epilogue(lir, 0, cnt, node.epilogue, cvec, block)
     lir.datamove(Direction.ACC_TO_LOCAL, 0, 0, cnt)
     lir.datamove(Direction.LOCAL_TO_DRAM0, 0, address, cnt)

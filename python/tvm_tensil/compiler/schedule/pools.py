@@ -88,7 +88,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
                         lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[factor])
                         for i in idx.tolist():
                             lir.simd(SIMDOp.MULTIPLY, left=0, right=1, read=i, write=i)
-            emit_epilogue(lir, 0, count, node.epilogue, cvec)
+            emit_epilogue(lir, 0, count, node.epilogue, cvec, b)
             gather(lir, tile, b, 0, store)
         flush(result, tile, store, lir.datamove)
     return NOTHING
