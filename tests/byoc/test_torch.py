@@ -175,24 +175,35 @@ class PermutedDense(torch.nn.Module):
         return self.fc(x.view(x.shape[0], -1))
 
 
-def test_a_permute_before_a_dense_layer_folds_into_its_weights():
-    """The permute never reaches the CPU: the dense layer reads the map as it is stored, its weight
-    rows reordered; exact at FP32BP16 (the same products), one partition."""
+def _at_fp32bp16(model, x):
+    """``model`` exported and built for pynqz1's array at FP32BP16 (logic, not rounding); returns the
+    report and the TCU's and TVM's CPU build's outputs, asserting they agree within 0.1% of the range
+    (the rounding of 16 fractional bits)."""
     from dataclasses import replace
 
     from tvm_tensil.arch import PRESETS
     from tvm_tensil.numbers import FP32BP16
 
-    torch.manual_seed(2)
-    x = torch.randn(1, 3, 6, 5)
-    model = PermutedDense().eval()
     mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
     ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
-    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
-    with torch.no_grad():
-        want = model(x).numpy()
+    args = [tvm.runtime.tensor(x.numpy())]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)[0].numpy()
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args)[0].numpy()
     assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+    return ex.tensil_report
+
+
+def _nodes(report) -> list:
+    (part,) = report.partitions.values()
+    return [(n["op"], n["epilogue"]) for n in part["nodes"]]
+
+
+def test_a_permute_before_a_dense_layer_folds_into_its_weights():
+    """The permute never reaches the CPU: the dense layer reads the map as it is stored, its weight
+    rows reordered; exact at FP32BP16 (the same products), one partition."""
+    torch.manual_seed(2)
+    report = _at_fp32bp16(PermutedDense().eval(), torch.randn(1, 3, 6, 5))
+    assert report.cpu_ops == [] and len(report.partitions) == 1
 
 
 class PReluNet(torch.nn.Module):
@@ -208,47 +219,15 @@ class PReluNet(torch.nn.Module):
         return self.c2(self.act(self.c1(x)))
 
 
-def test_prelu_is_one_epilogue_not_a_second_conv():
+@pytest.mark.parametrize("slopes", [(-0.5, 0.9), (-0.5, 1.5)])
+def test_prelu_is_one_epilogue_not_a_second_conv(slopes):
     """torch.export writes PReLU as where(x > 0, x, alpha * x); the affine folding used to fold
     alpha * x into a copy of the conv (the TCU ran it twice, the where on the CPU between). Now one
-    partition, the conv's epilogue (negative slopes too: max(x, alpha x)), as many convs as the
-    model has; exact logic at FP32BP16 (0.1% of range: the rounding of 16 fractional bits)."""
-    from dataclasses import replace
-
-    from tvm_tensil.arch import PRESETS
-    from tvm_tensil.numbers import FP32BP16
-
+    partition, the conv's epilogue, as many convs as the model has: slopes at most 1 (negative too:
+    max(x, alpha x)) and on both sides of 1 (MTCNN's P-Net: x + (alpha - 1) min(x, 0))."""
     torch.manual_seed(3)
-    model, x = PReluNet().eval(), torch.randn(1, 3, 10, 10)
-    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
-    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
-    report = ex.tensil_report
-    assert report.cpu_ops == [] and len(report.partitions) == 1
-    (part,) = report.partitions.values()
-    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == [("conv2d", ["prelu"]), ("conv2d", [])]
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
-    with torch.no_grad():
-        want = model(x).numpy()
-    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
-
-
-def test_prelu_slopes_on_both_sides_of_one_too():
-    """Slopes below and above 1 in one layer (MTCNN's P-Net): x + (alpha - 1) min(x, 0), on the TCU,
-    exact at FP32BP16."""
-    from dataclasses import replace
-
-    from tvm_tensil.arch import PRESETS
-    from tvm_tensil.numbers import FP32BP16
-
-    torch.manual_seed(4)
-    model, x = PReluNet(slopes=(-0.5, 1.5)).eval(), torch.randn(1, 3, 10, 10)
-    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
-    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
-    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
-    with torch.no_grad():
-        want = model(x).numpy()
-    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+    report = _at_fp32bp16(PReluNet(slopes).eval(), torch.randn(1, 3, 10, 10))
+    assert report.cpu_ops == [] and _nodes(report) == [("conv2d", ["prelu"]), ("conv2d", [])]
 
 
 class MaxMinPRelu(torch.nn.Module):
@@ -265,20 +244,6 @@ class MaxMinPRelu(torch.nn.Module):
 
 
 def test_prelu_written_as_max_plus_scaled_min_is_one_epilogue():
-    from dataclasses import replace
-
-    from tvm_tensil.arch import PRESETS
-    from tvm_tensil.numbers import FP32BP16
-
     torch.manual_seed(5)
-    model, x = MaxMinPRelu().eval(), torch.randn(1, 3, 8, 8)
-    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
-    ex = tvm_tensil.build(mod, target="tensil", arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
-    (part,) = ex.tensil_report.partitions.values()
-    assert ex.tensil_report.cpu_ops == [] and [(n["op"], n["epilogue"]) for n in part["nodes"]] == [
-        ("conv2d", ["prelu"])
-    ]
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
-    with torch.no_grad():
-        want = model(x).numpy()
-    assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+    report = _at_fp32bp16(MaxMinPRelu().eval(), torch.randn(1, 3, 8, 8))
+    assert report.cpu_ops == [] and _nodes(report) == [("conv2d", ["prelu"])]

@@ -399,6 +399,13 @@ def _stacked_extremum_to_pairs():
     return pat, r
 
 
+def _prelu(x, slopes) -> relax.Expr | None:
+    """``prelu(x, slopes)`` when the constant ``slopes`` holds one value per channel of x."""
+    shape = shape_of(x)
+    alpha = channel_values(_value(slopes), shape) if len(shape) in (2, 4) else None
+    return None if alpha is None else relax.op.nn.prelu(x, _const(alpha.astype(np.float32)), axis=1)
+
+
 def _where_to_prelu():
     """``where(x > 0, x, alpha * x)`` with one slope per channel (torch.export's PReLU) is
     ``prelu(x, alpha)``: one activation, where the affine folding would fold ``alpha * x`` into a
@@ -411,11 +418,8 @@ def _where_to_prelu():
     def r(expr, m):
         if _value(m[zero]).size != 1 or float(_value(m[zero]).reshape(())) != 0.0:
             return expr
-        shape = shape_of(m[x])
-        alpha = channel_values(_value(m[c]), shape) if len(shape) in (2, 4) else None
-        if alpha is None:
-            return expr
-        return relax.op.nn.prelu(m[x], _const(alpha.astype(np.float32)), axis=1)
+        prelu = _prelu(m[x], m[c])
+        return expr if prelu is None else prelu
 
     return pat, r
 
@@ -446,11 +450,8 @@ def _max_min_to_prelu():
     def r(expr, m):
         if _clamp_bounds(m[pos]) != (0.0, float("inf")) or _clamp_bounds(m[neg]) != (float("-inf"), 0.0):
             return expr
-        shape = shape_of(m[x])
-        alpha = channel_values(_value(m[c]), shape) if len(shape) in (2, 4) else None
-        if alpha is None:
-            return expr
-        return relax.op.nn.prelu(m[x], _const(alpha.astype(np.float32)), axis=1)
+        prelu = _prelu(m[x], m[c])
+        return expr if prelu is None else prelu
 
     return pat, r
 

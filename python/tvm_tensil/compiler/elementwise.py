@@ -142,7 +142,7 @@ def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
     return (v * h if a.swish else h) * 2.0**a.out_shift
 
 
-def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int = 1) -> list[float]:
+def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int) -> list[float]:
     p = _hard_sigmoid_plan(a, dt)
     return [b for b in p.bounds if b is not None] + [p.slope, *p.factors, p.offset, 0.0, p.one]
 
