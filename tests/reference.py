@@ -29,6 +29,21 @@ def conv2d_nhwc(x, w, bias, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1
     return out + (0 if bias is None else bias)
 
 
+def conv_transpose2d_nhwc(x, w, bias, strides, padding, out_hw):
+    """x (n, h, w, ci); w (ci, co, kh, kw); output pixel i * stride - pad + k gets x[i] * w[k]."""
+    n, h, wd, _ = x.shape
+    _, co, kh, kw = w.shape
+    out = np.zeros((n, *out_hw, co))
+    for i in range(h):
+        for j in range(wd):
+            for ky in range(kh):
+                for kx in range(kw):
+                    y, xo = i * strides[0] - padding[0] + ky, j * strides[1] - padding[1] + kx
+                    if 0 <= y < out_hw[0] and 0 <= xo < out_hw[1]:
+                        out[:, y, xo] += x[:, i, j] @ w[:, :, ky, kx]
+    return out + bias
+
+
 def pool_nhwc(x, kernel, strides, padding, kind, count_include_pad=False):
     n, h, w, c = x.shape
     kh, kw = kernel

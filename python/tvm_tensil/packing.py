@@ -32,6 +32,15 @@ def _bias_rows(consts, bias: int, blocks: int, n: int) -> np.ndarray:
     return b.reshape(blocks, n)
 
 
+def phase_kernel(w, phase: Sequence[int]) -> np.ndarray:
+    """One output phase of a transposed conv as a conv kernel (O, I, J, J'): from the transposed
+    weight (I, O, KH, KW), the taps ``ky = ry + sy * j`` in reverse order (a correlation over the
+    input where the transposed conv scatters), ``phase`` = (sy, sx, ry, rx)."""
+    sy, sx, ry, rx = (int(v) for v in phase)
+    w = np.asarray(w)
+    return w[:, :, ry::sy, rx::sx][:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+
+
 @packer("conv_weights")
 def pack_conv_weights(
     consts,
@@ -42,6 +51,7 @@ def pack_conv_weights(
     flatten: Sequence[int] | None = None,
     bias: int | None = None,
     bias_tap: Sequence[int] | None = None,
+    phase: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
@@ -54,8 +64,11 @@ def pack_conv_weights(
     but stored block-major (vector ``(c // N) * H * W + y * W + x``, lane ``c % N``); the weight rows
     are permuted to match. (C, H, W, blocks per pixel): a library built before the block-major
     layout, whose program reads the map as (h, w, c padded to that many blocks) lanes.
+    ``phase``: the weight is a transposed conv's; its phase's kernel is packed (``phase_kernel``).
     """
     w = np.asarray(consts[weight], dtype=np.float64)
+    if phase is not None:
+        w = phase_kernel(w, phase)
     if flatten is not None:
         c, h, wd = (int(v) for v in flatten[:3])
         ch = np.arange(c)[:, None, None]

@@ -18,6 +18,9 @@ class TensorPlacement:
     # A batch of NCHW maps of h*w pixels flattened for a dense layer, read in place: "pixel" i is
     # image i, "block" k is (map block k // hw, map pixel k % hw), so pixels are hw apart.
     flattened_hw: int = 0
+    # One phase of a larger map (a transposed conv's output, written in place): pixel (y, x) is
+    # pixel (sy * y + py, sx * x + px) of the (h, w) map at ``base``: (sy, sx, py, px, h, w).
+    interleave: tuple[int, int, int, int, int, int] | None = None
 
     @property
     def blocks(self) -> int:
@@ -35,6 +38,9 @@ class TensorPlacement:
 
     def address(self, n: int, y: int, x: int, block: int) -> int:
         _, h, w, _ = self.shape
+        if self.interleave:
+            sy, sx, py, px, h, w = self.interleave
+            return self.base + block * self.shape[0] * h * w + (n * h + sy * y + py) * w + sx * x + px
         if self.flattened_hw:
             hw = self.flattened_hw
             return self.base + (block // hw) * self.pixels * hw + ((n * h + y) * w + x) * hw + block % hw
@@ -42,8 +48,8 @@ class TensorPlacement:
 
     @property
     def pixel_step(self) -> int:
-        """DRAM0 vectors from one pixel to the next in a channel block."""
-        return self.flattened_hw or 1
+        """DRAM0 vectors from one pixel to the next in a row of a channel block."""
+        return self.interleave[1] if self.interleave else self.flattened_hw or 1
 
     @property
     def channels_padded(self) -> int:

@@ -49,6 +49,10 @@ OPS = [
     "Min",
     "Split",
     "Slice",
+    "ConvTranspose",
+    "PRelu",
+    "HardSigmoid",
+    "HardSwish",
 ]
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 TABLE = Path(__file__).resolve().parents[2] / "build" / "onnx_node_cases.md"
@@ -91,6 +95,8 @@ def _outputs(result) -> list[np.ndarray]:
 def _close(got, want, case) -> bool:
     for e, t in zip(want, got):
         e = np.asarray(e, dtype=np.float64)
+        if np.shape(t) != e.shape:  # TVM's importer read an attribute otherwise (ConvTranspose's output_shape)
+            return False
         span = float(np.ptp(e)) if e.size else 0.0
         if not np.all(np.abs(t - e) <= 0.01 * span + case.atol + case.rtol * np.abs(e) + 2.0**-15):
             return False

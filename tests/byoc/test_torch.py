@@ -247,3 +247,54 @@ def test_prelu_written_as_max_plus_scaled_min_is_one_epilogue():
     torch.manual_seed(5)
     report = _at_fp32bp16(MaxMinPRelu().eval(), torch.randn(1, 3, 8, 8))
     assert report.cpu_ops == [] and _nodes(report) == [("conv2d", ["prelu"])]
+
+
+class SegmentationHead(torch.nn.Module):
+    """A DBNet-style head: conv-bn-relu, a stride-2 ConvTranspose with batch norm and ReLU, another
+    ConvTranspose, a sigmoid; and a U-Net's 4x4 stride-2 upsampling."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(8, 12, 3, padding=1, bias=False), torch.nn.BatchNorm2d(12)
+        self.t1, self.b2 = torch.nn.ConvTranspose2d(12, 12, 2, 2), torch.nn.BatchNorm2d(12)
+        self.t2 = torch.nn.ConvTranspose2d(12, 6, 4, 2, padding=1)
+        self.t3 = torch.nn.ConvTranspose2d(6, 1, 3, 2, padding=1, output_padding=1)
+        with torch.no_grad():
+            for bn in (self.b1, self.b2):
+                bn.running_mean.uniform_(-0.2, 0.2)
+                bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = torch.relu(self.b1(self.c1(x)))
+        x = torch.relu(self.b2(self.t1(x)))
+        return torch.sigmoid(self.t3(torch.relu(self.t2(x))))
+
+
+def test_transposed_convs_run_on_the_tcu_with_their_batch_norms_folded():
+    """Every ConvTranspose (with its batch norm folded into its weights and its ReLU fused) in the one
+    partition; only the sigmoid stays on the CPU, after it, without splitting anything."""
+    torch.manual_seed(6)
+    report = _at_fp32bp16(SegmentationHead().eval(), torch.randn(1, 8, 5, 6))
+    assert [(o["op"], o["splits"]) for o in report.cpu_ops] == [("relax.sigmoid", False)]
+    assert _nodes(report) == [
+        ("conv2d", ["relu"]), ("conv_transpose", ["relu"]), ("conv_transpose", ["relu"]), ("conv_transpose", []),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "conv, reason",
+    [
+        (torch.nn.ConvTranspose2d(4, 4, 1, 2), "kernel 1x1 smaller than its stride"),
+        (torch.nn.ConvTranspose2d(4, 4, 3, 2, dilation=2), "dilated transposed convolution"),
+        (torch.nn.ConvTranspose2d(4, 4, 3, 2, groups=2), "grouped transposed convolution (groups = 2)"),
+    ],
+)
+def test_a_transposed_conv_the_tcu_cannot_run_stays_on_the_cpu_with_the_reason(conv, reason):
+    x = torch.randn(1, 4, 5, 5)
+    mod = from_exported_program(torch.export.export(conv.eval(), (x,)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    (op,) = [o for o in ex.tensil_report.cpu_ops if o["op"] == "relax.nn.conv2d_transpose"]
+    assert reason in op["reason"]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    # The bias add after it runs on the TCU at FP16BP8: within a unit of its 8 fractional bits.
+    np.testing.assert_allclose(got, conv(x).detach().numpy(), rtol=0, atol=2**-8)

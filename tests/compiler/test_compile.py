@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from reference import conv2d_nhwc, pool_nhwc
+from reference import conv2d_nhwc, conv_transpose2d_nhwc, pool_nhwc
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.runtime import Emulator
@@ -81,6 +81,36 @@ def test_conv2d_exact(x_shape, co, k, strides, padding, dilation):
     ref = conv2d_nhwc(x, w, bias, strides, padding, dilation)
     np.testing.assert_array_equal(y[out], ref)
     assert emu.last_stats.saturated == 0
+
+
+@pytest.mark.parametrize(
+    "x_shape, co, k, strides, padding, out_pad",
+    [
+        ((1, 5, 6, 8), 20, (2, 2), (2, 2), (0, 0), (0, 0)),  # a segmentation head's upsampling
+        ((2, 5, 6, 3), 5, (4, 4), (2, 2), (1, 1), (0, 0)),  # U-Net/GAN: two taps per phase, batch 2
+        ((1, 5, 6, 3), 5, (3, 3), (2, 2), (1, 1), (1, 1)),  # phases of 1 and 2 taps, output padding
+        ((1, 4, 5, 17), 6, (3, 2), (2, 1), (1, 0), (1, 0)),  # asymmetric; two input blocks
+        ((1, 3, 3, 8), 8, (5, 5), (3, 3), (1, 1), (2, 2)),  # stride 3: per-vector stores
+        ((1, 5, 6, 4), 3, (2, 3), (2, 3), (1, 2), (0, 0)),  # padding that crops whole input rows
+    ],
+)
+def test_transposed_conv_exact(x_shape, co, k, strides, padding, out_pad):
+    """One conv per output phase, each writing its pixels in place: exact on grid values, the
+    report shows the one layer."""
+    rng = np.random.default_rng(sum(x_shape) + co)
+    w = grid(rng, (x_shape[3], co, *k), -4, 4)
+    bias = grid(rng, co)
+    x = grid(rng, x_shape)
+    n, h, wd, _ = x_shape
+    out_hw = tuple((i - 1) * s - 2 * p + kk + o for i, s, p, kk, o in zip((h, wd), strides, padding, k, out_pad))
+    attrs = dict(weight=0, bias=1, strides=strides, padding=(*padding, *padding), transposed=True)
+    tensors = {"x": Tensor("x", x_shape), "y": Tensor("y", (n, *out_hw, co)), "z": Tensor("z", (n, *out_hw, co))}
+    g = Graph(tensors, [Node("conv2d", ["x"], "y", attrs), Node("relu", ["y"], "z")], ["x"], ["z"], [w, bias])
+    y, part, emu = run(g, {"x": x})
+    ref = np.maximum(conv_transpose2d_nhwc(x, w, bias, strides, padding, out_hw), 0)
+    np.testing.assert_array_equal(y["z"], ref)
+    assert emu.last_stats.saturated == 0
+    assert [(e["op"], e["output"], e["epilogue"]) for e in part.report["nodes"]] == [("conv_transpose", "z", ["relu"])]
 
 
 def test_depthwise_and_relu_epilogue():

@@ -211,7 +211,8 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
 def two_maps():
     """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
     a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
-    PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3)."""
+    PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3);
+    a transposed conv upsampling the result (phases of one and two taps, written in place)."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
@@ -234,7 +235,9 @@ def two_maps():
     relu6 = b.op("Clip", [b.op("Add", [e, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
     six = b.op("Mul", [e, relu6])
     m = b.op("Max", [b.op("Mul", [six, b.const(np.array(0.2))]), b.op("Mul", ["x", c])])
-    return b.model({"x": [1, 8, 6, 6]}, b.op("Min", [m, c]), opset=14), (1, 8, 6, 6)
+    up = b.const(rng.standard_normal((8, 4, 3, 3)) / 4)
+    out = b.op("ConvTranspose", [b.op("Min", [m, c]), up], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    return b.model({"x": [1, 8, 6, 6]}, out, opset=14), (1, 8, 6, 6)
 
 
 @pytest.mark.parametrize(

@@ -287,6 +287,15 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
             padding=tuple(int(p) for p in a.padding),
             groups=int(a.groups),
         )
+    if op == "relax.nn.conv2d_transpose":
+        return node(
+            "conv2d",
+            [_operand(scope, call.args[0])],
+            weight=b.const_index(call.args[1]),
+            strides=tuple(int(s) for s in a.strides),
+            padding=tuple(int(p) for p in a.padding),
+            transposed=True,
+        )
     if op == "relax.matmul":
         w = b.const_index(call.args[1])
         # A (K, M) matmul weight is a 1x1 conv weight (M, K, 1, 1); the packer transposes.

@@ -94,6 +94,32 @@ def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
     return None
 
 
+def check_conv2d_transpose(arch: Architecture, call: relax.Call) -> str | None:
+    """A transposed conv runs as one conv per output phase: each phase needs a tap, and an input
+    window that starts inside the input."""
+    a = call.attrs
+    x, w = call.args
+    if err := _float32(x, w) or _rank(x, (4,)):
+        return err
+    if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
+        return f"layout {a.data_layout}/{a.kernel_layout}: the TCU path takes NCHW/IOHW"
+    if int(a.groups) != 1:
+        return f"grouped transposed convolution (groups = {int(a.groups)})"
+    if any(int(d) != 1 for d in a.dilation):
+        return "dilated transposed convolution"
+    ci, _, kh, kw = shape_of(w)
+    out_hw = shape_of(call)[2:]
+    for k, s, pad, size in zip((kh, kw), (int(v) for v in a.strides), (int(p) for p in a.padding[:2]), out_hw):
+        for phase in range(min(s, size)):
+            taps = -(-(k - (phase + pad) % s) // s)
+            if taps < 1:
+                return f"kernel {kh}x{kw} smaller than its stride: some outputs get no tap"
+    window = kh * kw * math.ceil(ci / arch.array_size)
+    if window + 2 * (arch.array_size + 1) + 1 > arch.local_depth:
+        return f"a {kh}x{kw} window over {ci} channels needs {window} local vectors; local_depth is {arch.local_depth}"
+    return None
+
+
 def check_matmul(arch: Architecture, call: relax.Call) -> str | None:
     x, w = call.args
     if err := _float32(x, w):
@@ -296,6 +322,7 @@ def check_reshape(arch: Architecture, call: relax.Call) -> str | None:
 # Which check applies to which annotated part of a pattern. Fused patterns check every part.
 _PART_CHECKS = {
     "conv": check_conv2d,
+    "conv_transpose": check_conv2d_transpose,
     "matmul": check_matmul,
     "flatten": check_flatten,
     "bias": check_bias,
@@ -360,6 +387,7 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
         pats.append(FusionPattern(f"tensil.{name}", pattern, {"root": pattern}, _checker(arch, rejections, check)))
 
     conv = is_op("relax.nn.conv2d")(x(), is_const())
+    convt = is_op("relax.nn.conv2d_transpose")(x(), is_const())
     matmul = is_op("relax.matmul")(x(), is_const())
     flat = is_op("relax.reshape")(x(), x())
     flat_mm = is_op("relax.matmul")(flat, is_const())
@@ -367,12 +395,14 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
     # Each base, then its fused forms: bias, relu, bias + relu.
     for base_name, base, parts in (
         ("conv2d", conv, {"conv": conv}),
+        ("conv2d_transpose", convt, {"conv_transpose": convt}),
         ("matmul", matmul, {"matmul": matmul}),
         ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat}),
     ):
         pats.append(FusionPattern(f"tensil.{base_name}", base, dict(parts, root=base), check))
     for base_name, base, parts in (
         ("conv2d", conv, {"conv": conv}),
+        ("conv2d_transpose", convt, {"conv_transpose": convt}),
         ("matmul", matmul, {"matmul": matmul}),
         ("flatten_matmul", flat_mm, {"matmul": flat_mm, "flatten": flat}),
     ):

@@ -3,7 +3,7 @@
 - Constant folding, and inference-mode batch-norm decomposed into per-channel scale and shift
   (in numpy; a batch-norm in training mode is left as it is).
 - Per-channel affine chains (add / subtract / multiply / divide by constants) are folded into
-  the preceding conv2d or matmul: ``conv(x, W) * s + t`` becomes ``conv(x, W*s) + t``. This is
+  the preceding conv2d, conv2d_transpose or matmul: ``conv(x, W) * s + t`` becomes ``conv(x, W*s) + t``. This is
   batch-norm folding whether or not the conv has a bias.
 - A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
   matmul), which the TCU runs exactly like any other conv.
@@ -126,6 +126,32 @@ def _rules():
         )
 
     rules.append((mul_conv, r_mul_conv))
+
+    # multiply(conv2d_transpose(x, W), s) -> conv2d_transpose(x, W * s): W is (I, O, KH, KW)
+    convt = is_op("relax.nn.conv2d_transpose")(x, w)
+    mul_convt = is_op("relax.multiply")(convt, c)
+
+    def r_mul_convt(expr, m):
+        call = m[convt]
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout, int(a.groups)) != ("NCHW", "IOHW", "NCHW", 1):
+            return expr
+        s = _channel_vector(m[c], shape_of(call))
+        if s is None:
+            return expr
+        return relax.op.nn.conv2d_transpose(
+            m[x],
+            _const(_value(m[w]) * s.reshape(1, -1, 1, 1)),
+            strides=a.strides,
+            padding=a.padding,
+            output_padding=a.output_padding,
+            dilation=a.dilation,
+            groups=a.groups,
+            data_layout="NCHW",
+            kernel_layout="IOHW",
+        )
+
+    rules.append((mul_convt, r_mul_convt))
 
     # multiply(matmul(x, W), s) -> matmul(x, W * s)
     mm = is_op("relax.matmul")(x, w)

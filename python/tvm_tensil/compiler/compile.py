@@ -14,7 +14,7 @@ from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
 from .elementwise import HardSigmoid
-from .graph import EPILOGUE_OPS, Graph, Node, SecondOutput, layer_kind
+from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import interpret
 from .latency import critical_path
 from .lir import LIR
@@ -51,6 +51,7 @@ def fuse(graph: Graph) -> Graph:
                 and nxt.op == "add"
                 and not node.epilogue
                 and not node.attrs.residual
+                and not node.attrs.transposed
                 and len(set(nxt.inputs)) == 2
                 and len({graph.tensors[t].shape for t in nxt.inputs + [nxt.output]}) == 1
             ):
@@ -152,6 +153,8 @@ def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Nod
         a = node.attrs if node is not None and node.op == "conv2d" else None
         if a is None or a.weight is None or a.bias is not None or node.epilogue or a.residual or a.layout != "OIHW":
             return False
+        if a.transposed:
+            return False
         w = np.shape(graph.constants[a.weight])
         return (
             a.groups == w[0]
@@ -211,7 +214,7 @@ def _is_channel_affine(node: Node, graph: Graph) -> bool:
     """A depthwise 1x1 conv that only scales and shifts channels (an inference batch norm that had
     no conv to fold into), possibly with an activation."""
     a = node.attrs
-    if node.op != "conv2d" or a.weight is None or a.residual or a.second:
+    if node.op != "conv2d" or a.weight is None or a.residual or a.second or a.transposed:
         return False
     c = graph.tensors[node.output].c
     w = np.shape(graph.constants[a.weight])
@@ -230,7 +233,7 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
     the conv's second output: computed from the conv's result while it is still in local memory,
     instead of a layer that reads it back from DRAM0."""
     for node in list(nodes):
-        if node.op != "conv2d" or node.attrs.second or node.attrs.flatten:
+        if node.op != "conv2d" or node.attrs.second or node.attrs.flatten or node.attrs.transposed:
             continue
         users = [n for n in nodes if node.output in n.inputs]
         for user in users:
@@ -297,6 +300,10 @@ def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPla
     for view, (src, kind) in _views_in_order(graph):
         if kind == "flatten":
             place[view] = _flatten_view(place[src], arch)
+        elif isinstance(kind, Interleave):
+            sp = place[src]
+            whole = (kind.sy, kind.sx, kind.py, kind.px, sp.shape[1], sp.shape[2])
+            place[view] = TensorPlacement(sp.base, graph.tensors[view].shape, arch.array_size, interleave=whole)
         else:
             sp = place[src]
             vp = TensorPlacement(sp.base, graph.tensors[view].shape, arch.array_size)
@@ -328,7 +335,7 @@ def compile_graph(
     # another (a HardSwish), so each op is scaled for its own input and output first.
     graph, scaling = apply_shifts(graph, choice.shifts if choice else {})
     graph = fuse(graph)
-    graph = mark_flattened(graph)
+    graph = expand_transposed(mark_flattened(graph))
     place, dram0 = place_tensors(graph, arch)
     consts = ConstTable(arch)
     lir = LIR(arch)
@@ -365,7 +372,7 @@ def compile_graph(
     for entry, cycles in zip(per_node, path["by_node"]):
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
     report = {
-        "nodes": per_node,
+        "nodes": _phases_merged(per_node, graph),
         "instructions": len(program),
         "cycles": path["cycles"],
         "critical_path": path["by_kind"],
@@ -403,6 +410,23 @@ def compile_graph(
         constants=list(sources),
         rounded=tuple(sorted(choice.rounding.weights)) if choice and choice.rounding else (),
     )
+
+
+def _phases_merged(entries: list[dict], graph: Graph) -> list[dict]:
+    """The report's layers: a transposed conv's phases (consecutive nodes) as the one layer."""
+    merged: list[dict] = []
+    for entry in entries:
+        src, kind = graph.views.get(entry["output"], (None, None))
+        if isinstance(kind, Interleave):
+            entry = dict(entry, output=src)
+            if merged and merged[-1]["output"] == src and merged[-1]["op"] == entry["op"]:
+                last = merged[-1]
+                last["instructions"] += entry["instructions"]
+                last["cycles"] = {k: last["cycles"].get(k, 0) + entry["cycles"].get(k, 0)
+                                  for k in last["cycles"] | entry["cycles"]}  # fmt: skip
+                continue
+        merged.append(entry)
+    return merged
 
 
 def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Graph | None = None) -> dict[str, float]:
@@ -482,6 +506,41 @@ def _flatten_view(src: TensorPlacement, arch: Architecture) -> TensorPlacement:
     return TensorPlacement(
         src.base, (1, 1, n, h * w * src.channels_padded), arch.array_size, flattened_hw=h * w if n > 1 else 0
     )
+
+
+def expand_transposed(graph: Graph) -> Graph:
+    """Each transposed conv as one conv per output phase (sub-pixel convolution): phase (py, px)
+    computes the output pixels (sy * q + py, sx * r + px), a conv over the input with the taps of
+    the transposed kernel that reach them, and writes them in place (an ``Interleave`` view). The
+    TCU then multiplies exactly the transposed conv's products, no inserted zeros."""
+    if not any(n.op == "conv2d" and n.attrs.transposed for n in graph.nodes):
+        return graph
+    tensors, views, nodes = dict(graph.tensors), dict(graph.views), []
+    for node in graph.nodes:
+        a = node.attrs
+        if node.op != "conv2d" or not a.transposed:
+            nodes.append(node)
+            continue
+        n, h, w, _ = graph.tensors[node.inputs[0]].shape
+        _, oh, ow, o = graph.tensors[node.output].shape
+        _, _, kh, kw = np.shape(graph.constants[a.weight])
+        (sy, sx), (pt, pl) = a.strides, a.padding[:2]
+        for py in range(min(sy, oh)):
+            for px in range(min(sx, ow)):
+                phase = (sy, sx, (py + pt) % sy, (px + pl) % sx)
+                rows, cols = -(-(oh - py) // sy), -(-(ow - px) // sx)
+                jh, jw = kernel_size(graph.constants, replace(a, phase=phase))
+                top, left = jh - 1 - (py + pt) // sy, jw - 1 - (px + pl) // sx
+                if min(jh, jw) < 1:
+                    raise ScheduleError(f"transposed conv '{node.output}': phase ({py}, {px}) has no taps")
+                # Negative: the padding cropped whole input rows, the window starts inside the input.
+                padding = (top, left, max(0, rows + jh - 1 - h - top), max(0, cols + jw - 1 - w - left))
+                name = f"{node.output}.phase{py}{px}"
+                tensors[name] = Tensor(name, (n, rows, cols, o))
+                views[name] = (node.output, Interleave(sy, sx, py, px))
+                sub = replace(a, strides=(1, 1), padding=padding, transposed=False, phase=phase)
+                nodes.append(Node("conv2d", list(node.inputs), name, sub, list(node.epilogue), list(node.source_ops)))
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, views)
 
 
 def mark_flattened(graph: Graph) -> Graph:

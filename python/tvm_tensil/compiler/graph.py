@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ..packing import phase_kernel
 from .elementwise import ACTIVATIONS, NoAttrs
 
 
@@ -56,6 +59,11 @@ class Conv:
     ``weight``/``bias``: constant indices (the weight (O, I/groups, KH, KW), or (K, M) for a dense
     layer's matmul: ``layout == "KM"``). ``residual``: a second input added to the result (a fused
     residual add). ``flatten``: (c, h, w) of an NCHW map the dense layer reads flattened in place.
+
+    ``transposed``: a transposed conv: the weight is (I, O, KH, KW) and output pixel ``y`` receives
+    input pixel ``i`` through tap ``ky`` where ``y = i * stride - pad_top + ky``. Before scheduling it
+    becomes one conv per output phase (``expand_transposed``): ``phase`` = (sy, sx, ry, rx) is such
+    a conv, over the taps ``ky = ry + sy * j`` of the transposed weight, flipped.
     """
 
     weight: int | None
@@ -68,10 +76,53 @@ class Conv:
     residual: bool = False
     flatten: tuple[int, int, int] | None = None
     second: SecondOutput | None = None
+    transposed: bool = False
+    phase: tuple[int, int, int, int] | None = None
 
     @property
     def depthwise(self) -> bool:
         return self.weight is None or self.groups != 1
+
+
+def conv_kernel(constants, attrs: Conv) -> np.ndarray:
+    """The weight a conv multiplies by: (O, I/groups, KH, KW), or (K, M) for a dense layer; a
+    transposed conv's phase picks its taps from the transposed weight."""
+    w = np.asarray(constants[attrs.weight])
+    return phase_kernel(w, attrs.phase) if attrs.phase is not None else w
+
+
+def kernel_size(constants, attrs: Conv) -> tuple[int, int]:
+    """(KH, KW) of the conv's window (a dense layer's: 1x1)."""
+    if attrs.layout == "KM":
+        return 1, 1
+    kh, kw = np.shape(constants[attrs.weight])[2:]
+    if attrs.phase is not None:
+        sy, sx, ry, rx = attrs.phase
+        return -(-(kh - ry) // sy), -(-(kw - rx) // sx)
+    return int(kh), int(kw)
+
+
+def kernel_terms(constants, attrs: Conv) -> float:
+    """Products summed into each output value (a transposed conv's: on average over its phases)."""
+    w = np.shape(constants[attrs.weight])
+    if attrs.layout == "KM":
+        return float(w[0])
+    if attrs.transposed:
+        return float(w[0] * w[2] * w[3]) / (attrs.strides[0] * attrs.strides[1])
+    kh, kw = kernel_size(constants, attrs)
+    return float(w[1] * kh * kw)
+
+
+@dataclass(frozen=True)
+class Interleave:
+    """A view: one phase of a larger map, pixel (y, x) of the view being pixel
+    (sy * y + py, sx * x + px) of its source (a transposed conv's phases write their results in
+    place)."""
+
+    sy: int
+    sx: int
+    py: int
+    px: int
 
 
 @dataclass(frozen=True)
@@ -201,6 +252,8 @@ def layer_kind(node: Node) -> str:
     ``batch`` pixels, but it is still a dense layer."""
     if node.op == "conv2d" and node.attrs.layout == "KM":
         return "dense"
+    if node.op == "conv2d" and (node.attrs.transposed or node.attrs.phase):
+        return "conv_transpose"
     return node.op
 
 
@@ -219,7 +272,8 @@ class Graph:
     # Views: tensor -> (the tensor whose DRAM0 storage it shares, "reshape" or "flatten").
     # "reshape": the same pixels and channels under another shape ((n,1,1,c) <-> (1,1,n,c)).
     # "flatten": an NCHW feature map flattened for a dense layer (see compile._flatten_view).
-    views: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # An ``Interleave``: one phase of its source, written in place by the conv that makes it.
+    views: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]

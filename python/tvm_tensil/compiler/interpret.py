@@ -12,7 +12,7 @@ import numpy as np
 
 from .elementwise import ACTIVATIONS
 from .elementwise import meaning as activation_meaning
-from .graph import Conv, Graph, Node
+from .graph import Conv, Graph, Interleave, Node, conv_kernel, kernel_terms
 
 
 def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
@@ -31,15 +31,33 @@ def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strid
             yield ky, kx, xp[:, y0 : y0 + (oh - 1) * sh + 1 : sh, x0 : x0 + (ow - 1) * sw + 1 : sw]
 
 
+def _transposed_conv(x: np.ndarray, w: np.ndarray, a: Conv, out_shape) -> np.ndarray:
+    """Each input pixel scattered through every tap: output y = i * stride - pad + ky."""
+    (sy, sx), (pt, pl) = a.strides, a.padding[:2]
+    n, h, wd, _ = x.shape
+    _, oh, ow, _ = out_shape
+    _, _, kh, kw = w.shape
+    big = np.zeros((n, (h - 1) * sy + kh, (wd - 1) * sx + kw, w.shape[1]))
+    for ky in range(kh):
+        for kx in range(kw):
+            big[:, ky : ky + (h - 1) * sy + 1 : sy, kx : kx + (wd - 1) * sx + 1 : sx] += x @ w[:, :, ky, kx]
+    y = np.zeros(out_shape)
+    rows, cols = min(oh, big.shape[1] - pt), min(ow, big.shape[2] - pl)
+    y[:, :rows, :cols] = big[:, pt : pt + rows, pl : pl + cols]
+    return y
+
+
 def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     a = node.attrs
-    if a.weight is None:  # an identity (a bias add lowered as a depthwise conv)
+    if a.transposed:
+        y = _transposed_conv(x, np.asarray(graph.constants[a.weight], dtype=np.float64), a, out_shape)
+    elif a.weight is None:  # an identity (a bias add lowered as a depthwise conv)
         y = x.copy()
     elif a.layout == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
         w = np.asarray(graph.constants[a.weight], dtype=np.float64)
         y = (x.reshape(-1, x.shape[-1]) @ w).reshape(out_shape)
     else:
-        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
+        w = conv_kernel(graph.constants, a).astype(np.float64)
         y = np.zeros(out_shape)
         depthwise = a.groups != 1
         window = _window(
@@ -154,14 +172,24 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
             values[name] = _view(graph, values, name)
         return values[name]
 
+    phases = {v: (src, kind) for v, (src, kind) in graph.views.items() if isinstance(kind, Interleave)}
+    for v in phases:
+        pending_views.pop(v)
+
+    def write_phase(name: str) -> None:
+        """A phase computed in place: into its source's pixels."""
+        src, k = phases[name]
+        if src not in values:
+            values[src] = np.zeros(graph.tensors[src].shape)
+        values[src][:, k.py :: k.sy, k.px :: k.sx] = values[name]
+
     for node in graph.nodes:
         args = [resolve(t) for t in node.inputs]
         values[node.output] = _node(node, args, graph)
         if rounding is not None:
             y = values[node.output]
             if node.op == "conv2d" and node.attrs.weight is not None:
-                w = np.shape(graph.constants[node.attrs.weight])
-                terms = w[0] if node.attrs.layout == "KM" else int(np.prod(w[1:]))
+                terms = kernel_terms(graph.constants, node.attrs)
                 y = y + noise.standard_normal(y.shape) * (rounding.resolution * np.sqrt(terms / 12))
             values[node.output] = rounding.to_float(rounding.from_float(y))
         second = node.attrs.second if node.op == "conv2d" else None
@@ -169,6 +197,8 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
             sub = Node("conv2d", [node.output], second.output, Conv(second.weight, second.bias, groups=second.groups),
                        epilogue=list(second.epilogue))  # fmt: skip
             values[second.output] = _node(sub, [values[node.output]], graph)
+        if node.output in phases:
+            write_phase(node.output)
     for name in list(pending_views):
         resolve(name)
     return values

@@ -40,8 +40,13 @@ MAX_INPUTS = 4608
 
 
 def _layers(graph: Graph) -> list[tuple[int, Node]]:
-    """Convs and dense layers with weights, by node index."""
-    return [(i, n) for i, n in enumerate(graph.nodes) if n.op == "conv2d" and n.attrs.weight is not None]
+    """Convs and dense layers with weights, by node index (a transposed conv's weights serve
+    several phases, each with other inputs: they keep nearest rounding)."""
+    return [
+        (i, n)
+        for i, n in enumerate(graph.nodes)
+        if n.op == "conv2d" and n.attrs.weight is not None and not n.attrs.transposed
+    ]
 
 
 def _depthwise(node: Node) -> bool:

@@ -29,7 +29,7 @@ import numpy as np
 from ..arch import Architecture
 from .elementwise import ACTIVATIONS
 from .elementwise import scaled as scaled_epilogue
-from .graph import Graph, Node
+from .graph import Graph, Node, kernel_terms
 from .interpret import interpret
 from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 
@@ -201,7 +201,7 @@ class _Layer:
     def __init__(self, node: Node, group: dict[str, str], graph: Graph, stats: dict[str, TensorStats], arch):
         self.gin, self.gout = group[node.inputs[0]], group[node.output]
         w = np.abs(np.asarray(graph.constants[node.attrs.weight], dtype=np.float64))
-        self.terms = w.size / (w.shape[1] if node.attrs.layout == "KM" else w.shape[0])
+        self.terms = kernel_terms(graph.constants, node.attrs)
         flat = w.reshape(-1)
         self.w_peak, self.w_mean_square = float(flat.max()), float(np.mean(flat**2))
         self.w = np.random.default_rng(0).choice(flat, self.SAMPLE, replace=False) if flat.size > self.SAMPLE else flat

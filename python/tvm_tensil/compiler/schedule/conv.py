@@ -23,7 +23,7 @@ import numpy as np
 
 from ...isa.instructions import Direction
 from ...packing import ConstRecipe
-from ..graph import Conv, Node
+from ..graph import Conv, Node, kernel_size
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
@@ -121,7 +121,7 @@ def _window(node: Node, ctx: Context) -> Window:
     if a.weight is None:  # identity (a standalone bias add)
         kh = kw = 1
     else:
-        kh, kw = (1, 1) if a.layout == "KM" else np.shape(ctx.graph.constants[a.weight])[2:]
+        kh, kw = kernel_size(ctx.graph.constants, a)
     return Window(int(kh), int(kw), *a.strides, *a.dilation)
 
 
@@ -135,6 +135,7 @@ def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, short
         weights = consts.add("identity_weights", constants, channels=out_c, **({"bias": bias} if fused_bias else {}))
     else:
         extra = {"flatten": list(a.flatten)} if a.flatten else {}
+        extra |= {"phase": list(a.phase)} if a.phase else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
@@ -395,7 +396,7 @@ def dram_share(node: Node, ctx: Context) -> float:
     a = node.attrs
     taps = 1
     if a.weight is not None and a.layout != "KM":
-        taps = int(np.prod(np.shape(ctx.graph.constants[a.weight])[2:]))
+        taps = int(np.prod(kernel_size(ctx.graph.constants, a)))
     depthwise = a.weight is None or a.groups != 1
     reads = inp.blocks * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
     writes = out.blocks * (2 if a.second else 1)

@@ -39,11 +39,11 @@ def gather(lir: LIR, tile: Tile, block: int, acc: int, buf: int) -> None:
 
 def flush(place: TensorPlacement, tile: Tile, buf: int, move) -> None:
     """The store buffer -> DRAM0; ``move`` issues each run (``LIR.datamove`` or a deferral)."""
-    for local, address, size in tile_runs(place, tile, buf):
-        move(Direction.LOCAL_TO_DRAM0, local, address, size)
+    for run in tile_runs(place, tile, buf):
+        move(Direction.LOCAL_TO_DRAM0, *run)
 
 
 def load_tile(src: TensorPlacement, tile: Tile, buf: int, move) -> None:
     """A tile of ``src`` -> local memory in the store buffer's layout (a fused residual's shortcut)."""
-    for local, address, size in tile_runs(src, tile, buf):
-        move(Direction.DRAM0_TO_LOCAL, local, address, size)
+    for run in tile_runs(src, tile, buf):
+        move(Direction.DRAM0_TO_LOCAL, *run)

@@ -65,19 +65,21 @@ def tiles(out_shape, rows: int, cols: int) -> list[Tile]:
     ]
 
 
-def tile_runs(place: TensorPlacement, tile: Tile, buf: int) -> Iterator[tuple[int, int, int]]:
-    """(local, DRAM0 address, vectors) runs between a tile of ``place`` (all its channel blocks,
-    block-major) and a local buffer: per block, whole rows are one run, else one per row."""
+def tile_runs(place: TensorPlacement, tile: Tile, buf: int) -> Iterator[tuple]:
+    """DataMove arguments after the direction, (local, DRAM0 address, vectors[, local step, DRAM0
+    step]), between a tile of ``place`` (all its channel blocks, block-major) and a local buffer:
+    per block, whole rows are one run, else one per row (a phase of a map: its pixels strided)."""
     count = tile.pixels
-    if count == place.pixels and place.pixel_step == 1:  # the whole (single) map: one run
+    if count == place.pixels and place.pixel_step == 1 and not place.interleave:  # the whole (single) map: one run
         yield buf, place.base, count * place.blocks
         return
     for b in range(place.blocks):
-        if tile.cols == place.shape[2]:
+        if tile.cols == place.shape[2] and not place.interleave:
             yield buf + b * count, place.address(tile.image, tile.y0, 0, b), count
             continue
         for r in range(tile.rows):
-            yield buf + b * count + r * tile.cols, place.address(tile.image, tile.y0 + r, tile.x0, b), tile.cols
+            local, address = buf + b * count + r * tile.cols, place.address(tile.image, tile.y0 + r, tile.x0, b)
+            yield (local, address, tile.cols) + ((1, place.pixel_step) if place.interleave else ())
 
 
 def slab_geometry(inp_shape, tile: Tile, window: Window, padding, whole_width: bool = False):
@@ -102,11 +104,11 @@ def slab_moves(inp: TensorPlacement, tile: Tile, window: Window, padding, slab: 
     plane = rows * cols
     geometry = (y_lo, x_lo, cols, plane)
     step = inp.pixel_step
-    if plane == inp.pixels and step == 1:  # the whole (single) map: every block in one run
+    if plane == inp.pixels and step == 1 and not inp.interleave:  # the whole (single) map: every block in one run
         return [(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, 0, 0, 0), plane * inp.blocks)], geometry
     moves = []
     for b in range(inp.blocks if plane else 0):
-        if cols == inp.shape[2] and step == 1:  # whole rows are one contiguous run
+        if cols == inp.shape[2] and step == 1 and not inp.interleave:  # whole rows are one contiguous run
             moves.append((Direction.DRAM0_TO_LOCAL, slab + b * plane, inp.address(tile.image, y_lo, 0, b), plane))
             continue
         for y in range(y_lo, y_hi + 1):
