@@ -3,6 +3,9 @@
 
 - ``resnet``: stem conv, two residual blocks (batch norm, residual adds), a stride-2 conv, GAP, dense;
 - ``mobilenet``: depthwise-separable blocks (depthwise 3x3 + pointwise, ReLU6), GAP, dense;
+- ``efficientnet``: inverted residual blocks with SiLU and squeeze-and-excitation (sigmoid gates);
+- ``unet``: an encoder-decoder with ConvTranspose upsampling, a skip concat and a sigmoid output,
+  trained to mark each digit's ink (the pixels above 0.4): a segmentation map, not logits;
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -95,19 +98,72 @@ def _plain() -> nn.Module:
     )  # fmt: skip
 
 
-def _train(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0) -> nn.Module:
+class _MBConv(nn.Module):
+    """EfficientNet's block: 1x1 expansion, depthwise 3x3, squeeze-and-excitation, 1x1 projection."""
+
+    def __init__(self, cin: int, cout: int, expand: int, stride: int):
+        super().__init__()
+        e, squeeze = cin * expand, max(4, cin // 4)
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, e, 1, bias=False), nn.BatchNorm2d(e), nn.SiLU(),
+            nn.Conv2d(e, e, 3, stride=stride, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), nn.SiLU(),
+        )  # fmt: skip
+        self.se = nn.Sequential(nn.Conv2d(e, squeeze, 1), nn.SiLU(), nn.Conv2d(squeeze, e, 1), nn.Sigmoid())
+        self.project = nn.Sequential(nn.Conv2d(e, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = cin == cout and stride == 1
+
+    def forward(self, x):
+        y = self.body(x)
+        y = self.project(y * self.se(y.mean((2, 3), keepdim=True)))
+        return x + y if self.residual else y
+
+
+def _efficientnet() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.SiLU(), _MBConv(16, 16, 2, 1),
+        _MBConv(16, 24, 3, 2), nn.Conv2d(24, 48, 1, bias=False), nn.BatchNorm2d(48), nn.SiLU(), _Head(48),
+    )  # fmt: skip
+
+
+class _UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1 = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), *_bn_relu(8))
+        self.enc2 = nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), *_bn_relu(16))
+        self.bottom = nn.Sequential(nn.Conv2d(16, 16, 3, stride=2, padding=1, bias=False), *_bn_relu(16))
+        self.up1 = nn.Sequential(nn.ConvTranspose2d(16, 16, 2, 2, bias=False), *_bn_relu(16))
+        self.dec1 = nn.Sequential(nn.Conv2d(32, 8, 3, padding=1, bias=False), *_bn_relu(8))
+        self.up2 = nn.Sequential(nn.ConvTranspose2d(8, 8, 4, 2, padding=1), nn.ReLU())
+        self.out = nn.Conv2d(16, 1, 3, padding=1)
+
+    def forward(self, x):
+        a = self.enc1(x)
+        b = self.enc2(a)
+        y = self.dec1(torch.cat([self.up1(self.bottom(b)), b], 1))
+        return torch.sigmoid(self.out(torch.cat([self.up2(y), a], 1)))
+
+
+def ink(x: np.ndarray) -> np.ndarray:
+    """The U-Net's target: each pixel of a digit with ink on it."""
+    return (x > 0.4).astype(np.float32)
+
+
+def _train(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0, segment: bool = False) -> nn.Module:
+    """Classes (cross entropy), or with ``segment`` each pixel's ink (binary cross entropy)."""
     torch.manual_seed(seed)
     for m in net.modules():  # seeded initialisation
         if hasattr(m, "reset_parameters"):
             m.reset_parameters()
-    x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train).long()
+    x = torch.from_numpy(data.x_train)
+    y = torch.from_numpy(ink(data.x_train)) if segment else torch.from_numpy(data.y_train).long()
+    loss = nn.functional.binary_cross_entropy if segment else nn.functional.cross_entropy
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(seed)
     net.train()
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=gen).split(64):
             opt.zero_grad()
-            nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+            loss(net(x[idx]), y[idx]).backward()
             opt.step()
     return net.eval()
 
@@ -128,13 +184,17 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 
 @functools.cache
 def trained(kind: str) -> nn.Module:
-    """A trained network (eval mode): "resnet", "mobilenet" or "wide_range"."""
+    """A trained network (eval mode): "resnet", "mobilenet", "efficientnet", "unet" or "wide_range"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
         return _train(_resnet(), data)
     if kind == "mobilenet":
         return _train(_mobilenet(), data)
+    if kind == "efficientnet":
+        return _train(_efficientnet(), data, epochs=20)
+    if kind == "unet":
+        return _train(_UNet(), data, epochs=6, segment=True)
     if kind == "wide_range":
         return _widen_range(_train(_plain(), data))
     raise ValueError(kind)

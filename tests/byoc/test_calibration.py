@@ -32,10 +32,11 @@ def _logits(vm_main, x: np.ndarray) -> np.ndarray:
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("kind", ["resnet", "mobilenet", "wide_range"])
+@pytest.mark.parametrize("kind", ["resnet", "mobilenet", "efficientnet", "wide_range"])
 def test_trained_network_keeps_its_answers_with_calibration(kind):
     """Top-1 on the held-back split within 0.5 point of float, no saturation on it after calibrating on
-    the training split, logits within 1% of their range."""
+    the training split, logits within 1% of their range (the EfficientNet-style net, with SiLU and
+    sigmoid gates in the SIMD unit: within 2%, measured 1.55%; at FP32BP16 0.11%)."""
     net, data = trained_nets.trained(kind), trained_nets.digits()
     n = len(data.x_test) // BATCH * BATCH
     x, y = data.x_test[:n], data.y_test[:n]
@@ -49,7 +50,24 @@ def test_trained_network_keeps_its_answers_with_calibration(kind):
     float_acc, tcu_acc = np.mean(cpu.argmax(1) == y), np.mean(tcu.argmax(1) == y)
     assert float_acc > 0.95  # the network really learned
     assert tcu_acc >= float_acc - 0.005, (float_acc, tcu_acc)
-    assert np.max(np.abs(tcu - cpu)) <= 0.01 * np.ptp(cpu)
+    assert np.max(np.abs(tcu - cpu)) <= (0.02 if kind == "efficientnet" else 0.01) * np.ptp(cpu)
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_trained_unet_marks_the_pixels_the_cpu_marks(calibrated):
+    """The U-Net (ConvTranspose upsampling, skip concats, a sigmoid output) in one partition, nothing
+    on the CPU: its thresholded map differs from TVM's CPU build's on at most 1% of the pixels, its
+    probabilities within 0.1 (calibrated: 0.05)."""
+    net, data = trained_nets.trained("unet"), trained_nets.digits()
+    x = data.x_test[: len(data.x_test) // BATCH * BATCH]
+    mod = trained_nets.relax_module(net, BATCH)
+    cpu = _logits(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], x)
+    assert np.mean((cpu > 0.5) == trained_nets.ink(x)) > 0.99  # the network really learned
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:BATCH] if calibrated else None)
+    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
+    tcu = _logits(relax.VirtualMachine(ex, tvm.cpu())["main"], x)
+    assert np.mean((tcu > 0.5) != (cpu > 0.5)) <= 0.01
+    assert np.abs(tcu - cpu).max() <= (0.05 if calibrated else 0.1)
 
 
 def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():

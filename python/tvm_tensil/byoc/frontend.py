@@ -263,6 +263,10 @@ def prelu_slopes(call: relax.Call) -> np.ndarray | None:
     return a if int(call.attrs.axis) % len(shape) == 1 and a.size == shape[1] else None
 
 
+# Relax ops computed by the compiler's smooth functions, and the function each is.
+SMOOTH_OPS = {"relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.silu": "silu", "relax.nn.gelu": "gelu"}
+
+
 def _is_const(e) -> bool:
     return isinstance(e, tvm.ir.GenericConst)
 
@@ -321,6 +325,8 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("leaky_relu", [_operand(scope, call.args[0])], alpha=float(a.alpha))
     if op == "relax.nn.prelu":
         return node("prelu", [_operand(scope, call.args[0])], alpha=tuple(float(v) for v in prelu_slopes(call)))
+    if op in SMOOTH_OPS:  # cubic pieces in the SIMD unit (compiler/elementwise.py)
+        return node(SMOOTH_OPS[op], [_operand(scope, call.args[0])], function=SMOOTH_OPS[op])
     if op == "relax.clip":
         return node("clip", [_operand(scope, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))
     if op == "relax.image.resize2d":

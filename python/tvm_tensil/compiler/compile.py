@@ -13,7 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
-from .elementwise import HardSigmoid
+from .elementwise import HardSigmoid, Smooth
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import interpret
 from .latency import critical_path
@@ -106,15 +106,34 @@ def _constant(graph: Graph, index) -> np.ndarray | None:
 
 def recognize_activations(graph: Graph) -> Graph:
     """``graph`` with each activation that importers spell as several ops as the one activation it
-    is (a HardSwish), before anything else sees the graph (calibration included)."""
+    is (a HardSwish, a SiLU), before anything else sees the graph (calibration included)."""
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
-    nodes = _hard_swishes(graph, list(graph.nodes), pinned)
+    nodes = _silus(_hard_swishes(graph, list(graph.nodes), pinned), pinned)
     if len(nodes) == len(graph.nodes):
         return graph
     used = {t for n in nodes for t in n.inputs + [n.output]} | set(graph.inputs) | set(graph.outputs)
     used |= set(graph.views) | {src for src, _ in graph.views.values()}
     tensors = {k: v for k, v in graph.tensors.items() if k in used}
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def _silus(nodes: list[Node], pinned: set[str]) -> list[Node]:
+    """``x * sigmoid(x)`` (how exporters write SiLU/Swish) as the one activation ``silu(x)``: no
+    product of two maps, and max(x, 0) minus a small part instead of x times a fraction (exact
+    where x is large)."""
+    producer = {n.output: n for n in nodes}
+    for product in [n for n in nodes if n.op == "mul" and not n.attrs.shift and len(set(n.inputs)) == 2]:
+        for x, s in (product.inputs, product.inputs[::-1]):
+            gate = producer.get(s)
+            readers = [n for n in nodes if s in n.inputs]
+            if gate is None or gate.op != "sigmoid" or gate.inputs != [x] or gate.epilogue or gate.attrs.shift:
+                continue
+            if readers != [product] or s in pinned:
+                continue
+            silu = Node("silu", [x], product.output, Smooth("silu"), list(product.epilogue),
+                        gate.source_ops + product.source_ops)  # fmt: skip
+            return _silus([silu if n is product else n for n in nodes if n is not gate], pinned)
+    return nodes
 
 
 def _hard_swishes(graph: Graph, nodes: list[Node], pinned: set[str]) -> list[Node]:

@@ -9,7 +9,9 @@ here, its pattern check and its frontend conversion (docs/adding-an-op.md).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -56,6 +58,24 @@ class HardSigmoid:
     shift: int = 0
     out_shift: int = 0
     hi: float = 1.0  # 6 for x * relu6(x + 3), a HardSwish whose 1/6 went elsewhere
+
+
+@dataclass(frozen=True)
+class Smooth:
+    """A smooth function (a key of ``SMOOTH``: sigmoid, tanh, SiLU, GELU) for inputs stored times
+    ``2**shift`` and results times ``2**out_shift``."""
+
+    function: str
+    shift: int = 0
+    out_shift: int = 0
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """An accumulator vector an activation keeps an intermediate in while it works on a vector
+    (placed with the constants, which fill it with zeros)."""
+
+    index: int
 
 
 @dataclass(frozen=True)
@@ -197,6 +217,168 @@ def _emit_prelu(lir: "LIR", acc: int, count: int, a: PRelu, cvec: dict, block=No
     lir.simd_runs(acc, count, steps)
 
 
+def _sigmoid(x):
+    return np.exp(-np.logaddexp(0.0, -np.asarray(x, dtype=np.float64)))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _normal_cdf(x):
+    return 0.5 * (1.0 + _erf(np.asarray(x, dtype=np.float64) / math.sqrt(2.0)))
+
+
+@dataclass(frozen=True)
+class SmoothFunction:
+    """How a smooth function is computed from cubic pieces of a part ``p`` over ``u = |x|``:
+    ``"odd"``: ``center + sign(x) * p(u)``; ``"relu_minus"``: ``max(x, 0) - p(u)`` (x times a
+    sigmoid-like function: the small part is what is left to compute, so the product never has
+    to be formed). Pieces end at ``breaks``; beyond the last, ``p`` is taken as ``limit``."""
+
+    meaning: Callable[[np.ndarray], np.ndarray]
+    form: str
+    part: Callable[[np.ndarray], np.ndarray]
+    center: float
+    breaks: tuple[float, ...]
+    limit: float
+    # Its error over every value of the data type, beyond half a unit of the result (times
+    # max(1, |x|) for the "relu_minus" form), measured at FP16BP8 (tests/compiler/test_elementwise.py).
+    bound: float
+
+
+def _x_times(cdf, breaks: tuple[float, ...], bound: float) -> SmoothFunction:
+    """``x * cdf(x)`` for a symmetric cdf: ``max(x, 0) - u * cdf(-u)``."""
+    return SmoothFunction(lambda x: x * cdf(x), "relu_minus", lambda u: u * cdf(-u), 0.0, breaks, 0.0, bound)
+
+
+SMOOTH: dict[str, SmoothFunction] = {
+    "sigmoid": SmoothFunction(_sigmoid, "odd", lambda u: _sigmoid(u) - 0.5, 0.5, (0, 1.125, 3.5, 6.125, 8), 0.5, 7e-4),
+    "tanh": SmoothFunction(np.tanh, "odd", np.tanh, 0.0, (0, 0.5, 1.625, 2.625, 4.5), 1.0, 2.1e-3),
+    "silu": _x_times(_sigmoid, (0, 1, 2.625, 7.625, 12), 1.4e-3),
+    "gelu": _x_times(_normal_cdf, (0, 0.375, 1.375, 4, 5), 1.8e-3),
+}
+
+
+def _piece(fn: SmoothFunction, t0: float, t1: float) -> np.ndarray:
+    """Coefficients (c1, c2, c3) of the cubic through 0 and the part's rise over [t0, t1] (the
+    last piece rising to the limit) that fits the rise in between by least squares."""
+    v = np.linspace(0.0, t1 - t0, 257)
+    rise = fn.part(t0 + v) - fn.part(t0)
+    if t1 == fn.breaks[-1]:
+        rise[-1] = fn.limit - fn.part(t0)
+    basis = np.stack([v, v**2, v**3], axis=1)
+    # The end exactly (the pieces then sum to the part at every break), the rest by least squares
+    # over the coefficients that keep it.
+    end, inner = basis[-1], basis[:-1]
+    particular = end * rise[-1] / (end @ end)
+    keep_end = np.linalg.svd(end[None, :])[2][1:].T
+    z = np.linalg.lstsq(inner @ keep_end, rise[:-1] - inner @ particular, rcond=None)[0]
+    return particular + keep_end @ z
+
+
+@dataclass(frozen=True)
+class _SmoothPlan:
+    """A smooth function's constants, at stored scales: ``u = min(|x|, top) * factors_in`` (u as
+    is, unscaled), the pieces' (start, end, c1, c2, c3) summed at ``2**inner``, then the form's
+    scaling (``factors_out`` for the part, ``factors_relu`` for max(x, 0)) and ``center``."""
+
+    top: float | None  # |x| clipped here (at the input's scale)
+    factors_in: list[float]  # x taken to scale 1 before |x| (a fine input)
+    factors_up: list[float]  # |x| taken to scale 1 after the clip (a coarse input)
+    pieces: list[tuple[float, float, float, float, float]]
+    inner: int
+    factors_out: list[float]
+    factors_relu: list[float]
+    center: float
+
+
+_U, _V, _G = Scratch(0), Scratch(1), Scratch(2)  # |x| scaled, a piece's variable, the pieces' sum
+
+
+@lru_cache(maxsize=256)
+def _smooth_plan(a: Smooth, dt: "DataType") -> _SmoothPlan:
+    fn = SMOOTH[a.function]
+    last = fn.breaks[-1]
+    # The part summed at the finest power of two that keeps twice its largest value in range.
+    peak = float(np.max(np.abs(fn.part(np.linspace(0.0, last, 4097)))))
+    inner = int(np.floor(np.log2(dt.max_float / (2 * peak))))
+    pieces = []
+    for t0, t1 in zip(fn.breaks, fn.breaks[1:]):
+        c = _piece(fn, t0, t1) * 2.0**inner
+        pieces.append(tuple(float(v) for v in dt.to_float(dt.from_float(np.array([t0, t1, *c])))))
+    top = last if a.shift > 0 else last * 2.0**a.shift  # after the scaling down / before the scaling up
+    # Down by the small step first: a rounding before the large one shrinks with it.
+    scaling = lambda shift: powers_of_two(shift, dt)[::-1]  # noqa: E731
+    return _SmoothPlan(
+        top if a.shift <= 0 or last * 2.0**a.shift < dt.max_float else None,
+        scaling(-a.shift) if a.shift > 0 else [], scaling(-a.shift) if a.shift < 0 else [], pieces, inner,
+        scaling(a.out_shift - inner), scaling(a.out_shift - a.shift), fn.center * 2.0**a.out_shift,
+    )  # fmt: skip
+
+
+def _smooth_meaning(x: np.ndarray, a: Smooth) -> np.ndarray:
+    return SMOOTH[a.function].meaning(x / 2.0**a.shift) * 2.0**a.out_shift
+
+
+def _smooth_constants(a: Smooth, dt: "DataType", lanes: int) -> list:
+    p = _smooth_plan(a, dt)
+    bounds = [] if p.top is None else [p.top] if p.factors_in else [-p.top, p.top]
+    values = bounds + p.factors_in + p.factors_up + [v for piece in p.pieces for v in piece]
+    values += [1.0, *p.factors_out, *p.factors_relu] + ([p.center] if p.center else [])
+    return values + [_U, _V, _G]
+
+
+def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=None) -> None:
+    """Per vector: u = |x| (clipped, to scale 1) into U; each cubic piece of the part over its
+    stretch of u, by Horner in register 1, summed into G; then the form (sign, or max(x, 0) minus
+    the part) and the result's scale, written back."""
+    p = _smooth_plan(a, lir.arch.data_type)
+    fn = SMOOTH[a.function]
+    u, v, g = cvec[_U], cvec[_V], cvec[_G]
+    R = 1  # the register
+
+    def into(steps: list, where) -> list:  # the last step also writes ``where``
+        op, dest, left, right, read, _ = steps[-1]
+        return steps[:-1] + [(op, dest, left, right, read, where)]
+
+    if p.factors_in:  # a fine input: scaled down first (nothing can saturate), then |x|, clipped
+        steps = [(SIMDOp.MOVE, R, 0, 0, cvec[p.factors_in[0]], None), (SIMDOp.MULTIPLY, R, 0, R, "v", None)]
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_in[1:]]
+        steps.append((SIMDOp.ABS, R, R, 0, None, None))
+        if p.top is not None:
+            steps.append((SIMDOp.MIN, R, 0, R, cvec[p.top], None))
+    else:  # clipped to [-top, top] first (|x| of the lowest value saturates), then scaled up
+        steps = [(SIMDOp.MOVE, R, 0, 0, cvec[-p.top], None), (SIMDOp.MAX, R, 0, R, "v", None),
+                 (SIMDOp.ABS, R, R, 0, None, None), (SIMDOp.MIN, R, 0, R, cvec[p.top], None)]  # fmt: skip
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_up]
+    steps = into(steps, u)
+    for i, (t0, t1, c1, c2, c3) in enumerate(p.pieces):
+        if i == 0:  # u >= 0 = t0: the register holds u
+            steps = into(steps + [(SIMDOp.MIN, R, 0, R, cvec[t1], None)], v)
+        else:
+            steps += [(SIMDOp.MOVE, R, 0, 0, cvec[t0], None), (SIMDOp.MAX, R, 0, R, u, None),
+                      (SIMDOp.MIN, R, 0, R, cvec[t1], None), (SIMDOp.SUBTRACT, R, R, 0, cvec[t0], v)]  # fmt: skip
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[c3], None), (SIMDOp.ADD, R, 0, R, cvec[c2], None),
+                  (SIMDOp.MULTIPLY, R, 0, R, v, None), (SIMDOp.ADD, R, 0, R, cvec[c1], None),
+                  (SIMDOp.MULTIPLY, R, 0, R, v, g, i > 0)]  # fmt: skip
+    if fn.form == "odd":  # center + sign(x) * part: the sign as 2 * (x >= 0) - 1
+        steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.GREATER_THAN_EQUAL, R, 0, R, "v", None),
+                  (SIMDOp.ADD, R, R, R, None, None), (SIMDOp.SUBTRACT, R, R, 0, cvec[1.0], None),
+                  (SIMDOp.MULTIPLY, R, 0, R, g, None)]  # fmt: skip
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out]
+        if p.center:
+            steps.append((SIMDOp.ADD, R, 0, R, cvec[p.center], None))
+    else:  # max(x, 0) - part, each at the result's scale
+        # The part is never below 0 (its rounded pieces may leave it a unit below at the tail,
+        # where max(x, 0) minus it would saturate).
+        steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, g, None)]
+        steps = into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out], g)
+        steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, "v", None)]
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_relu]
+        steps.append((SIMDOp.SUBTRACT, R, R, 0, g, None))
+    lir.simd_runs(acc, count, into(steps, "v"))
+
+
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt, n: [], _emit_relu),
     "leaky_relu": Activation(
@@ -222,6 +404,16 @@ ACTIVATIONS: dict[str, Activation] = {
         _emit_hard_sigmoid,
         lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
     ),
+    **{
+        name: Activation(
+            Smooth,
+            _smooth_meaning,
+            _smooth_constants,
+            _emit_smooth,
+            lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
+        )
+        for name in SMOOTH
+    },  # fmt: skip
 }
 
 

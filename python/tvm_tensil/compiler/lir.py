@@ -181,22 +181,25 @@ class LIR:
 
     def simd_runs(self, first: int, count: int, steps) -> None:
         """For each vector ``v = first + i`` of a run, the SIMD instructions ``steps`` in order,
-        emitted at once. A step is ``(op, dest, left, right, read, write)``: ``read`` is ``"v"``
-        (vector v), ``("v", k)`` (vector v + k), an int (that fixed accumulator address, e.g. a
-        constant) or ``None``;
-        ``write`` is ``"v"`` or ``None``."""
+        emitted at once. A step is ``(op, dest, left, right, read, write[, accumulate])``: ``read``
+        is ``"v"`` (vector v), ``("v", k)`` (vector v + k), an int (that fixed accumulator address,
+        e.g. a constant or a scratch vector) or ``None``; ``write`` the same (not ``None``: the
+        output is written there, saturating-added with ``accumulate``)."""
         if count <= 0:
             return
         b = self._simd_bits
         v = np.arange(first, first + count)
         rows = np.zeros((count, len(steps), _ROW), dtype=np.int64)
         rows[:, :, 0] = _SIMD
-        for k, (op, dest, left, right, read, write) in enumerate(steps):
-            rows[:, k, 1] = int(SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None))
-            rows[:, k, 2] = v if write is not None else 0
-            rows[:, k, 4] = (
-                0 if read is None else v if read == "v" else v + read[1] if isinstance(read, tuple) else read
-            )
+
+        def address(a):
+            return 0 if a is None else v if a == "v" else v + a[1] if isinstance(a, tuple) else a
+
+        for k, (op, dest, left, right, read, write, *acc) in enumerate(steps):
+            flags = SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None)
+            rows[:, k, 1] = int(flags | SIMDFlag.ACCUMULATE * bool(acc and acc[0]))
+            rows[:, k, 2] = address(write)
+            rows[:, k, 4] = address(read)
             rows[:, k, 6] = dest | right << b | left << (2 * b) | int(op) << (3 * b)
         self._rows.frombytes(rows.tobytes())
         if len(self._rows) >= _ROW * self.CHUNK:

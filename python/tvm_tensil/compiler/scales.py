@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..arch import Architecture
-from .elementwise import ACTIVATIONS
+from .elementwise import ACTIVATIONS, SMOOTH
 from .elementwise import scaled as scaled_epilogue
 from .graph import Graph, Node, kernel_terms
 from .interpret import interpret
@@ -74,7 +74,7 @@ def scale_groups(graph: Graph) -> dict[str, str]:
     for node in graph.nodes:
         if node.op == "mul":  # a product's scale is its inputs' scales times each other
             continue
-        if node.op == "hard_sigmoid":  # its constants take x from its scale to the result's
+        if node.op == "hard_sigmoid" or node.op in SMOOTH:  # its constants take x from its scale to the result's
             continue
         if node.op != "conv2d":
             union(node.output, *node.inputs)

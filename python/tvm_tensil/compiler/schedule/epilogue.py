@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...isa.instructions import Direction
 from ...placement import TensorPlacement
 from .. import elementwise
+from ..elementwise import Scratch
 from ..lir import LIR
 from .context import Context, Out, Tile
 from .tiles import tile_runs
@@ -13,17 +14,18 @@ from .tiles import tile_runs
 
 def const_vectors(ctx: Context, out: Out, values: list, acc_base: int, *more_bases: int) -> dict:
     """Load one vector per value into the accumulators at ``acc_base`` (and copies at
-    ``more_bases``): a float fills every lane, a tuple gives each lane its own; returns where the
-    first copy is."""
+    ``more_bases``): a float fills every lane, a tuple gives each lane its own, a ``Scratch`` is
+    zeros an activation keeps intermediates in; returns where the first copy is."""
     if not values:
         return {}
-    fills = [[float(x) for x in v] if isinstance(v, tuple) else float(v) for v in values]
+    fills = [[float(x) for x in v] if isinstance(v, tuple) else 0.0 if isinstance(v, Scratch) else float(v)
+             for v in values]  # fmt: skip
     rec = out.consts.add("fill", ctx.graph.constants, values=fills)
     scratch = ctx.arch.local_depth - len(values)
     out.lir.datamove(Direction.DRAM1_TO_LOCAL, scratch, rec.base, rec.size)
     for base in (acc_base, *more_bases):
         out.lir.datamove(Direction.LOCAL_TO_ACC, scratch, base, rec.size)
-    return {v if isinstance(v, tuple) else float(v): acc_base + i for i, v in enumerate(values)}
+    return {v if isinstance(v, (tuple, Scratch)) else float(v): acc_base + i for i, v in enumerate(values)}
 
 
 # The constants an epilogue's ops read, and the ops as SIMD instructions (``compiler/elementwise.py``).
