@@ -212,7 +212,8 @@ def two_maps():
     """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
     a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
     PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3);
-    a transposed conv upsampling the result (phases of one and two taps, written in place)."""
+    a transposed conv upsampling the result (phases of one and two taps, written in place), a SiLU, a
+    sigmoid and a tanh."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
@@ -236,7 +237,10 @@ def two_maps():
     six = b.op("Mul", [e, relu6])
     m = b.op("Max", [b.op("Mul", [six, b.const(np.array(0.2))]), b.op("Mul", ["x", c])])
     up = b.const(rng.standard_normal((8, 4, 3, 3)) / 4)
-    out = b.op("ConvTranspose", [b.op("Min", [m, c]), up], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    z = b.op("ConvTranspose", [b.op("Min", [m, c]), up], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    silu = b.op("Mul", [z, b.op("Sigmoid", [z])])
+    gate = b.op("Sigmoid", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
+    out = b.op("Add", [gate, b.op("Tanh", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])])
     return b.model({"x": [1, 8, 6, 6]}, out, opset=14), (1, 8, 6, 6)
 
 
