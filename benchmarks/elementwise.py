@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import warnings
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def transposed_cycles(kernel: int, padding: int, arch: str) -> dict:
     out = (h - 1) * 2 - 2 * padding + kernel
     # MatMul vectors the model's products need: every output pixel, its taps, per block pair.
     taps = (kernel // 2) ** 2
-    needed = out * out * taps * -((-c // n) ** 2)
+    needed = out * out * taps * math.ceil(c / n) ** 2
     cycles = part["cycles"]["total"]
     return {"op": f"ConvTranspose {kernel}x{kernel} stride 2 pad {padding}", "arch": arch, "cycles": cycles,
             "matmul_vectors_needed": needed, "cycles_per_needed_vector": round(cycles / needed, 2)}  # fmt: skip

@@ -347,12 +347,12 @@ def compile_graph(
     if calibration:
         choice, stats = calibrate(graph, calibration, arch)
         if choice.rounding is not None and choice.rounding.weights:
-            reference = fuse(apply_shifts(graph, choice.shifts)[0])  # the model's weights, for the report
+            reference = fuse(apply_shifts(graph, choice.shifts, stats)[0])  # the model's weights, for the report
             graph = with_weights(graph, choice.rounding.weights)
             sources = graph.constants
     # Scaled before fusing: an activation fused into a conv may take the accumulators' scale to
     # another (a HardSwish), so each op is scaled for its own input and output first.
-    graph, scaling = apply_shifts(graph, choice.shifts if choice else {})
+    graph, scaling = apply_shifts(graph, choice.shifts if choice else {}, stats)
     graph = fuse(graph)
     graph = expand_transposed(mark_flattened(graph))
     place, dram0 = place_tensors(graph, arch)

@@ -132,6 +132,9 @@ class Product:
     stored at scales whose exponents do not add up (2**shift times the product is stored)."""
 
     shift: int = 0
+    # Of a shrinking product's powers of two (shift < 0), how many the first operand takes before
+    # the product (the second takes the rest): the one with more bits to spare gives more.
+    first: int = 0
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
 _BINARY = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum, "mul": np.multiply}
 
 
-def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np.ndarray:
     out_shape = graph.tensors[node.output].shape
     a, op, x = node.attrs, node.op, args[0]
     if op == "conv2d":
@@ -115,6 +115,10 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
         y = _BINARY[op](x, args[1])
         if op == "mul" and a.shift:
             y = y * 2.0**a.shift
+            if a.shift < 0 and rounding is not None:  # each operand rounded after its share of the shrink
+                first, second = (rounding.to_float(rounding.from_float(v * 2.0**-k))
+                                 for v, k in zip(args, (a.first, -a.shift - a.first)))  # fmt: skip
+                y = first * second
     elif op in ACTIVATIONS:
         y = activation_meaning(op, x, a)
     elif op in ("max_pool2d", "avg_pool2d"):
@@ -185,7 +189,7 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
 
     for node in graph.nodes:
         args = [resolve(t) for t in node.inputs]
-        values[node.output] = _node(node, args, graph)
+        values[node.output] = _node(node, args, graph, rounding)
         if rounding is not None:
             y = values[node.output]
             if node.op == "conv2d" and node.attrs.weight is not None:

@@ -167,7 +167,7 @@ def choose_scales(
         options[f"{name}, nearest rounding"] = (shifts, None)
     wants = [interpret(graph, sample) for sample in samples]
     errors = {
-        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None, wants)
+        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None, wants, stats)
         for name, (shifts, rounded) in options.items()
     }
     best = min(errors, key=errors.get)
@@ -280,13 +280,13 @@ def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, flo
 
 
 def simulated_error(
-    graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None, wants=None
+    graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None, wants=None, stats=None
 ) -> float:
     """The outputs' mean square error, relative to their spread, when every tensor, weight and bias
     is rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``;
     ``weights``: layer weights (by constant index) in place of the graph's, as ``round_weights``
     gives them; ``wants``: the samples' float values, if computed already."""
-    scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts)
+    scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts, stats)
     errors = []
     for i, sample in enumerate(samples):
         want = wants[i] if wants is not None else interpret(graph, sample)
@@ -315,7 +315,19 @@ class _Derived:
         return self.base + self.entries.index(key)
 
 
-def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
+def _product_split(node: Node, shift: int, shifts: dict[str, int], stats: dict[str, TensorStats] | None) -> int:
+    """How many of a shrinking product's ``-shift`` powers of two its first operand takes before the
+    product: both operands' stored typical magnitudes (root mean squares) then end up alike, which
+    keeps most of the bits of both (shrinking one by all of them leaves it a few)."""
+    if shift >= 0 or not stats or any(t not in stats for t in node.inputs):
+        return 0
+    a, b = (math.sqrt(stats[t].mean_square) * 2.0 ** shifts[t] for t in node.inputs)
+    if a <= 0 or b <= 0:
+        return 0
+    return int(np.clip(round((-shift + math.log2(a / b)) / 2), 0, -shift))
+
+
+def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived, stats=None) -> Node:
     a = node.attrs
     k = shifts[node.output]
     if node.op == "conv2d":
@@ -333,18 +345,20 @@ def _scaled_node(node: Node, shifts: dict[str, int], derived: _Derived) -> Node:
     elif node.op == "pad":
         a = replace(a, value=a.value * 2.0**k)
     elif node.op == "mul":  # stored product = stored inputs' product * 2**shift
-        a = replace(a, shift=a.shift + k - shifts[node.inputs[0]] - shifts[node.inputs[1]])
+        shift = a.shift + k - shifts[node.inputs[0]] - shifts[node.inputs[1]]
+        a = replace(a, shift=shift, first=_product_split(node, shift, shifts, stats))
     elif node.op in ACTIVATIONS:
         a = ACTIVATIONS[node.op].scaled(a, shifts[node.inputs[0]], k)
     return replace(node, attrs=a, epilogue=scaled_epilogue(node.epilogue, k))
 
 
-def apply_shifts(graph: Graph, shifts: dict[str, int]) -> tuple[Graph, Scaling]:
-    """The graph computing every tensor at its shift. With every shift 0 it is ``graph`` itself."""
+def apply_shifts(graph: Graph, shifts: dict[str, int], stats=None) -> tuple[Graph, Scaling]:
+    """The graph computing every tensor at its shift (``stats``: what calibration saw, which splits a
+    product's shrinking between its operands). With every shift 0 it is ``graph`` itself."""
     shifts = {t: int(shifts.get(t, 0)) for t in graph.tensors}
     if not any(shifts.values()):
         return graph, Scaling(shifts)
     derived = _Derived(graph.constants)
-    nodes = [_scaled_node(n, shifts, derived) for n in graph.nodes]
+    nodes = [_scaled_node(n, shifts, derived, stats) for n in graph.nodes]
     scaled = Graph(graph.tensors, nodes, graph.inputs, graph.outputs, derived.constants, dict(graph.views))
     return scaled, Scaling(shifts, tuple(derived.entries), derived.base)

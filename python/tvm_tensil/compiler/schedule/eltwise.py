@@ -43,8 +43,9 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
 def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     """``first OP second`` vector by vector: the second operand (or the broadcast vector) into SIMD
     register 1, then the op on the first in the accumulators. A product stored at a scale other than
-    its inputs' (``shift``) is rescaled by exact powers of two: the second operand first when the
-    product shrinks (so that it cannot overflow), the product when it grows."""
+    its inputs' (``shift``) is rescaled by exact powers of two: the operands first when the product
+    shrinks (so that it cannot overflow; each its share, ``Product.first``), the product when it
+    grows."""
     if ctx.arch.simd_registers_depth < 1:
         raise ScheduleError(f"{node.op} needs a SIMD register; this architecture has simd_registers_depth = 0")
     a_shape, b_shape = (ctx.graph.tensors[t].shape for t in node.inputs)
@@ -52,10 +53,14 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     first, second = (node.inputs[1], node.inputs[0]) if swapped else tuple(node.inputs)
     mat, vec = ctx.place[first], ctx.place[second]
     broadcast = ctx.graph.tensors[first].shape != ctx.graph.tensors[second].shape
+    dt = ctx.arch.data_type
     shift = node.attrs.shift if node.op == "mul" else 0
-    factors = powers_of_two(shift, ctx.arch.data_type)
-    before, after = (factors, []) if shift < 0 else ([], factors)
-    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, ctx.arch.data_type, ctx.n) + factors))
+    # A shrinking product: each operand takes its share of the powers of two before the product.
+    shares = (node.attrs.first, -shift - node.attrs.first) if shift < 0 else (0, 0)
+    in_acc, in_r1 = shares[::-1] if swapped else shares
+    before, in_place = powers_of_two(-in_r1, dt), powers_of_two(-in_acc, dt)
+    after = powers_of_two(shift, dt) if shift > 0 else []
+    cvals = list(dict.fromkeys(epilogue_constants(node.epilogue, dt, ctx.n) + before + in_place + after))
     acc_free = ctx.arch.accumulator_depth - len(cvals) - 1  # and one vector for the broadcast one
     cvec = const_vectors(ctx, out, cvals, acc_free + 1)
     left, right = (1, 0) if swapped else (0, 1)
@@ -63,6 +68,9 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
     # Per vector: [the second operand into r1], r1 rescaled, then the op (into r1 when the product is
     # rescaled after it), then the rescale into the output.
     scale_r1 = [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in before]
+    # The operand in the accumulators shrunk in place (through r1, before r1 takes the other).
+    shrink = [(SIMDOp.MOVE, 1, 0, 0, "v", None)] + [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in in_place]
+    shrink = shrink[:-1] + [shrink[-1][:5] + ("v",)] if in_place else []
     if after:
         tail = [(op, 1, left, right, "v", None)]
         tail += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in after[:-1]]
@@ -78,7 +86,7 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
             for src, acc in ((mat, 0), (vec, cnt)):
                 lir.datamove(Direction.DRAM0_TO_LOCAL, 0, src.base + off, cnt)
                 lir.datamove(Direction.LOCAL_TO_ACC, 0, acc, cnt)
-            lir.simd_runs(0, cnt, [(SIMDOp.MOVE, 1, 0, 0, ("v", cnt), None)] + scale_r1 + tail)
+            lir.simd_runs(0, cnt, shrink + [(SIMDOp.MOVE, 1, 0, 0, ("v", cnt), None)] + scale_r1 + tail)
             _finish(node, lir, cnt, cvec, result.base + off, block)
         return NOTHING
     n, h, w, _ = result.shape
@@ -93,6 +101,7 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
                 lir.comment(f"{node.op} {node.output}: image {img} block {b} pixels {off}+{cnt}")
                 lir.datamove(Direction.DRAM0_TO_LOCAL, 0, mat.address(img, 0, 0, b) + off, cnt)
                 lir.datamove(Direction.LOCAL_TO_ACC, 0, 0, cnt)
+                lir.simd_runs(0, cnt, shrink)
                 lir.simd(SIMDOp.MOVE, dest=1, left=0, read=held)  # the epilogue may have used r1
                 for step in scale_r1:
                     lir.simd(step[0], dest=1, left=0, right=1, read=step[4])
