@@ -12,6 +12,7 @@ import pytest
 from reference import conv2d_nhwc, conv_transpose2d_nhwc, pool_nhwc
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+from tvm_tensil.isa.instructions import Opcode
 from tvm_tensil.runtime import Emulator
 
 ARCH = PRESETS["pynqz1"]
@@ -111,6 +112,19 @@ def test_transposed_conv_exact(x_shape, co, k, strides, padding, out_pad):
     np.testing.assert_array_equal(y["z"], ref)
     assert emu.last_stats.saturated == 0
     assert [(e["op"], e["output"], e["epilogue"]) for e in part.report["nodes"]] == [("conv_transpose", "z", ["relu"])]
+    # The array multiplies the model's products only (per pair of channel blocks): input pixel
+    # times tap where the output pixel exists; at most a bias-starting MatMul per output vector more.
+    products = sum(
+        0 <= i * strides[0] - padding[0] + ky < out_hw[0] and 0 <= j * strides[1] - padding[1] + kx < out_hw[1]
+        for i in range(h) for j in range(wd) for ky in range(k[0]) for kx in range(k[1])
+    )  # fmt: skip
+    blocks_in, blocks_out = -(-x_shape[3] // ARCH.array_size), -(-co // ARCH.array_size)
+    matmuls = int(part.program.check().vectors[Opcode.MATMUL])
+    assert (
+        products * n * blocks_in * blocks_out
+        <= matmuls
+        <= (products + out_hw[0] * out_hw[1]) * n * blocks_in * blocks_out
+    )
 
 
 def test_depthwise_and_relu_epilogue():
