@@ -4,6 +4,7 @@
 - ``resnet``: stem conv, two residual blocks (batch norm, residual adds), a stride-2 conv, GAP, dense;
 - ``mobilenet``: depthwise-separable blocks (depthwise 3x3 + pointwise, ReLU6), GAP, dense;
 - ``efficientnet``: inverted residual blocks with SiLU and squeeze-and-excitation (sigmoid gates);
+- ``mobilenetv3``: the same blocks as MobileNetV3 has them (HardSwish, HardSigmoid gates);
 - ``unet``: an encoder-decoder with ConvTranspose upsampling, a skip concat and a sigmoid output,
   trained to mark each digit's ink (the pixels above 0.4): a segmentation map, not logits;
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
@@ -99,16 +100,17 @@ def _plain() -> nn.Module:
 
 
 class _MBConv(nn.Module):
-    """EfficientNet's block: 1x1 expansion, depthwise 3x3, squeeze-and-excitation, 1x1 projection."""
+    """EfficientNet's block (MobileNetV3's with HardSwish, a ReLU squeeze and a HardSigmoid gate):
+    1x1 expansion, depthwise 3x3, squeeze-and-excitation, 1x1 projection."""
 
-    def __init__(self, cin: int, cout: int, expand: int, stride: int):
+    def __init__(self, cin: int, cout: int, expand: int, stride: int, act=nn.SiLU, squeeze=nn.SiLU, gate=nn.Sigmoid):
         super().__init__()
-        e, squeeze = cin * expand, max(4, cin // 4)
+        e, mid = cin * expand, max(4, cin // 4)
         self.body = nn.Sequential(
-            nn.Conv2d(cin, e, 1, bias=False), nn.BatchNorm2d(e), nn.SiLU(),
-            nn.Conv2d(e, e, 3, stride=stride, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), nn.SiLU(),
+            nn.Conv2d(cin, e, 1, bias=False), nn.BatchNorm2d(e), act(),
+            nn.Conv2d(e, e, 3, stride=stride, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), act(),
         )  # fmt: skip
-        self.se = nn.Sequential(nn.Conv2d(e, squeeze, 1), nn.SiLU(), nn.Conv2d(squeeze, e, 1), nn.Sigmoid())
+        self.se = nn.Sequential(nn.Conv2d(e, mid, 1), squeeze(), nn.Conv2d(mid, e, 1), gate())
         self.project = nn.Sequential(nn.Conv2d(e, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.residual = cin == cout and stride == 1
 
@@ -116,6 +118,14 @@ class _MBConv(nn.Module):
         y = self.body(x)
         y = self.project(y * self.se(y.mean((2, 3), keepdim=True)))
         return x + y if self.residual else y
+
+
+def _mobilenetv3() -> nn.Module:
+    v3 = dict(act=nn.Hardswish, squeeze=nn.ReLU, gate=nn.Hardsigmoid)
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.Hardswish(), _MBConv(16, 16, 2, 1, **v3),
+        _MBConv(16, 24, 3, 2, **v3), nn.Conv2d(24, 48, 1, bias=False), nn.BatchNorm2d(48), nn.Hardswish(), _Head(48),
+    )  # fmt: skip
 
 
 def _efficientnet() -> nn.Module:
@@ -184,7 +194,8 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 
 @functools.cache
 def trained(kind: str) -> nn.Module:
-    """A trained network (eval mode): "resnet", "mobilenet", "efficientnet", "unet" or "wide_range"."""
+    """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "unet" or
+    "wide_range"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -193,6 +204,8 @@ def trained(kind: str) -> nn.Module:
         return _train(_mobilenet(), data)
     if kind == "efficientnet":
         return _train(_efficientnet(), data, epochs=20)
+    if kind == "mobilenetv3":
+        return _train(_mobilenetv3(), data, epochs=20)
     if kind == "unet":
         return _train(_UNet(), data, epochs=6, segment=True)
     if kind == "wide_range":
