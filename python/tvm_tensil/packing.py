@@ -41,6 +41,17 @@ def phase_kernel(w, phase: Sequence[int]) -> np.ndarray:
     return w[:, :, ry::sy, rx::sx][:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
 
 
+def group_blocks(out_channels: int, in_channels: int, groups: int, n: int) -> list[list[int]]:
+    """A grouped conv's input blocks for each output block: those holding the input channels of the
+    groups its output channels belong to."""
+    per_out, per_in = out_channels // groups, in_channels // groups
+    out = []
+    for o0 in range(0, out_channels, n):
+        g0, g1 = o0 // per_out, (min(o0 + n, out_channels) - 1) // per_out
+        out.append(list(range(g0 * per_in // n, ((g1 + 1) * per_in - 1) // n + 1)))
+    return out
+
+
 @packer("conv_weights")
 def pack_conv_weights(
     consts,
@@ -82,6 +93,14 @@ def pack_conv_weights(
         w = w.T[:, :, None, None]
     co, ci_g, kh, kw = w.shape
     cbo = math.ceil(co / n)
+    first_blocks = None
+    if groups != 1 and not (ci_g == 1 and groups == co):  # grouped: as a dense conv, zeros between groups
+        first_blocks = [blocks[0] for blocks in group_blocks(co, ci_g * groups, groups, n)]
+        full = np.zeros((co, ci_g * groups, kh, kw))
+        for o in range(co):
+            g = o // (co // groups)
+            full[o, g * ci_g : (g + 1) * ci_g] = w[o]
+        w, ci_g, groups = full, ci_g * groups, 1
     if groups == 1:
         cbi = math.ceil(ci_g / n)
         wp = np.zeros((cbo * n, cbi * n, kh, kw))
@@ -90,8 +109,10 @@ def pack_conv_weights(
         blocks = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         out = np.zeros((cbo, cbi, kh, kw, n + 1, n))
         out[..., 1:, :] = blocks
-        if bias is not None:
-            out[:, 0, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
+        if bias is not None:  # in the first input block each output block reads
+            rows = _bias_rows(consts, bias, cbo, n)
+            for ob, ib in enumerate(first_blocks or [0] * cbo):
+                out[ob, ib, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")

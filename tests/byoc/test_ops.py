@@ -208,14 +208,16 @@ def test_softmax_stays_on_cpu_with_reason(compare):
     ]
 
 
-def test_grouped_conv_stays_on_cpu(compare):
+@pytest.mark.parametrize("channels, out, group", [(8, 8, 2), (24, 24, 3), (12, 24, 12), (32, 16, 8)])
+def test_grouped_conv_runs_on_the_tcu(compare, channels, out, group):
+    """Groups of any count (ResNeXt, ShuffleNet; a depthwise conv with a channel multiplier): a dense
+    conv that multiplies only the channel blocks its groups read; exact on grid values."""
     b = OnnxBuilder(seed=10, grid=True)
     rng = np.random.default_rng(10)
-    y = b.conv("x", 8, 8, group=2, bias=False)
-    cpu, tcu, report, _ = compare(b.model({"x": [1, 8, 5, 5]}, y), {"x": grid(rng, (1, 8, 5, 5))})
-    np.testing.assert_allclose(tcu, cpu, rtol=1e-6, atol=1e-6)
-    assert report.partitions == {}
-    assert "grouped convolution (groups = 2)" in report.cpu_ops[0]["reason"]
+    y = b.conv("x", channels, out, group=group, bias=True)
+    cpu, tcu, report, _ = compare(b.model({"x": [1, channels, 5, 5]}, y), {"x": grid(rng, (1, channels, 5, 5))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert report.cpu_ops == [] and len(report.partitions) == 1
 
 
 @pytest.mark.parametrize("batch, hw", [(1, 3), (2, 4)])

@@ -127,6 +127,27 @@ def test_transposed_conv_exact(x_shape, co, k, strides, padding, out_pad):
     )
 
 
+@pytest.mark.parametrize("channels, out, groups", [(16, 16, 2), (32, 32, 4), (24, 24, 3), (8, 16, 8)])
+def test_grouped_conv_exact_and_only_the_blocks_its_groups_read(channels, out, groups):
+    """A grouped conv as a dense conv over zero-padded groups, but the array sees only the input
+    blocks each output block's groups read: exact, and its MatMul vectors are those of the blocks
+    (pixels x taps x block pairs read), not of every block pair."""
+    from tvm_tensil.packing import group_blocks
+
+    rng = np.random.default_rng(channels + groups)
+    x_shape = (1, 6, 5, channels)
+    w = grid(rng, (out, channels // groups, 3, 3), -4, 4)
+    x = grid(rng, x_shape)
+    g, last = conv_graph(x_shape, w, None, padding=(1, 1, 1, 1), groups=groups)
+    y, part, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y[last], conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1), groups=groups))
+    pairs = sum(len(r) for r in group_blocks(out, channels, groups, ARCH.array_size))
+    assert pairs <= -(-channels // ARCH.array_size) * -(-out // ARCH.array_size)
+    # Output pixel x tap pairs that read a real input pixel (padding 1): 2 taps on each edge, else 3.
+    products = (2 * 2 + 3 * (6 - 2)) * (2 * 2 + 3 * (5 - 2))
+    assert int(part.program.check().vectors[Opcode.MATMUL]) == pairs * products
+
+
 def test_depthwise_and_relu_epilogue():
     rng = np.random.default_rng(1)
     x_shape = (1, 7, 7, 12)

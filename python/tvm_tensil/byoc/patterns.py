@@ -83,9 +83,6 @@ def check_conv2d(arch: Architecture, call: relax.Call) -> str | None:
         return f"out_dtype {a.out_dtype}"
     co, ci_g, kh, kw = shape_of(w)
     ci = shape_of(x)[1]
-    groups = int(a.groups)
-    if groups != 1 and not (groups == ci == co and ci_g == 1):
-        return f"grouped convolution (groups = {groups}); only groups = 1 and depthwise run on the TCU"
     dh, dw = (int(d) for d in a.dilation)
     n = arch.array_size
     window = ((kh - 1) * dh + 1) * ((kw - 1) * dw + 1) * math.ceil(ci / n)

@@ -91,6 +91,14 @@ def conv_kernel(constants, attrs: Conv) -> np.ndarray:
     return phase_kernel(w, attrs.phase) if attrs.phase is not None else w
 
 
+def grouped(constants, attrs: Conv) -> bool:
+    """A grouped conv: several groups, not one input channel per output channel (depthwise)."""
+    if attrs.weight is None or attrs.groups == 1:
+        return False
+    o, i_g = np.shape(constants[attrs.weight])[:2]
+    return not (i_g == 1 and attrs.groups == o)
+
+
 def kernel_size(constants, attrs: Conv) -> tuple[int, int]:
     """(KH, KW) of the conv's window (a dense layer's: 1x1)."""
     if attrs.layout == "KM":

@@ -12,7 +12,7 @@ import numpy as np
 
 from .elementwise import ACTIVATIONS
 from .elementwise import meaning as activation_meaning
-from .graph import Conv, Graph, Interleave, Node, conv_kernel, kernel_terms
+from .graph import Conv, Graph, Interleave, Node, conv_kernel, grouped, kernel_terms
 
 
 def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
@@ -59,13 +59,19 @@ def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     else:
         w = conv_kernel(graph.constants, a).astype(np.float64)
         y = np.zeros(out_shape)
-        depthwise = a.groups != 1
+        depthwise = a.groups != 1 and not grouped(graph.constants, a)
+        per_in, per_out = w.shape[1], w.shape[0] // a.groups
         window = _window(
             x, a.padding, 0.0, out_shape[1:3], w.shape[2:], a.strides,
             a.dilation,
         )  # fmt: skip
         for ky, kx, tap in window:
-            y += tap * w[:, 0, ky, kx] if depthwise else tap @ w[:, :, ky, kx].T
+            if depthwise:
+                y += tap * w[:, 0, ky, kx]
+                continue
+            for g in range(a.groups):  # each group's outputs from its inputs (one group: a dense conv)
+                outs = slice(g * per_out, (g + 1) * per_out)
+                y[..., outs] += tap[..., g * per_in : (g + 1) * per_in] @ w[outs, :, ky, kx].T
     if a.bias is not None:
         y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     return y

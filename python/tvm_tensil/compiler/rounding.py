@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..numbers import DataType
-from .graph import Graph, Node
+from .graph import Graph, Node, grouped
 from .interpret import _window
 
 # Added to H's diagonal, relative to its mean: keeps the inverse finite for inputs that never vary.
@@ -41,11 +41,15 @@ MAX_INPUTS = 4608
 
 def _layers(graph: Graph) -> list[tuple[int, Node]]:
     """Convs and dense layers with weights, by node index (a transposed conv's weights serve
-    several phases, each with other inputs: they keep nearest rounding)."""
+    several phases, each with other inputs, and a grouped conv's several groups: they keep nearest
+    rounding)."""
     return [
         (i, n)
         for i, n in enumerate(graph.nodes)
-        if n.op == "conv2d" and n.attrs.weight is not None and not n.attrs.transposed
+        if n.op == "conv2d"
+        and n.attrs.weight is not None
+        and not n.attrs.transposed
+        and not grouped(graph.constants, n.attrs)
     ]
 
 

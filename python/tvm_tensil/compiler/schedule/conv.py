@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...isa.instructions import Direction
-from ...packing import ConstRecipe
-from ..graph import Conv, Node, kernel_size
+from ...packing import ConstRecipe, group_blocks
+from ..graph import Conv, Node, grouped, kernel_size
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
@@ -214,14 +214,18 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     return cheapest(ways, ctx, given, out, stop_when_worse=True)
 
 
-def weight_plan(mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, depthwise: bool, local_free: int, n: int):
+def weight_plan(
+    mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, depthwise: bool, local_free: int, n: int,
+    reads: list[list[int]] | None = None,
+):  # fmt: skip
     """The ``WeightPlan`` of ``mode``, or None when it does not apply. Modes: "resident" (all
     weights stay in local memory for the layer), "input blocks" (as many input blocks' weights per
     group as fit a quarter of local memory twice), "blocks" (one weight block per group), both in
-    two alternating slots, and "one block" (one block per group, a single slot)."""
+    two alternating slots, and "one block" (one block per group, a single slot). ``reads``: the
+    input blocks each output block reads (a grouped conv's; else all of them)."""
     block = n + 1
     unit = len(taps) * block  # the weights of one (output block, input block)
-    ibs_per_ob = 1 if depthwise else cbi
+    ibs_per_ob = 1 if depthwise else max(len(r) for r in reads) if reads else cbi
     wrec, brec = recipes.weights, recipes.bias
     total = wrec.size + (brec.size if brec else 0)
 
@@ -229,7 +233,7 @@ def weight_plan(mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, de
         return (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
 
     def ibs(ob):
-        return [ob] if depthwise else list(range(cbi))
+        return [ob] if depthwise else reads[ob] if reads else list(range(cbi))
 
     groups = []
     if mode == "resident":
@@ -237,7 +241,7 @@ def weight_plan(mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, de
             return None
         for ob in range(cbo):
             first = idx(ob, ibs(ob)[0], 0)
-            runs = [(wrec.base + first * block, first * block, ibs_per_ob * unit)]
+            runs = [(wrec.base + first * block, first * block, len(ibs(ob)) * unit)]
             loads = [(ib, t, idx(ob, ib, t) * block) for ib in ibs(ob) for t in order]
             if brec:
                 runs.append((brec.base + ob, wrec.size + ob, 1))
@@ -250,7 +254,7 @@ def weight_plan(mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, de
             return None
         for ob in range(cbo):
             ob_groups = []
-            for g0 in range(0, ibs_per_ob, per_group):
+            for g0 in range(0, len(ibs(ob)), per_group):
                 chunk = ibs(ob)[g0 : g0 + per_group]
                 first = idx(ob, chunk[0], 0)
                 runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
@@ -292,7 +296,11 @@ def plan(
     # accumulators start from the bias by a MatMul of zeroes.
     cover = covering_tap(inp.shape, out.shape, window, padding, taps)
     recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul)
-    depthwise = a.weight is None or a.groups != 1
+    depthwise = a.weight is None or (a.groups != 1 and not grouped(ctx.graph.constants, a))
+    reads = None
+    if a.weight is not None and grouped(ctx.graph.constants, a):
+        o, i_g = np.shape(ctx.graph.constants[a.weight])[:2]
+        reads = group_blocks(o, i_g * a.groups, a.groups, ctx.n)
     second = a.second
     order = [cover] + [t for t in range(len(taps)) if t != cover] if cover is not None else list(range(len(taps)))
     cvals = tuple(_constants(node, ctx.arch.data_type, ctx.n))
@@ -308,7 +316,7 @@ def plan(
         )  # fmt: skip
 
     for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
-        weights = weight_plan(mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n)
+        weights = weight_plan(mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n, reads)
         if weights is not None:
             try:
                 fit(local_free - weights.staging)
