@@ -100,58 +100,26 @@ def _rules():
 
         rules.append((pat, r_comb))
 
-    # multiply(conv2d(x, W), s) -> conv2d(x, W * s)
+    # multiply(conv(x, W), s) -> conv(x, W * s), s along W's output-channel axis: O of a conv2d's
+    # (O, I/g, KH, KW), O of a conv2d_transpose's (I, O, KH, KW) (one group only: O/g otherwise).
     w = is_const()
-    conv = is_op("relax.nn.conv2d")(x, w)
-    mul_conv = is_op("relax.multiply")(conv, c)
+    for op, layout, axis in (("relax.nn.conv2d", "OIHW", 0), ("relax.nn.conv2d_transpose", "IOHW", 1)):
+        conv = is_op(op)(x, w)
+        mul_conv = is_op("relax.multiply")(conv, c)
 
-    def r_mul_conv(expr, m):
-        call = m[conv]
-        a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return expr
-        s = _channel_vector(m[c], shape_of(call))
-        if s is None:
-            return expr
-        wv = _value(m[w]) * s.reshape(-1, 1, 1, 1)
-        return relax.op.nn.conv2d(
-            m[x],
-            _const(wv),
-            strides=a.strides,
-            padding=a.padding,
-            dilation=a.dilation,
-            groups=a.groups,
-            data_layout="NCHW",
-            kernel_layout="OIHW",
-        )
+        def r_mul_conv(expr, m, conv=conv, layout=layout, axis=axis):
+            call = m[conv]
+            a = call.attrs
+            layouts = (a.data_layout, a.kernel_layout, a.out_layout)
+            if layouts != ("NCHW", layout, "NCHW") or (axis and int(a.groups) != 1):
+                return expr
+            s = _channel_vector(m[c], shape_of(call))
+            if s is None:
+                return expr
+            scale = s.reshape([-1 if k == axis else 1 for k in range(4)])
+            return relax.Call(call.op, [m[x], _const(_value(m[w]) * scale)], call.attrs)
 
-    rules.append((mul_conv, r_mul_conv))
-
-    # multiply(conv2d_transpose(x, W), s) -> conv2d_transpose(x, W * s): W is (I, O, KH, KW)
-    convt = is_op("relax.nn.conv2d_transpose")(x, w)
-    mul_convt = is_op("relax.multiply")(convt, c)
-
-    def r_mul_convt(expr, m):
-        call = m[convt]
-        a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout, int(a.groups)) != ("NCHW", "IOHW", "NCHW", 1):
-            return expr
-        s = _channel_vector(m[c], shape_of(call))
-        if s is None:
-            return expr
-        return relax.op.nn.conv2d_transpose(
-            m[x],
-            _const(_value(m[w]) * s.reshape(1, -1, 1, 1)),
-            strides=a.strides,
-            padding=a.padding,
-            output_padding=a.output_padding,
-            dilation=a.dilation,
-            groups=a.groups,
-            data_layout="NCHW",
-            kernel_layout="IOHW",
-        )
-
-    rules.append((mul_convt, r_mul_convt))
+        rules.append((mul_conv, r_mul_conv))
 
     # multiply(matmul(x, W), s) -> matmul(x, W * s)
     mm = is_op("relax.matmul")(x, w)

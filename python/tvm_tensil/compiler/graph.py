@@ -79,10 +79,6 @@ class Conv:
     transposed: bool = False
     phase: tuple[int, int, int, int] | None = None
 
-    @property
-    def depthwise(self) -> bool:
-        return self.weight is None or self.groups != 1
-
 
 def conv_kernel(constants, attrs: Conv) -> np.ndarray:
     """The weight a conv multiplies by: (O, I/groups, KH, KW), or (K, M) for a dense layer; a

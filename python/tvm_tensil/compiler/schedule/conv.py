@@ -296,7 +296,7 @@ def plan(
     # accumulators start from the bias by a MatMul of zeroes.
     cover = covering_tap(inp.shape, out.shape, window, padding, taps)
     recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul)
-    depthwise = a.weight is None or (a.groups != 1 and not grouped(ctx.graph.constants, a))
+    depthwise = _depthwise(a, ctx)
     reads = None
     if a.weight is not None and grouped(ctx.graph.constants, a):
         o, i_g = np.shape(ctx.graph.constants[a.weight])[:2]
@@ -346,6 +346,11 @@ def plan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
         shortcut_matmul, memory,
     )  # fmt: skip
+
+
+def _depthwise(a: Conv, ctx: Context) -> bool:
+    """One diagonal weight block per channel block (an identity with bias, a depthwise conv)."""
+    return a.weight is None or (a.groups != 1 and not grouped(ctx.graph.constants, a))
 
 
 def _constants(node: Node, dt, lanes: int) -> list:
@@ -405,7 +410,7 @@ def dram_share(node: Node, ctx: Context) -> float:
     taps = 1
     if a.weight is not None and a.layout != "KM":
         taps = int(np.prod(kernel_size(ctx.graph.constants, a)))
-    depthwise = a.weight is None or a.groups != 1
+    depthwise = _depthwise(a, ctx)
     reads = inp.blocks * inp.shape[1] * inp.shape[2] / max(1, out.shape[1] * out.shape[2])
     writes = out.blocks * (2 if a.second else 1)
     return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
