@@ -1,14 +1,16 @@
-"""Cycles of the element-wise layers between two maps, of the smooth activations and of transposed
-convs (latency model; the RTL agrees within its documented bound, docs/results.md).
+"""Cycles of the element-wise layers between two maps, of the activations with SIMD sequences of
+their own and of transposed convs (latency model; the RTL agrees within its documented bound,
+docs/results.md).
 
     python benchmarks/elementwise.py [--arch pynqz1 ultra96v2_300mhz]
 
 Each of Add, Sub, Mul, Max, Min on a (1, 64, 28, 28) map with a second map of the same shape and
 with a per-channel (1, 64, 1, 1) vector (a squeeze-excitation gate), alone in a model: the layer's
-cycles and cycles per output vector. Each smooth activation (Sigmoid, Tanh, SiLU as x * sigmoid(x),
-Gelu) after a 1x1 conv 64 -> 64 on that map: the cycles it adds to the conv (its epilogue), per
-vector. ConvTranspose 64 -> 64 (2x2 stride 2; 4x4 stride 2 padding 1) of a (1, 64, 14, 14) map:
-cycles, and cycles per MatMul the model's products need. Writes benchmarks/results/elementwise.json.
+cycles and cycles per output vector. Each of HardSigmoid, HardSwish, Sigmoid, Tanh, SiLU (as
+x * sigmoid(x)) and Gelu after a 1x1 conv 64 -> 64 on that map: the cycles it adds to the conv (its
+epilogue), per vector. ConvTranspose 64 -> 64 (2x2 stride 2; 4x4 stride 2 padding 1) of a
+(1, 64, 14, 14) map: cycles, and cycles per MatMul the model's products need. Writes
+benchmarks/results/elementwise.json.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def main() -> None:
                 row = layer_cycles(op, second, arch)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-        for act in ("Sigmoid", "Tanh", "SiLU", "Gelu"):
+        for act in ("HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "SiLU", "Gelu"):
             row = activation_cycles(act, arch)
             print(json.dumps(row), flush=True)
             rows.append(row)

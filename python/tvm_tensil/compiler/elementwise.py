@@ -59,6 +59,12 @@ class HardSigmoid:
     out_shift: int = 0
     hi: float = 1.0  # 6 for x * relu6(x + 3), a HardSwish whose 1/6 went elsewhere
 
+    @property
+    def symmetric(self) -> bool:
+        """A HardSwish whose factor rises from 0 to ``hi`` around x = 0 (``beta = hi / 2``; every
+        importer's form): computed as ``hi * max(x, 0)`` minus a small quadratic."""
+        return self.swish and self.alpha > 0 and self.beta == self.hi / 2
+
 
 @dataclass(frozen=True)
 class Smooth:
@@ -156,13 +162,129 @@ def _hard_sigmoid_plan(a: HardSigmoid, dt: "DataType") -> _HardSigmoidPlan:
     return _HardSigmoidPlan(bounds, slope, factors, a.beta * 2.0**out, a.hi * 2.0**out)
 
 
+def _on_grid(value: float, dt: "DataType") -> float:
+    return float(dt.to_float(dt.from_float(value)))
+
+
+def _fits(value: float, dt: "DataType") -> bool:
+    """``value`` is on the data type's grid and within its range."""
+    return abs(value) <= dt.max_float and _on_grid(value, dt) == value
+
+
+def _finest(peak: float, dt: "DataType") -> int:
+    """The finest power of two ``2**s`` at which values up to ``peak`` stay below the data type's
+    largest value (with a little room for the roundings on their way)."""
+    return int(np.floor(np.log2(dt.max_float / (peak * 1.01))))
+
+
+@dataclass(frozen=True)
+class _HardSwishPlan:
+    """A symmetric HardSwish (``beta = hi / 2``) as ``hi * max(x, 0) - T(|x|)``, ``T(u) = alpha u
+    (c - u)`` for ``u = min(|x|, c)``, ``c = beta / alpha``: the small quadratic ``T`` (at most
+    ``hi**2 / (16 alpha)``) is computed at fine scales, so the result keeps the input's bits (x
+    times a factor of 8 fractional bits would lose them). Constants at stored scales."""
+
+    low: float | None  # -c at x's scale: x clipped there first (None: a fine input, scaled down first)
+    factors_in: list[float]  # a fine input to the working scale (where c fits) before |x|
+    top: float  # c at the working scale: |x| clipped there
+    factors_u: list[float]  # u (at the working scale) to its scale in the product
+    c: float  # c at u's scale in the product
+    factors_w: list[float]  # c - u to its scale in the product
+    factors_q: list[float]  # the product u (c - u) to its scale before alpha
+    alpha: float  # alpha * 2**m: the product to T's scale (1: no multiply)
+    factors_t: list[float]  # T to the scale of the difference
+    factors_relu: list[float]  # max(x, 0) times hi, to the scale of the difference (none: 1)
+    factors_out: list[float]  # the difference to the result's scale
+
+
+def _product_error(alpha: float, t: int, t_q: int, t_t: int, peak: float, dt: "DataType") -> float:
+    """The error of a product (at most ``peak``) rounded from scale ``t_q`` to ``t``, then times
+    ``alpha`` as the constant ``alpha * 2**(t_t - t)`` on the data type's grid."""
+    constant = alpha * 2.0 ** (t_t - t)
+    if constant > dt.max_float:
+        return math.inf
+    rounded = alpha * 2.0 ** -(dt.binary_point + t + 1) if t < t_q else 0.0
+    return abs(_on_grid(constant, dt) / constant - 1) * alpha * peak + rounded
+
+
+@lru_cache(maxsize=256)
+def _hard_swish_plan(a: HardSigmoid, dt: "DataType") -> _HardSwishPlan:
+    k, o, c = a.shift, a.out_shift, a.beta / a.alpha
+    scale = lambda shift: powers_of_two(shift, dt)[::-1]  # noqa: E731  (down by the small step first)
+    j = min(k, _finest(c, dt))  # u = min(|x|, c) exactly at x's scale where c fits there
+    t_q = _finest(c * c / 4, dt)  # u (c - u) is at most c^2 / 4: both at about half its scale
+    s_u = (t_q + 1) // 2
+    # T = u (c - u) at scale t times alpha 2^m, at T's finest scale: the t (rounding the product
+    # there) and the constant's rounding that err least together.
+    t_t = _finest(a.alpha * c * c / 4, dt)
+    t = min(range(t_q - dt.binary_point, t_q + 1), key=lambda t: _product_error(a.alpha, t, t_q, t_t, c * c / 4, dt))
+    # The difference hi * max(x, 0) - T at the finest scale up to x's or the result's where
+    # hi * max(x, 0) fits: for every input, or for x up to c (beyond, it is the result).
+    every = k - math.ceil(math.log2(a.hi))
+    d = min(max(o, k), max(every, min(_finest(a.hi * min(c, dt.max_float * 2.0**-k), dt), o)))
+    relu = a.hi * 2.0 ** (d - k)
+    factors_relu = [] if relu == 1 else [relu] if _fits(relu, dt) else [*scale(d - k), a.hi]
+    return _HardSwishPlan(
+        -_on_grid(c * 2.0**k, dt) if j == k else None, scale(j - k), _on_grid(c * 2.0**j, dt), scale(s_u - j),
+        _on_grid(c * 2.0**s_u, dt), scale(t_q - 2 * s_u), scale(t - t_q), _on_grid(a.alpha * 2.0 ** (t_t - t), dt),
+        scale(d - t_t), factors_relu, scale(o - d),
+    )  # fmt: skip
+
+
+def _into(steps: list, where) -> list:
+    """``steps`` with the last one also writing its result to ``where``."""
+    op, dest, left, right, read, _ = steps[-1]
+    return steps[:-1] + [(op, dest, left, right, read, where)]
+
+
+def _emit_hard_swish(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict) -> None:
+    """Per vector: u = min(|x|, c) into U; T = (c - u) * u * alpha into G; then hi * max(x, 0)
+    minus T, written back."""
+    p = _hard_swish_plan(a, lir.arch.data_type)
+    u, g = cvec[_U], cvec[_G]
+    R = 1  # the register
+    if p.low is None:  # a fine input: scaled down first (nothing can saturate), then |x|, clipped
+        steps = [(SIMDOp.MOVE, R, 0, 0, cvec[p.factors_in[0]], None), (SIMDOp.MULTIPLY, R, 0, R, "v", None)]
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_in[1:]]
+        steps.append((SIMDOp.ABS, R, R, 0, None, None))
+    else:  # clipped to -c first (|x| of the lowest value saturates)
+        steps = [(SIMDOp.MOVE, R, 0, 0, cvec[p.low], None), (SIMDOp.MAX, R, 0, R, "v", None),
+                 (SIMDOp.ABS, R, R, 0, None, None)]  # fmt: skip
+    steps.append((SIMDOp.MIN, R, 0, R, cvec[p.top], None))
+    steps = _into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_u], u)
+    steps.append((SIMDOp.SUBTRACT, R, 0, R, cvec[p.c], None))  # c - u
+    steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_w]
+    steps.append((SIMDOp.MULTIPLY, R, 0, R, u, None))
+    steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_q]
+    if p.alpha != 1:
+        steps.append((SIMDOp.MULTIPLY, R, 0, R, cvec[p.alpha], None))
+    steps = _into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_t], g)
+    steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, "v", None)]
+    steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_relu]
+    steps.append((SIMDOp.SUBTRACT, R, R, 0, g, None))
+    steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out]
+    lir.simd_runs(acc, count, _into(steps, "v"))
+
+
 def _hard_sigmoid_meaning(x: np.ndarray, a: HardSigmoid) -> np.ndarray:
     v = x / 2.0**a.shift
     h = np.minimum(np.maximum(a.alpha * v + a.beta, 0.0), a.hi)
     return (v * h if a.swish else h) * 2.0**a.out_shift
 
 
-def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int) -> list[float]:
+def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int) -> list:
+    if a.symmetric:
+        q = _hard_swish_plan(a, dt)
+        values = ([] if q.low is None else [q.low]) + q.factors_in + [q.top, *q.factors_u, q.c, *q.factors_w]
+        return values + [
+            *q.factors_q,
+            *([q.alpha] if q.alpha != 1 else []),
+            *q.factors_t,
+            *q.factors_relu,
+            *q.factors_out,
+            _U,
+            _G,
+        ]
     p = _hard_sigmoid_plan(a, dt)
     return [b for b in p.bounds if b is not None] + [p.slope, *p.factors, p.offset, 0.0, p.one]
 
@@ -170,6 +292,8 @@ def _hard_sigmoid_constants(a: HardSigmoid, dt: "DataType", lanes: int) -> list[
 def _emit_hard_sigmoid(lir: "LIR", acc: int, count: int, a: HardSigmoid, cvec: dict, block=None) -> None:
     """Per vector, in register 1: x clipped to its widened active range, times the slope, to its
     scale, plus the offset, clipped to [0, 1]; then out (a HardSwish: x times it)."""
+    if a.symmetric:
+        return _emit_hard_swish(lir, acc, count, a, cvec)
     p = _hard_sigmoid_plan(a, lir.arch.data_type)
     lo, hi = p.bounds
     if lo is None and hi is None:
@@ -337,10 +461,6 @@ def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=
     u, v, g = cvec[_U], cvec[_V], cvec[_G]
     R = 1  # the register
 
-    def into(steps: list, where) -> list:  # the last step also writes ``where``
-        op, dest, left, right, read, _ = steps[-1]
-        return steps[:-1] + [(op, dest, left, right, read, where)]
-
     if p.factors_in:  # a fine input: scaled down first (nothing can saturate), then |x|, clipped
         steps = [(SIMDOp.MOVE, R, 0, 0, cvec[p.factors_in[0]], None), (SIMDOp.MULTIPLY, R, 0, R, "v", None)]
         steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_in[1:]]
@@ -351,10 +471,10 @@ def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=
         steps = [(SIMDOp.MOVE, R, 0, 0, cvec[-p.top], None), (SIMDOp.MAX, R, 0, R, "v", None),
                  (SIMDOp.ABS, R, R, 0, None, None), (SIMDOp.MIN, R, 0, R, cvec[p.top], None)]  # fmt: skip
         steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_up]
-    steps = into(steps, u)
+    steps = _into(steps, u)
     for i, (t0, t1, c1, c2, c3) in enumerate(p.pieces):
         if i == 0:  # u >= 0 = t0: the register holds u
-            steps = into(steps + [(SIMDOp.MIN, R, 0, R, cvec[t1], None)], v)
+            steps = _into(steps + [(SIMDOp.MIN, R, 0, R, cvec[t1], None)], v)
         else:
             steps += [(SIMDOp.MOVE, R, 0, 0, cvec[t0], None), (SIMDOp.MAX, R, 0, R, u, None),
                       (SIMDOp.MIN, R, 0, R, cvec[t1], None), (SIMDOp.SUBTRACT, R, R, 0, cvec[t0], v)]  # fmt: skip
@@ -372,11 +492,11 @@ def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=
         # The part is never below 0 (its rounded pieces may leave it a unit below at the tail,
         # where max(x, 0) minus it would saturate).
         steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, g, None)]
-        steps = into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out], g)
+        steps = _into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out], g)
         steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, "v", None)]
         steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_relu]
         steps.append((SIMDOp.SUBTRACT, R, R, 0, g, None))
-    lir.simd_runs(acc, count, into(steps, "v"))
+    lir.simd_runs(acc, count, _into(steps, "v"))
 
 
 ACTIVATIONS: dict[str, Activation] = {

@@ -126,7 +126,9 @@ def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architec
     # (input group, output group, most): the output's shift at most the input's plus ``most``.
     bounds = [(layer.gin, layer.gout, layer.highest) for layer in layers]
     for n in graph.nodes:
-        if n.op == "hard_sigmoid" and n.attrs.swish:  # its factor's top, hi * 2^(out - in), fits
+        if (
+            n.op == "hard_sigmoid" and n.attrs.swish and not n.attrs.symmetric
+        ):  # its factor's top, hi * 2^(out - in), fits
             bounds.append((group[n.inputs[0]], group[n.output], _shift_for(arch.data_type.max_float, n.attrs.hi)))
     largest = _bounded(dict(top), bounds)
     balanced = _bounded(_balanced(largest, layers, signal), bounds)
