@@ -65,8 +65,14 @@ async def program_order_with_forwarding(dut):
     assert sat_events > 0
 
 
-@pytest.mark.parametrize("n, width, depth", [(4, 16, 16), (8, 32, 64)])
-def test_tcu_accumulators(n, width, depth):
+SWEEP = [(4, 16, 16)]
+FULL_SWEEP = SWEEP + [(8, 32, 64)]
+
+
+@pytest.mark.parametrize("n, width, depth", FULL_SWEEP)
+def test_tcu_accumulators(n, width, depth, full):
+    if (n, width, depth) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb(

@@ -133,8 +133,14 @@ async def vectors_match_the_instructions(dut):
     assert swap_waits > 0, "weights_loaded never held a swap back: the wait went untested"
 
 
-@pytest.mark.parametrize("n, width", [(4, 16), (8, 32)])
-def test_tcu_compute_engine(n, width):
+SWEEP = [(4, 16)]
+FULL_SWEEP = SWEEP + [(8, 32)]
+
+
+@pytest.mark.parametrize("n, width", FULL_SWEEP)
+def test_tcu_compute_engine(n, width, full):
+    if (n, width) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb(

@@ -123,8 +123,14 @@ async def runs_written_then_read(dut):
     assert bursts["ar"] < vectors, f"{bursts['ar']} read bursts for {vectors} vectors: runs were not merged"
 
 
-@pytest.mark.parametrize("n, width, sb, bus", [(8, 16, 2, 64), (8, 16, 2, 128), (12, 16, 2, 64), (4, 18, 4, 64)])
-def test_tcu_dram_axi(n, width, sb, bus):
+SWEEP = [(8, 16, 2, 64), (4, 18, 4, 64)]
+FULL_SWEEP = SWEEP + [(8, 16, 2, 128), (12, 16, 2, 64)]
+
+
+@pytest.mark.parametrize("n, width, sb, bus", FULL_SWEEP)
+def test_tcu_dram_axi(n, width, sb, bus, full):
+    if (n, width, sb, bus) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb(

@@ -36,8 +36,14 @@ async def mac_matches_the_reference(dut):
         assert int(dut.saturated.value) == sat.count, f"mac({x}, {y}, {z}): saturated flag"
 
 
-@pytest.mark.parametrize("width, bp", [(8, 4), (16, 8), (18, 10), (32, 16)])
-def test_tcu_mac(width, bp):
+SWEEP = [(8, 4), (16, 8)]  # the presets' data types
+FULL_SWEEP = SWEEP + [(18, 10), (32, 16)]
+
+
+@pytest.mark.parametrize("width, bp", FULL_SWEEP)
+def test_tcu_mac(width, bp, full):
+    if (width, bp) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb("tcu_mac", __file__, {"DATA_WIDTH": width, "BINARY_POINT": bp})

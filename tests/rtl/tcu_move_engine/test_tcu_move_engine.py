@@ -123,8 +123,14 @@ async def memories_follow_program_order(dut):
     assert all(stats.values()), f"a path went untested: {stats}"
 
 
-@pytest.mark.parametrize("n, width", [(4, 16), (8, 32)])
-def test_tcu_move_engine(n, width):
+SWEEP = [(8, 32)]
+FULL_SWEEP = SWEEP + [(4, 16)]
+
+
+@pytest.mark.parametrize("n, width", FULL_SWEEP)
+def test_tcu_move_engine(n, width, full):
+    if (n, width) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb(

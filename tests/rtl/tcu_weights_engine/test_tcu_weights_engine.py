@@ -94,8 +94,14 @@ def first_read(dut) -> bool:
     return int(dut.issued.value) == 0
 
 
-@pytest.mark.parametrize("n, width", [(4, 16), (8, 32)])
-def test_tcu_weights_engine(n, width):
+SWEEP = [(4, 16)]
+FULL_SWEEP = SWEEP + [(8, 32)]
+
+
+@pytest.mark.parametrize("n, width", FULL_SWEEP)
+def test_tcu_weights_engine(n, width, full):
+    if (n, width) not in SWEEP and not full:
+        pytest.skip("long sweep: run with --full")
     from rtl_runner import run_cocotb
 
     run_cocotb("tcu_weights_engine", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6})
