@@ -9,8 +9,10 @@ from tvm_tensil.compiler.compile import tensor_stats
 from tvm_tensil.compiler.interpret import interpret
 from tvm_tensil.compiler.scales import (
     HEADROOM,
+    TIGHT_HEADROOM,
     apply_shifts,
     candidate_shifts,
+    choose_scales,
     choose_shifts,
     scale_groups,
     simulated_error,
@@ -86,7 +88,7 @@ def test_chosen_shifts_fit_every_range_and_every_weight():
 def test_balancing_gives_tiny_weights_bits_from_a_wide_input():
     """The largest shifts leave the 1e-3 weights a few bits while the inputs keep all of theirs; the
     balanced choice moves bits from the inputs to the weights, simulates better on samples it was not
-    chosen on, and is the one chosen."""
+    chosen on, and is the one chosen (or the same with a tighter headroom)."""
     graph = wide_range_graph()
     cal = samples(8)
     stats = tensor_stats(graph, cal)
@@ -94,7 +96,24 @@ def test_balancing_gives_tiny_weights_bits_from_a_wide_input():
     largest, balanced = options["largest"], options["balanced"]
     assert largest["x"] == _largest_input_shift(stats) > balanced["x"]
     assert simulated_error(graph, balanced, FP16, cal[4:]) < simulated_error(graph, largest, FP16, cal[4:]) / 4
-    assert choose_shifts(graph, stats, FP16, cal[:4]) == balanced
+    tight = candidate_shifts(graph, stats, FP16, TIGHT_HEADROOM)["balanced"]
+    assert choose_shifts(graph, stats, FP16, cal[:4]) in (balanced, tight)
+
+
+def test_calibration_also_tries_a_tighter_headroom_and_keeps_what_simulates_best():
+    """The candidates with headroom 1.25 fit every range with that margin, give no tensor fewer
+    bits than headroom 2 does and some more; the choice simulates each and keeps the best."""
+    graph = wide_range_graph()
+    cal = samples(8)
+    stats = tensor_stats(graph, cal)
+    usual, tight = candidate_shifts(graph, stats, FP16), candidate_shifts(graph, stats, FP16, TIGHT_HEADROOM)
+    for t, s in stats.items():
+        assert s.peak * 2.0 ** tight["largest"][t] * TIGHT_HEADROOM <= FP16.data_type.max_float, t
+        assert tight["largest"][t] >= usual["largest"][t], t
+    assert any(tight["largest"][t] > usual["largest"][t] for t in stats)
+    choice = choose_scales(graph, stats, FP16, cal[4:])
+    assert {"largest", "balanced", "largest, headroom 1.25"} <= {name.split(", nearest")[0] for name in choice.errors}
+    assert choice.option == min(choice.errors, key=choice.errors.get)
 
 
 def _largest_input_shift(stats) -> int:

@@ -36,6 +36,8 @@ from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 # Values stay below the data type's largest by this factor: room for partial sums, which can
 # exceed the final result, and for inputs a little beyond those seen in calibration.
 HEADROOM = 2.0
+# Calibration also tries this smaller factor, kept where the simulation finds it better.
+TIGHT_HEADROOM = 1.25
 # Shifts are kept within this many powers of two of the data type's own binary point.
 MAX_SHIFT = 24
 
@@ -105,16 +107,18 @@ class TensorStats:
     mean_square: float
 
 
-def candidate_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture) -> dict[str, dict[str, int]]:
+def candidate_shifts(
+    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, headroom: float = HEADROOM
+) -> dict[str, dict[str, int]]:
     """Two choices of every tensor's shift from calibration ``stats``, one shift per group:
 
     - ``largest``: the largest shifts such that a group's peak (and any bias added in its
-      accumulators), times ``HEADROOM``, fits the data type, no layer's scaled weights saturate and
+      accumulators), times ``headroom``, fits the data type, no layer's scaled weights saturate and
       no HardSwish's factor does;
     - ``balanced``: from there, shifts come down where the modelled rounding noise says a layer's
       weights gain more than its input loses."""
     group = scale_groups(graph)
-    top = _top_shifts(graph, group, stats, arch)
+    top = _top_shifts(graph, group, stats, arch, headroom)
     layers = [
         _Layer(n, group, graph, stats, arch)
         for n in graph.nodes
@@ -160,6 +164,8 @@ def choose_scales(
     candidates = candidate_shifts(graph, stats, arch)
     if not samples:
         return ScaleChoice("balanced", candidates["balanced"], None, {})
+    tight = candidate_shifts(graph, stats, arch, TIGHT_HEADROOM)
+    candidates.update({f"{name}, headroom {TIGHT_HEADROOM}": shifts for name, shifts in tight.items()})
     options: dict[str, tuple[dict[str, int], RoundedWeights | None]] = {}
     for name, shifts in (*candidates.items(), ("none", dict.fromkeys(graph.tensors, 0))):
         if any(shifts == s for s, _ in options.values()):
@@ -181,7 +187,7 @@ def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architectur
     return choose_scales(graph, stats, arch, samples).shifts
 
 
-def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStats], arch: Architecture):
+def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStats], arch: Architecture, headroom):
     peak: dict[str, float] = {}
     for t, g in group.items():
         peak[g] = max(peak.get(g, 0.0), stats[t].peak if t in stats else 0.0)
@@ -189,7 +195,7 @@ def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStat
         if node.op in ("conv2d", "bias_add") and node.attrs.bias is not None:
             g = group[node.output]
             peak[g] = max(peak[g], _max_abs(graph.constants[node.attrs.bias]))
-    return {g: _shift_for(arch.data_type.max_float / HEADROOM, v) for g, v in peak.items()}
+    return {g: _shift_for(arch.data_type.max_float / headroom, v) for g, v in peak.items()}
 
 
 class _Layer:
