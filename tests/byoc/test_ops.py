@@ -208,6 +208,26 @@ def test_softmax_stays_on_cpu_with_reason(compare):
     ]
 
 
+def test_an_op_the_importer_makes_a_tir_function_is_named_with_the_models_op(compare):
+    """TVM's ONNX importer emits TIR functions (``call_tir``) for ops it has no Relax op for (Tile,
+    Pad in reflect mode, Einsum): the report names the function and the model's op, not call_tir."""
+    b = OnnxBuilder(seed=11, grid=True)
+    rng = np.random.default_rng(11)
+    conv = b.op("Conv", ["x", b.const(rng.standard_normal((8, 4, 1, 1)))])
+    tiled = b.op("Tile", [conv, b.const([1, 1, 2, 2], dtype=np.int64)])
+    y = b.op("Pad", [tiled, b.const([0, 0, 1, 1] * 2, dtype=np.int64)],
+             mode="reflect")  # fmt: skip
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 4, 4]}, y), {"x": grid(rng, (1, 4, 4, 4))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert [(op["op"], op.get("function")) for op in report.cpu_ops] == [
+        ("relax.call_tir", "tile"),
+        ("relax.call_tir", "mirror_pad"),
+    ]
+    assert report.cpu_ops[0]["reason"].endswith("the TIR function tile, which TVM's ONNX importer emits for Tile")
+    assert "Pad (mode reflect)" in report.cpu_ops[1]["reason"]
+    assert "relax.call_tir mirror_pad (1, 8, 10, 10): no Tensil pattern" in str(report)
+
+
 @pytest.mark.parametrize("channels, out, group", [(8, 8, 2), (24, 24, 3), (12, 24, 12), (32, 16, 8)])
 def test_grouped_conv_runs_on_the_tcu(compare, channels, out, group):
     """Groups of any count (ResNeXt, ShuffleNet; a depthwise conv with a channel multiplier): a dense

@@ -167,7 +167,8 @@ class BuildReport:
             lines.append("on the CPU:" + (between if splits else ""))
             for op in self.cpu_ops:
                 mark = "*" if op.get("splits") else " "
-                lines.append(f" {mark}{op['op']} {tuple(op['shape'])}: {op['reason']}")
+                function = f" {op['function']}" if "function" in op else ""
+                lines.append(f" {mark}{op['op']}{function} {tuple(op['shape'])}: {op['reason']}")
         else:
             lines.append("on the CPU: nothing")
         if a.clock_mhz:
@@ -205,6 +206,27 @@ def _weights_not_constant(call, params) -> str | None:
     return "both operands are tensors the model computes; the TCU multiplies by constant weights"
 
 
+# TIR functions TVM's ONNX importer emits (``call_tir``) for the ops it has no Relax op for: the
+# model's op each one comes from, for the report.
+_TIR_FROM_ONNX = {
+    "einsum": "Einsum",
+    "mirror_pad": "Pad (mode reflect)",
+    "replicate_pad": "Pad (mode edge)",
+    "circular_pad": "Pad (mode wrap)",
+    "tile": "Tile",
+    "dyn_tile": "Tile",
+    "flip": "CumSum (reverse)",
+}
+
+
+def _call_tir_reason(call: relax.Call) -> tuple[str, str]:
+    """The TIR function a ``call_tir`` runs, and why it stays on the CPU (naming the model's op)."""
+    function = call.args[0].name_hint if isinstance(call.args[0], tvm.ir.GlobalVar) else str(call.args[0])
+    origin = _TIR_FROM_ONNX.get(function)
+    where = f", which TVM's ONNX importer emits for {origin}" if origin else ""
+    return function, f"no Tensil pattern for the TIR function {function}{where}"
+
+
 def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
     """Every op left on the CPU with its reason, and whether it splits the TCU's part (a TCU
     partition before it and one after it: a round trip between the devices)."""
@@ -222,8 +244,11 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                     shape = ()
                 name = e.op.name
                 reason = rejections.reason(name, shape) or _weights_not_constant(e, func.params)
-                ops.append({"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}",
-                            "splits": e in splitting or gv in splitting})  # fmt: skip
+                op = {"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}",
+                      "splits": e in splitting or gv in splitting}  # fmt: skip
+                if name == "relax.call_tir":
+                    op["function"], op["reason"] = _call_tir_reason(e)
+                ops.append(op)
 
         relax.analysis.post_order_visit(func.body, visit)
     return ops
