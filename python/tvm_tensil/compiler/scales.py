@@ -108,17 +108,17 @@ class TensorStats:
 
 
 def candidate_shifts(
-    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, headroom: float = HEADROOM
+    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, headrooms: tuple[float, ...] = (HEADROOM,)
 ) -> dict[str, dict[str, int]]:
-    """Two choices of every tensor's shift from calibration ``stats``, one shift per group:
+    """Two choices of every tensor's shift from calibration ``stats`` per headroom, one shift per
+    group (named ``largest`` and ``balanced``, with ``, headroom h`` for any but ``HEADROOM``):
 
     - ``largest``: the largest shifts such that a group's peak (and any bias added in its
-      accumulators), times ``headroom``, fits the data type, no layer's scaled weights saturate and
-      no HardSwish's factor does;
+      accumulators), times the headroom, fits the data type, no layer's scaled weights saturate and
+      no factor of a HardSwish computed as x times it does;
     - ``balanced``: from there, shifts come down where the modelled rounding noise says a layer's
       weights gain more than its input loses."""
     group = scale_groups(graph)
-    top = _top_shifts(graph, group, stats, arch, headroom)
     layers = [
         _Layer(n, group, graph, stats, arch)
         for n in graph.nodes
@@ -130,16 +130,16 @@ def candidate_shifts(
     # (input group, output group, most): the output's shift at most the input's plus ``most``.
     bounds = [(layer.gin, layer.gout, layer.highest) for layer in layers]
     for n in graph.nodes:
-        if (
-            n.op == "hard_sigmoid" and n.attrs.swish and not n.attrs.symmetric
-        ):  # its factor's top, hi * 2^(out - in), fits
+        if n.op == "hard_sigmoid" and n.attrs.swish and not n.attrs.symmetric:  # its factor's top fits
             bounds.append((group[n.inputs[0]], group[n.output], _shift_for(arch.data_type.max_float, n.attrs.hi)))
-    largest = _bounded(dict(top), bounds)
-    balanced = _bounded(_balanced(largest, layers, signal), bounds)
-    return {
-        name: {t: shifts[g] for t, g in group.items()}
-        for name, shifts in (("largest", largest), ("balanced", balanced))
-    }
+    options = {}
+    for headroom in headrooms:
+        largest = _bounded(_top_shifts(graph, group, stats, arch, headroom), bounds)
+        balanced = _bounded(_balanced(largest, layers, signal), bounds)
+        suffix = "" if headroom == HEADROOM else f", headroom {headroom:g}"
+        for name, shifts in (("largest", largest), ("balanced", balanced)):
+            options[name + suffix] = {t: shifts[g] for t, g in group.items()}
+    return options
 
 
 @dataclass(frozen=True)
@@ -161,11 +161,9 @@ def choose_scales(
     rounding and, when ``inputs`` gives the layers' calibration inputs, with weights rounded for
     their outputs, the one with the smallest simulated error on ``samples`` (inputs by graph input
     name): calibration is never worse than none there. Without samples, the balanced candidate."""
-    candidates = candidate_shifts(graph, stats, arch)
     if not samples:
-        return ScaleChoice("balanced", candidates["balanced"], None, {})
-    tight = candidate_shifts(graph, stats, arch, TIGHT_HEADROOM)
-    candidates.update({f"{name}, headroom {TIGHT_HEADROOM}": shifts for name, shifts in tight.items()})
+        return ScaleChoice("balanced", candidate_shifts(graph, stats, arch)["balanced"], None, {})
+    candidates = candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM))
     options: dict[str, tuple[dict[str, int], RoundedWeights | None]] = {}
     for name, shifts in (*candidates.items(), ("none", dict.fromkeys(graph.tensors, 0))):
         if any(shifts == s for s, _ in options.values()):
