@@ -22,6 +22,14 @@ def sweep_arch(n: int, width: int, regs: int = 1):
     )
 
 
+def skip_unless_swept(point: tuple, sweep: list, full: bool) -> None:
+    """A bench's parameter point runs in CI when it is in ``sweep``, every point with ``--full``."""
+    if point not in sweep and not full:
+        import pytest
+
+        pytest.skip("long sweep: run with --full")
+
+
 def run_cocotb(
     toplevel: str, test_file: str, parameters: dict, sources: list[str] | None = None, extra_env: dict | None = None
 ) -> None:

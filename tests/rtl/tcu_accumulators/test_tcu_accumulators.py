@@ -71,9 +71,9 @@ FULL_SWEEP = SWEEP + [(8, 32, 64)]
 
 @pytest.mark.parametrize("n, width, depth", FULL_SWEEP)
 def test_tcu_accumulators(n, width, depth, full):
-    if (n, width, depth) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, depth), SWEEP, full)
 
     run_cocotb(
         "tcu_accumulators",

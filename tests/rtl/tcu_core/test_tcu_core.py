@@ -212,9 +212,9 @@ FULL_SWEEP = SWEEP + [(2, 16, 1, 2), (8, 16, 2, 2), (4, 32, 1, 4), (12, 16, 1, 3
 
 @pytest.mark.parametrize("n, width, regs, beats", FULL_SWEEP)
 def test_tcu_core(n, width, regs, beats, full):
-    if (n, width, regs, beats) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import core_params, run_cocotb
+    from rtl_runner import core_params, run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, regs, beats), SWEEP, full)
 
     params, env = core_params(n, width, regs, beats)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"

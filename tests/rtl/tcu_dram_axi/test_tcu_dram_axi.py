@@ -129,9 +129,9 @@ FULL_SWEEP = SWEEP + [(8, 16, 2, 128), (12, 16, 2, 64)]
 
 @pytest.mark.parametrize("n, width, sb, bus", FULL_SWEEP)
 def test_tcu_dram_axi(n, width, sb, bus, full):
-    if (n, width, sb, bus) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, sb, bus), SWEEP, full)
 
     run_cocotb(
         "tcu_dram_axi",

@@ -93,9 +93,9 @@ FULL_SWEEP = SWEEP + [(8, 16, 2), (12, 16, 3), (8, 32, 4)]
 
 @pytest.mark.parametrize("n, width, beats", FULL_SWEEP)
 def test_tcu_dram_reader(n, width, beats, full):
-    if (n, width, beats) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, beats), SWEEP, full)
 
     run_cocotb(
         "tcu_dram_reader",

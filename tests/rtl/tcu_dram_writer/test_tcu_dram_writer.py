@@ -92,9 +92,9 @@ FULL_SWEEP = SWEEP + [(4, 16)]
 
 @pytest.mark.parametrize("n, width", FULL_SWEEP)
 def test_tcu_dram_writer(n, width, full):
-    if (n, width) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width), SWEEP, full)
 
     run_cocotb(
         "tcu_dram_writer", __file__, {"ARRAY_SIZE": n, "DATA_WIDTH": width, "LOCAL_ADDR_BITS": 6, "DEPTH_BITS": 8}

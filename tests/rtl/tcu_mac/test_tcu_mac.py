@@ -42,8 +42,8 @@ FULL_SWEEP = SWEEP + [(18, 10), (32, 16)]
 
 @pytest.mark.parametrize("width, bp", FULL_SWEEP)
 def test_tcu_mac(width, bp, full):
-    if (width, bp) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((width, bp), SWEEP, full)
 
     run_cocotb("tcu_mac", __file__, {"DATA_WIDTH": width, "BINARY_POINT": bp})

@@ -68,9 +68,9 @@ FULL_SWEEP = SWEEP + [(2, 16, 8, 0), (12, 16, 8, 1), (16, 8, 4, 4), (8, 18, 10, 
 
 @pytest.mark.parametrize("n, width, bp, regs", FULL_SWEEP)
 def test_tcu_simd(n, width, bp, regs, full):
-    if (n, width, bp, regs) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, bp, regs), SWEEP, full)
 
     select = max(1, regs.bit_length())
     run_cocotb(

@@ -97,9 +97,9 @@ FULL_SWEEP = SWEEP + [(12, 16, 8), (16, 16, 8), (16, 32, 16), (4, 8, 4), (8, 18,
 
 @pytest.mark.parametrize("n, width, bp", FULL_SWEEP)
 def test_tcu_systolic_array(n, width, bp, full):
-    if (n, width, bp) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
+
+    skip_unless_swept((n, width, bp), SWEEP, full)
 
     run_cocotb(
         "tcu_systolic_array",

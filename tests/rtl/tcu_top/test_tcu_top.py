@@ -243,10 +243,10 @@ FULL_SWEEP = SWEEP + [(8, 16, 1, 32, 128), (4, 32, 2, 64, 64), (12, 16, 1, 64, 6
 
 @pytest.mark.parametrize("n, width, regs, bus, axi", FULL_SWEEP)
 def test_tcu_top(n, width, regs, bus, axi, full):
-    if (n, width, regs, bus, axi) not in SWEEP and not full:
-        pytest.skip("long sweep: run with --full")
-    from rtl_runner import run_cocotb
+    from rtl_runner import run_cocotb, skip_unless_swept
     from tvm_tensil.rtl.toolchain import rtl_sources
+
+    skip_unless_swept((n, width, regs, bus, axi), SWEEP, full)
 
     params, env = top_params(n, width, regs, bus=bus, axi=axi)
     env["TCU_RANDOM_PROGRAMS"] = "30" if full else "8"
