@@ -63,6 +63,7 @@ def measure(name, mod, batch, cal, test, arch, labels=None) -> dict:
             "precision_warnings": sum(issubclass(w.category, tvm_tensil.PrecisionWarning) for w in seen),
             "cycles": ex.tensil_report.total_cycles,
             "ops_on_cpu": len(ex.tensil_report.cpu_ops),
+            "two_part_layers": _two_part_layers(ex.tensil_report),
         }
         if labels is not None:
             row[label]["top1"] = float(np.mean(got.argmax(-1) == labels))
@@ -134,14 +135,22 @@ def random_nets(count: int, arch, output: Path) -> None:
                 ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)
                 got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)))
             row[label] = max(float(np.max(np.abs(c - g)) / max(np.ptp(c), 1e-3)) for c, g in zip(cpu, got))
+            row[f"{label}_cycles"] = ex.tensil_report.total_cycles
+        row["two_part_layers"] = _two_part_layers(ex.tensil_report)
         rows.append(row)
-        print(f"seed {seed}: {row['default']:.2%} -> {row['calibrated']:.2%}", flush=True)
+        print(f"seed {seed}: {row['default']:.2%} -> {row['calibrated']:.2%}"
+              f" ({row['two_part_layers']} layers in two parts)", flush=True)  # fmt: skip
     within = {k: sum(r[k] <= 0.01 for r in rows) for k in ("default", "calibrated")}
     result = {"arch": arch.name, "data_type": arch.data_type.name, "machine": describe(), "rows": rows,
               "within_1_percent": within}  # fmt: skip
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"within 1% of the outputs' range: {within['default']} of {count} default, {within['calibrated']} calibrated")
+
+
+def _two_part_layers(report) -> int:
+    """Layers whose weights run in two parts (a residue MatMul beside the rounded weights')."""
+    return sum("residue_bits" in n for p in report.partitions.values() for n in p["nodes"])
 
 
 def _outputs(result) -> list:

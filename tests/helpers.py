@@ -51,9 +51,9 @@ class DeviceRuns:
     stats: dict  # device name -> {partition symbol: RunStats}
 
 
-def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0, calibration=None) -> DeviceRuns:
-    """Build ``onnx_model`` with tvm_tensil (and ``calibration`` samples) and run the same executable
-    under each device."""
+def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0, calibration=None, options=None) -> DeviceRuns:
+    """Build ``onnx_model`` with tvm_tensil (and ``calibration`` samples, compile ``options``) and run
+    the same executable under each device."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
@@ -61,7 +61,9 @@ def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0, calibr
     import tvm_tensil
 
     mod = from_onnx(onnx_model, keep_params_in_input=False)
-    ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=calibration)
+    ex = tvm_tensil.build(
+        mod, target="tensil", arch=arch, calibration=calibration, **({"options": options} if options else {})
+    )
     x = tvm.runtime.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     runs = DeviceRuns({}, ex.tensil_report, {})

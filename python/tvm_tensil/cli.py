@@ -189,10 +189,27 @@ def _timing(stats) -> str:
     return f"  {stats.cycles} cycles = {stats.milliseconds:.3f} ms at {stats.clock_mhz:g} MHz"
 
 
+_DEFAULT_TARGET = object()  # --error-target not given: the compiler's own default
+
+
+def _error_target(text: str) -> float | None:
+    """``--error-target``: a percentage (as a share), or None for 'none'."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage from 0 to 100 or 'none'")
+    return value / 100
+
+
 def _cmd_compile(args) -> int:
     import onnx
 
     from .byoc import CalibrationError, InputShapeError, ToolchainError, build, import_onnx
+    from .compiler import CompileOptions
 
     src = Path(args.model)
     try:
@@ -214,6 +231,8 @@ def _cmd_compile(args) -> int:
     for w in noted:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     params = [str(p.name) for p in mod["main"].params]
+    target = args.error_target
+    options = CompileOptions() if target is _DEFAULT_TARGET else CompileOptions(error_target=target)
     calibration = _run_inputs(args.calibrate, params) if args.calibrate else None
     if calibration is not None:
         calibration = dict(zip(params, calibration))  # each file a stack of samples
@@ -224,6 +243,7 @@ def _cmd_compile(args) -> int:
             arch=arch,
             model_dir=out,
             calibration=calibration,
+            options=options,
         )
     except (CalibrationError, ToolchainError, InputShapeError) as e:
         raise ModelError(str(e)) from None
@@ -577,6 +597,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[NAME=]FILE.npy",
         help="sample inputs like the model will see, stacked along the first axis (one per model input): "
         "every tensor on the TCU gets its own scale (docs/compiler.md, Scales)",
+    )
+    c.add_argument(
+        "--error-target",
+        type=_error_target,
+        default=_DEFAULT_TARGET,
+        metavar="PERCENT",
+        help="with --calibrate: the largest output error, in percent of an output's range, that calibration "
+        "aims for by computing some layers' weights in two parts (their MACs doubled); 'none': never "
+        "(default: 1)",
     )
     c.set_defaults(func=_cmd_compile)
 

@@ -63,13 +63,16 @@ def pack_conv_weights(
     bias: int | None = None,
     bias_tap: Sequence[int] | None = None,
     phase: Sequence[int] | None = None,
+    residue: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
     block then carry the bias, so the MatMul that starts each output block adds it.
 
-    Dense conv: blocks ordered (output block, input block, kh, kw).
-    Depthwise (groups = channels): blocks (block, kh, kw) with diagonal weights.
+    Dense conv: blocks ordered (output block, part, input block, kh, kw).
+    Depthwise (groups = channels): blocks (block, part, kh, kw) with diagonal weights.
+    ``residue`` = (bits, binary point): two parts (``split_residue``), the residue first; the bias
+    is in the second. Without it, one part.
     ``layout`` "KM" takes a matmul weight (in features, out features) as a 1x1 conv.
     ``flatten`` = (C, H, W): the matmul's input is one NCHW feature map flattened in (c, h, w) order
     but stored block-major (vector ``(c // N) * H * W + y * W + x``, lane ``c % N``); the weight rows
@@ -101,30 +104,41 @@ def pack_conv_weights(
             g = o // (co // groups)
             full[o, g * ci_g : (g + 1) * ci_g] = w[o]
         w, ci_g, groups = full, ci_g * groups, 1
+    parts = split_residue(w, *residue) if residue else [w]
     if groups == 1:
         cbi = math.ceil(ci_g / n)
-        wp = np.zeros((cbo * n, cbi * n, kh, kw))
-        wp[:co, :ci_g] = w
-        # (ob, o, ib, j, kh, kw) -> (ob, ib, kh, kw, j, o)
-        blocks = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
-        out = np.zeros((cbo, cbi, kh, kw, n + 1, n))
-        out[..., 1:, :] = blocks
+        out = np.zeros((cbo, len(parts), cbi, kh, kw, n + 1, n))
+        for k, part in enumerate(parts):
+            wp = np.zeros((cbo * n, cbi * n, kh, kw))
+            wp[:co, :ci_g] = part
+            # (ob, o, ib, j, kh, kw) -> (ob, ib, kh, kw, j, o)
+            out[:, k, ..., 1:, :] = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         if bias is not None:  # in the first input block each output block reads
             rows = _bias_rows(consts, bias, cbo, n)
             for ob, ib in enumerate(first_blocks or [0] * cbo):
-                out[ob, ib, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
+                out[ob, -1, ib, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
-    wp = np.zeros((cbo * n, kh, kw))
-    wp[:co] = w[:, 0]
-    blocks = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, j)
-    out = np.zeros((cbo, kh, kw, n + 1, n))
+    out = np.zeros((cbo, len(parts), kh, kw, n + 1, n))
     idx = np.arange(n)
-    out[..., 1 + idx, idx] = blocks
+    for k, part in enumerate(parts):
+        wp = np.zeros((cbo * n, kh, kw))
+        wp[:co] = part[:, 0]
+        part_blocks = out[:, k]  # (a view: an integer beside the index arrays would move their axis first)
+        part_blocks[..., 1 + idx, idx] = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, j)
     if bias is not None:
-        out[:, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
+        out[:, -1, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
     return out.reshape(-1, n)
+
+
+def split_residue(w, bits: int, binary_point: int) -> list[np.ndarray]:
+    """``w`` as [residue, rounded]: ``rounded`` is ``w`` on the data type's grid (as the packing
+    rounds it), ``residue`` what that rounding left times ``2**bits``, so that
+    ``rounded + residue / 2**bits`` is ``w`` within half a unit of a grid ``2**bits`` times finer."""
+    scaled = np.asarray(w, dtype=np.float64) * 2.0**binary_point
+    grid = np.floor(scaled + 0.5)
+    return [(scaled - grid) * 2.0 ** (bits - binary_point), grid / 2.0**binary_point]
 
 
 @packer("identity_weights")

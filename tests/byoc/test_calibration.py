@@ -146,6 +146,43 @@ def test_cli_compile_with_calibration_runs_in_a_fresh_process(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "input" in bad.stderr
 
 
+def test_cli_error_target_puts_weights_in_two_parts_that_survive_export(tmp_path):
+    """`compile --error-target 0` gives weights in two parts wherever they lower the simulated error;
+    the library run in a new process computes what the same build does here; a bad target is an
+    error that names the option."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+    from tvm_tensil.compiler import CompileOptions
+
+    model = zoo.small_cnn(softmax=False)
+    onnx.save(model, tmp_path / "cnn.onnx")
+    rng = np.random.default_rng(0)
+    cal = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "cal.npy", cal)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+
+    def cli(*args):
+        run = [sys.executable, "-m", "tvm_tensil.cli", *(str(a) for a in args)]
+        return subprocess.run(run, capture_output=True, text=True, timeout=600)
+
+    out = tmp_path / "out"
+    r = cli("compile", tmp_path / "cnn.onnx", "-o", out, "--calibrate", tmp_path / "cal.npy", "--error-target", "0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "weights in two parts" in r.stdout
+    r = cli("run", out / "cnn.so", "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr[-3000:]
+    mod = from_onnx(model, keep_params_in_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", calibration=cal, options=CompileOptions(error_target=0.0))
+    here = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.array_equal(np.load(tmp_path / "y.npy"), here)
+    bad = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "o2", "--error-target", "lots")
+    last = bad.stderr.strip().splitlines()[-1]  # (argparse's usage line, then the error)
+    assert bad.returncode == 2 and "--error-target" in last and "percentage" in last
+
+
 def test_the_weights_rounded_for_their_outputs_reach_the_device():
     """Calibration rounds a layer's weights for its outputs (closer to float there than nearest
     rounding) and TVM delivers them: the DRAM1 image the runtime packs is the one the build made."""

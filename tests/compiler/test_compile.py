@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from helpers import conv_plan
 from reference import conv2d_nhwc, conv_transpose2d_nhwc, pool_nhwc
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
@@ -284,6 +285,74 @@ def test_weights_streamed_in_every_mode(local_depth, mode, padding):
     y, part, _ = run(g, {"x": x}, arch)
     np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b, padding=padding))
     assert conv_plan(g, arch).weights.mode == mode
+
+
+def _half_even_sixteenths(v):
+    """Integers ``v / 16`` rounded half to even (the SIMD unit's multiply by 2**-4)."""
+    q, r = np.divmod(v, 16)
+    return q + ((r > 8) | ((r == 8) & (q % 2 == 1)))
+
+
+KINDS = [("dense", 1), ("dense", 3), ("depthwise", 1), ("depthwise", 3), ("pointwise", 0), ("residual", 1)]
+# The local memory (vectors) that makes each kind's weights take each mode (fewer weights, less memory).
+TWO_PART_MODES = {
+    "resident": dict.fromkeys(("dense", "depthwise", "pointwise", "residual"), 4096),
+    "input blocks": {"dense": 800, "depthwise": 400, "pointwise": 200, "residual": 800},
+    "blocks": {"dense": 120, "depthwise": 120, "pointwise": 40, "residual": 120},
+    "one block": {"dense": 46, "depthwise": 46},  # (a residual conv does not fit one block at all)
+}
+
+
+def _two_part_conv(kind: str, padding: int, rng):
+    """A conv with weights in two parts (residue 4 bits) on integer inputs, and its exact result:
+    the residue's sum rounded half to even at the output's scale, plus the rounded weights' sum and
+    the bias (and the shortcut)."""
+    c = 16
+    x_shape = (1, 5, 6, c)
+    k = 1 if kind == "pointwise" else 3
+    shape = (c, 1, k, k) if kind == "depthwise" else (12 if kind != "residual" else c, c, k, k)
+    hi, m = rng.integers(-64, 64, shape), rng.integers(-8, 8, shape)  # (a residue of +8 rounds up)
+    b = rng.integers(-64, 64, shape[0]) / 256
+    x = rng.integers(-3, 4, x_shape).astype(float)
+    groups = c if kind == "depthwise" else 1
+    pad = (padding,) * 4
+    g, out = conv_graph(x_shape, hi / 256 + m / 4096, b, padding=pad, groups=groups)
+    g.nodes[0].attrs = replace(g.nodes[0].attrs, residue=4)
+    residue = np.rint(conv2d_nhwc(x, m.astype(float), np.zeros(shape[0]), padding=pad, groups=groups)).astype(int)
+    want = conv2d_nhwc(x, hi / 256, b, padding=pad, groups=groups) + _half_even_sixteenths(residue) / 256
+    if kind == "residual":
+        g.nodes.append(Node("add", ["y", "x"], "s"))
+        g.tensors["s"] = Tensor("s", x_shape)
+        g, out, want = Graph(g.tensors, g.nodes, ["x"], ["s"], g.constants), "s", want + x
+    one_part = conv2d_nhwc(x, np.floor((hi / 256 + m / 4096) * 256 + 0.5) / 256, b, padding=pad, groups=groups)
+    return g, out, x, want, one_part + (x if kind == "residual" else 0)
+
+
+@pytest.mark.parametrize(
+    "mode, kind, padding", [(m, *k) for m in TWO_PART_MODES for k in KINDS if k[0] in TWO_PART_MODES[m]]
+)  # padding 3: no tap covers every pixel (a MatMul of zeroes starts the residue)
+def test_weights_in_two_parts_are_exact_in_every_mode(mode, kind, padding):
+    """Weights in two parts: the residue's MatMuls at 2**4 the output's scale, the SIMD unit's
+    rescale (rounded half to even), then the rounded weights, the bias and any shortcut, exactly
+    (integer inputs keep every product on the grid)."""
+    arch = Architecture("FP16BP8", 4, 4096, 4096, TWO_PART_MODES[mode][kind], 24)
+    g, out, x, want, _ = _two_part_conv(kind, padding, np.random.default_rng(7))
+    y, part, _ = run(g, {"x": x}, arch)
+    np.testing.assert_array_equal(y[out], want)
+    assert part.report["nodes"][0]["residue_bits"] == 4
+    assert conv_plan(g, arch).weights.mode == mode
+
+
+def test_a_residue_without_room_runs_in_one_part():
+    """A residual conv with a residue takes its shortcut through the array; where local memory has
+    no room for the identity weights as well, the conv runs in one part, and the report says so."""
+    arch = Architecture("FP16BP8", 4, 4096, 4096, 50, 24)
+    g, out, x, _, one_part = _two_part_conv("residual", 1, np.random.default_rng(7))
+    y, part, _ = run(g, {"x": x}, arch)
+    np.testing.assert_array_equal(y[out], one_part)
+    assert "residue_bits" not in part.report["nodes"][0]
+    y, part, _ = run(g, {"x": x}, arch.replace(local_depth=52, name="room"))
+    assert part.report["nodes"][0]["residue_bits"] == 4
 
 
 @pytest.mark.parametrize("arch", [ARCH, Architecture("FP16BP8", 4, 4096, 4096, 300, 64)])

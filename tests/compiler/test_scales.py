@@ -3,17 +3,20 @@
 import numpy as np
 import pytest
 
+from reference import conv2d_nhwc
 from tvm_tensil import Emulator, load_arch
-from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.compiler.compile import tensor_stats
 from tvm_tensil.compiler.interpret import interpret
 from tvm_tensil.compiler.scales import (
     HEADROOM,
+    RESIDUE_BITS,
     TIGHT_HEADROOM,
     apply_shifts,
     candidate_shifts,
     choose_scales,
     choose_shifts,
+    residue_bits,
     scale_groups,
     simulated_error,
 )
@@ -226,3 +229,73 @@ def test_a_hard_swish_keeps_its_input_scale_and_its_factor_fits(beta):
     y = Emulator(FP16).run_model(part.model(part.constants), {"x": x}, warn_saturation=False)["y"]
     bound = 2.0**-7 + 6 * 4e-4 if six.symmetric else 6 * (20 + 2) * 2.0**-9
     assert np.abs(y - x * np.clip(x + beta, 0, 6)).max() <= bound
+
+
+def residual_chain(seed: int = 0, blocks: int = 3) -> Graph:
+    """x -> (conv 3x3 with weights of RMS 0.1, + its input, relu) x ``blocks``: every conv's input and
+    output share one scale (the residual adds), so its weights keep the data type's 8 fractional
+    bits whatever the shifts (about 1% of each layer's output lost to their rounding)."""
+    rng = np.random.default_rng(seed)
+    shape = (1, 8, 8, 16)
+    tensors, nodes, consts, x = {"x": Tensor("x", shape)}, [], [], "x"
+    conv = dict(bias=None, strides=(1, 1), dilation=(1, 1), padding=(1, 1, 1, 1), groups=1)
+    for i in range(blocks):
+        consts.append((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32))
+        nodes += [Node("conv2d", [x], f"c{i}", dict(weight=i, **conv)), Node("add", [f"c{i}", x], f"s{i}"),
+                  Node("relu", [f"s{i}"], f"r{i}")]  # fmt: skip
+        tensors |= {t: Tensor(t, shape) for t in (f"c{i}", f"s{i}", f"r{i}")}
+        x = f"r{i}"
+    return Graph(tensors, nodes, ["x"], [x], consts)
+
+
+def chain_samples(count: int, seed: int = 1) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, 8, 8, 16))} for _ in range(count)]
+
+
+def test_weights_in_two_parts_only_where_the_error_target_needs_them():
+    """Above the error target, layers get a residue (weights in two parts), from the largest shifts,
+    and the simulated error drops; a target the one-part choice meets, or none, adds none."""
+    graph = residual_chain()
+    cal = chain_samples(8)
+    stats = tensor_stats(graph, cal)
+    plain = choose_scales(graph, stats, FP16, cal[4:])
+    assert not plain.residues and plain.worst[plain.option] > 0.004
+    assert choose_scales(graph, stats, FP16, cal[4:], error_target=1.0).residues == {}
+    two = choose_scales(graph, stats, FP16, cal[4:], error_target=0.002)
+    assert two.residues and set(two.residues) <= {"c0", "c1", "c2"}
+    assert all(RESIDUE_BITS[0] <= b <= RESIDUE_BITS[1] for b in two.residues.values())
+    assert two.option.startswith("largest") and f"residues on {len(two.residues)} layers" in two.option
+    assert two.worst[two.option] < plain.worst[plain.option] / 3
+    x = chain_samples(1, seed=9)[0]
+    want = interpret(graph, x)["r2"]
+    errors = {}
+    for target in (None, 0.002):
+        part = compile_graph(graph, FP16, "t", calibration=cal, options=CompileOptions(error_target=target))
+        got = Emulator(FP16).run_model(part.model(part.constants), x, warn_saturation=False)["r2"]
+        errors[target] = np.max(np.abs(got - want)) / np.ptp(want)
+        assert sum("residue_bits" in n for n in part.report["nodes"]) == (len(two.residues) if target else 0)
+    assert errors[0.002] < errors[None] / 3, errors
+
+
+@pytest.mark.parametrize("channels, scale", [(16, 0.1), (64, 0.05), (64, 1e-3)])
+def test_a_residue_keeps_its_sum_within_the_data_type(channels, scale):
+    """A residue's extra bits leave its sums room: on the samples, the residue's result times
+    ``2**bits`` (as the accumulators hold it) stays within the data type with the headroom."""
+    rng = np.random.default_rng(3)
+    shape = (1, 8, 8, channels)
+    w = (rng.standard_normal((channels, channels, 3, 3)) * scale).astype(np.float32)
+    conv = dict(weight=0, bias=None, strides=(1, 1), dilation=(1, 1), padding=(1, 1, 1, 1), groups=1)
+    graph = Graph({t: Tensor(t, shape) for t in ("x", "c")}, [Node("conv2d", ["x"], "c", conv)], ["x"], ["c"], [w])
+    cal = [{"x": rng.standard_normal(shape)} for _ in range(4)]
+    stats = tensor_stats(graph, cal)
+    shifts = candidate_shifts(graph, stats, FP16)["largest"]
+    dt = FP16.data_type
+    bits = residue_bits(graph.nodes[0], graph, shifts, stats, dt)
+    assert RESIDUE_BITS[0] <= bits <= RESIDUE_BITS[1]
+    stored = w.astype(np.float64) * 2.0 ** (shifts["c"] - shifts["x"] + dt.binary_point)
+    residue = (stored - np.floor(stored + 0.5)) / 2.0**dt.binary_point  # the weights' rounding, as stored
+    for sample in cal:
+        x = sample["x"] * 2.0 ** shifts["x"]
+        sums = conv2d_nhwc(x[0:1], residue, np.zeros(channels), padding=(1, 1, 1, 1))
+        assert np.max(np.abs(sums)) * 2.0**bits * HEADROOM <= dt.max_float

@@ -245,27 +245,43 @@ def two_maps():
 
 
 @pytest.mark.parametrize(
-    "model", ["mlp", "small_cnn", "small_cnn_calibrated", "resnet20v2", "two_maps", "two_maps_calibrated"]
+    "model",
+    [
+        "mlp",
+        "small_cnn",
+        "small_cnn_calibrated",
+        "small_cnn_two_parts",
+        "resnet20v2",
+        "two_maps",
+        "two_maps_calibrated",
+    ],
 )
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
     """The same executable under both devices: outputs equal bit for bit, cycles reported (also with
-    a scale per tensor from calibration)."""
+    a scale per tensor from calibration, and with every layer's weights in two parts)."""
     import zoo
 
     from helpers import outputs_on_devices
+    from tvm_tensil.compiler import CompileOptions
 
     onnx_model, shape = {
         "mlp": (zoo.mlp(batch=2), (2, 64)),
         "small_cnn": (zoo.small_cnn(), (1, 3, 16, 16)),
         "small_cnn_calibrated": (zoo.small_cnn(), (1, 3, 16, 16)),
+        "small_cnn_two_parts": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
     }.get(model) or two_maps()
     calibration = np.random.default_rng(1).standard_normal((4, *shape[1:])).astype(np.float32)
+    two_parts = model.endswith("two_parts")  # an error target nothing meets: a residue wherever one fits
+    calibrated = "calibrated" in model or two_parts
     runs = outputs_on_devices(
-        onnx_model, shape, ("emulator", "verilator"), calibration=calibration if "calibrated" in model else None
-    )
+        onnx_model, shape, ("emulator", "verilator"), calibration=calibration if calibrated else None,
+        options=CompileOptions(error_target=0.0) if two_parts else None,
+    )  # fmt: skip
     if "calibrated" in model:
         assert any(s["shift"] for p in runs.report.partitions.values() for s in p["scales"].values())
+    if two_parts:
+        assert any("residue_bits" in n for p in runs.report.partitions.values() for n in p["nodes"])
     assert np.array_equal(runs.outputs["emulator"], runs.outputs["verilator"])
     stats = runs.stats["verilator"]
     assert set(stats) == set(runs.report.partitions)  # every partition ran, and only this build's

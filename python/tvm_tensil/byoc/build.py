@@ -59,10 +59,18 @@ class PrecisionWarning(UserWarning):
 
 def weight_losses(report: "BuildReport") -> list[str]:
     """One line per layer that loses more than ``WEIGHT_LOSS_LIMIT`` to rounding: of its weights,
-    or, for weights calibration rounded for their outputs, of its outputs (rms)."""
+    or, for weights calibration rounded for their outputs, of its outputs (rms); and one per
+    calibrated partition whose simulated error stays above the error target."""
     lines = []
     dt = report.arch.data_type.name
     for sym, p in report.partitions.items():
+        cal = p.get("calibration", {})
+        worst, target = cal.get("simulated_worst", {}).get(cal.get("choice")), cal.get("error_target")
+        if worst is not None and target is not None and worst > target:
+            lines.append(
+                f"{sym}: its outputs err up to {worst:.2%} of their range at {dt} in the simulation on the "
+                f"calibration samples (error target {target:.2%}); a wider data type (e.g. FP32BP16) keeps them"
+            )
         for node in p["nodes"]:
             name = f"{node['op']} -> {node['output']} (from {', '.join(node['relax_ops'])}) in {sym}"
             if "weights_output_error" in node:
@@ -137,8 +145,9 @@ class BuildReport:
             )
             for node in p["nodes"]:
                 ep = f" + {'+'.join(node['epilogue'])}" if node["epilogue"] else ""
+                two = f", weights in two parts (residue 2^-{node['residue_bits']})" if "residue_bits" in node else ""
                 lines.append(
-                    f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions "
+                    f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions{two} "
                     f"(from {', '.join(node['relax_ops'])})"
                 )
             if p.get("calibration_samples"):
@@ -150,6 +159,14 @@ class BuildReport:
                     + f", 2^{min(ks)} .. "
                     f"2^{max(ks)}" + (f"; the tightest tensor has {room:.1f}x headroom" if room else "")
                 )
+                split = sum("residue_bits" in n for n in p["nodes"])
+                cal = p["calibration"]
+                worst = cal.get("simulated_worst", {}).get(cal["choice"])
+                if split:
+                    lines.append(
+                        f"  weights in two parts (a second MatMul each) in {split} layer(s): the error target "
+                        f"{cal['error_target']:.2%} of the outputs' range; simulated {worst:.2%}"
+                    )
                 rounded = [n for n in p["nodes"] if "weights_output_error" in n]
                 if rounded:
                     worst = max(rounded, key=lambda n: n["weights_output_error"])

@@ -15,12 +15,12 @@ from ..partition import CompiledPartition
 from ..placement import TensorPlacement
 from .elementwise import HardSigmoid, Smooth
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
-from .interpret import interpret
+from .interpret import interpret, on_grid
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstTable, Dram0Allocator
 from .rounding import LayerInputs, with_weights
-from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales
+from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, with_residues
 from .schedule import CompileOptions, GraphSchedule, ScheduleError
 
 
@@ -233,7 +233,7 @@ def _is_channel_affine(node: Node, graph: Graph) -> bool:
     """A depthwise 1x1 conv that only scales and shifts channels (an inference batch norm that had
     no conv to fold into), possibly with an activation."""
     a = node.attrs
-    if node.op != "conv2d" or a.weight is None or a.residual or a.second or a.transposed:
+    if node.op != "conv2d" or a.weight is None or a.residual or a.second or a.transposed or a.residue:
         return False
     c = graph.tensors[node.output].c
     w = np.shape(graph.constants[a.weight])
@@ -290,7 +290,9 @@ def tensor_stats(graph: Graph, samples, inputs: LayerInputs | None = None) -> di
     return {t: TensorStats(peak[t], square[t] / count) for t in peak}
 
 
-def calibrate(graph: Graph, samples: list[dict], arch: Architecture) -> tuple[ScaleChoice, dict[str, TensorStats]]:
+def calibrate(
+    graph: Graph, samples: list[dict], arch: Architecture, error_target: float | None = None
+) -> tuple[ScaleChoice, dict[str, TensorStats]]:
     """Calibration's choice of scales and weight rounding for ``graph``, and every tensor's range.
     With enough samples the choice is simulated on ones the weight rounding was not fitted to."""
     if len(samples) >= 2 * SIMULATED_SAMPLES:
@@ -304,7 +306,7 @@ def calibrate(graph: Graph, samples: list[dict], arch: Architecture) -> tuple[Sc
         n_fit, n_held = len(fit), len(samples) - len(fit)
         mean_square = (stats[t].mean_square * n_fit + s.mean_square * n_held) / len(samples)
         stats[t] = TensorStats(max(stats[t].peak, s.peak), mean_square)
-    return choose_scales(graph, stats, arch, held, inputs), stats
+    return choose_scales(graph, stats, arch, held, inputs, error_target), stats
 
 
 def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPlacement], Dram0Allocator]:
@@ -345,7 +347,8 @@ def compile_graph(
     graph = recognize_activations(graph)
     choice, stats, reference, sources = None, {}, None, graph.constants
     if calibration:
-        choice, stats = calibrate(graph, calibration, arch)
+        choice, stats = calibrate(graph, calibration, arch, options.error_target)
+        graph = with_residues(graph, choice.residues)
         if choice.rounding is not None and choice.rounding.weights:
             reference = fuse(apply_shifts(graph, choice.shifts, stats)[0])  # the model's weights, for the report
             graph = with_weights(graph, choice.rounding.weights)
@@ -381,7 +384,7 @@ def compile_graph(
                 "relax_ops": node.source_ops,
                 "instructions": len(lir) - start,
             }
-            | weight_rounding(node, graph, arch, reference)
+            | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
             | _output_error(node, scaling, choice)
         )
     sched.finish()
@@ -403,8 +406,11 @@ def compile_graph(
         report["calibration"] = {
             "choice": choice.option,
             "weights": "rounded for their outputs" if choice.rounding else "nearest",
-            # Each option's simulated error: mean square of the outputs' error over their variance.
+            # Each option's simulated error: mean square of the outputs' error over their variance,
+            # and the largest error as a share of an output's range.
             "simulated_error": choice.errors,
+            "simulated_worst": choice.worst,
+            "error_target": options.error_target,
         }
         report["scales"] = {
             t: {
@@ -448,10 +454,24 @@ def _phases_merged(entries: list[dict], graph: Graph) -> list[dict]:
     return merged
 
 
-def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Graph | None = None) -> dict[str, float]:
+def _residue_in(consts: ConstTable, node: Node) -> int:
+    """The extra bits of a layer's weight residue as the program holds it (0: one part; a layer
+    whose residue did not fit local memory runs without it)."""
+    a = node.attrs
+    if node.op != "conv2d" or not a.residue:
+        return 0
+    held = [r for r in consts.recipes if r.packer == "conv_weights" and r.args.get("weight") == a.weight]
+    return a.residue if any(r.args.get("residue") for r in held) else 0
+
+
+def weight_rounding(
+    node: Node, graph: Graph, arch: Architecture, reference: Graph | None = None, residue: int = 0
+) -> dict[str, float]:
     """What the data type does to a layer's weights (as scaled): the shares of its nonzero weights
     that round to zero and that saturate, and the share of their magnitude lost to both.
-    ``reference``: the graph with the model's own weights when ``graph``'s were rounded already."""
+    ``reference``: the graph with the model's own weights when ``graph``'s were rounded already.
+    Weights in two parts (``residue`` extra bits, reported as ``residue_bits``) count as rounded
+    that many bits finer."""
     index = node.attrs.weight if node.op == "conv2d" else None
     if index is None:
         return {}
@@ -461,12 +481,12 @@ def weight_rounding(node: Node, graph: Graph, arch: Architecture, reference: Gra
     if not w.size:
         return {}
     dt = arch.data_type
-    q = dt.to_float(dt.from_float(np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)[keep]))
+    q = on_grid(dt, np.asarray(graph.constants[index], dtype=np.float64).reshape(-1)[keep], residue)
     return {
         "weights_zeroed": float(np.mean(q == 0)),
         "weights_saturating": float(np.mean(np.abs(w) > dt.max_float)),
         "weights_error": float(np.sum(np.abs(q - w)) / np.sum(np.abs(w))),
-    }
+    } | ({"residue_bits": residue} if residue else {})
 
 
 def _output_error(node: Node, scaling, choice: "ScaleChoice | None") -> dict[str, float]:

@@ -64,6 +64,10 @@ class Conv:
     input pixel ``i`` through tap ``ky`` where ``y = i * stride - pad_top + ky``. Before scheduling it
     becomes one conv per output phase (``expand_transposed``): ``phase`` = (sy, sx, ry, rx) is such
     a conv, over the taps ``ky = ry + sy * j`` of the transposed weight, flipped.
+
+    ``residue``: the weights in two parts, each a MatMul: the weights rounded to the data type,
+    and what that rounding left, ``2**residue`` times finer, whose result the SIMD unit brings to
+    the output's scale before the first part adds to it (0: one part).
     """
 
     weight: int | None
@@ -78,6 +82,7 @@ class Conv:
     second: SecondOutput | None = None
     transposed: bool = False
     phase: tuple[int, int, int, int] | None = None
+    residue: int = 0
 
 
 def conv_kernel(constants, attrs: Conv) -> np.ndarray:

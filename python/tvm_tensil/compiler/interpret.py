@@ -160,6 +160,14 @@ def _view(graph: Graph, values: dict[str, np.ndarray], view: str) -> np.ndarray:
     return x.reshape(shape)
 
 
+def on_grid(dt, value, extra_bits: int = 0) -> np.ndarray:
+    """``value`` on ``dt``'s grid made ``2**extra_bits`` times finer, saturated."""
+    if not extra_bits:
+        return dt.to_float(dt.from_float(value))
+    unit = 2.0 ** (dt.binary_point + extra_bits)
+    return np.clip(np.floor(np.asarray(value, dtype=np.float64) * unit + 0.5) / unit, dt.min_float, dt.max_float)
+
+
 def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dict[str, np.ndarray]:
     """Every tensor's float value (float64, (n, h, w, c)) for ``inputs`` given by graph tensor name.
 
@@ -168,7 +176,9 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
     products each uniform over one unit; seeded): a model of the TCU's numbers, not bit-exact."""
     noise = np.random.default_rng(0)
     if rounding is not None:
-        constants = [rounding.to_float(rounding.from_float(c)) for c in graph.constants]
+        # A layer's weights in two parts (``Conv.residue``) keep that many more bits.
+        finer = {n.attrs.weight: n.attrs.residue for n in graph.nodes if n.op == "conv2d" and n.attrs.residue}
+        constants = [on_grid(rounding, c, finer.get(i, 0)) for i, c in enumerate(graph.constants)]
         graph = Graph(graph.tensors, graph.nodes, graph.inputs, graph.outputs, constants, graph.views)
         inputs = {k: rounding.to_float(rounding.from_float(v)) for k, v in inputs.items()}
     values = {name: np.asarray(inputs[name], dtype=np.float64).reshape(graph.tensors[name].shape)

@@ -145,22 +145,34 @@ def candidate_shifts(
 @dataclass(frozen=True)
 class ScaleChoice:
     """Calibration's decision: every tensor's shift, the layer weights rounded for their outputs
-    at those shifts (``rounding``; None: nearest rounding), which option it was, and each option's
-    simulated error (relative mean square of the outputs' error), the reason for the choice."""
+    at those shifts (``rounding``; None: nearest rounding), the layers computed with weights in two
+    parts (``residues``: layer output -> the residue's extra bits), which option it was, and each
+    option's simulated error (relative mean square of the outputs' error), the reason for the
+    choice, and its largest error as a share of the outputs' range (``worst``)."""
 
     option: str
     shifts: dict[str, int]
     rounding: RoundedWeights | None
     errors: dict[str, float]
+    residues: dict[str, int] = field(default_factory=dict)
+    worst: dict[str, float] = field(default_factory=dict)
 
 
 def choose_scales(
-    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=(), inputs: LayerInputs | None = None
+    graph: Graph,
+    stats: dict[str, TensorStats],
+    arch: Architecture,
+    samples=(),
+    inputs: LayerInputs | None = None,
+    error_target: float | None = None,
 ) -> ScaleChoice:
     """Of the ``candidate_shifts`` and no shifts at all (the data type as it is), each with nearest
     rounding and, when ``inputs`` gives the layers' calibration inputs, with weights rounded for
     their outputs, the one with the smallest simulated error on ``samples`` (inputs by graph input
-    name): calibration is never worse than none there. Without samples, the balanced candidate."""
+    name): calibration is never worse than none there. Without samples, the balanced candidate.
+
+    When that choice's largest simulated error exceeds ``error_target`` (a share of the outputs'
+    range), layers get weights in two parts (``choose_residues``)."""
     if not samples:
         return ScaleChoice("balanced", candidate_shifts(graph, stats, arch)["balanced"], None, {})
     candidates = candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM))
@@ -172,12 +184,130 @@ def choose_scales(
             options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type))
         options[f"{name}, nearest rounding"] = (shifts, None)
     wants = [interpret(graph, sample) for sample in samples]
-    errors = {
-        name: simulated_error(graph, shifts, arch, samples, rounded.weights if rounded else None, wants, stats)
+    simulated = {
+        name: simulate(graph, shifts, arch, samples, rounded.weights if rounded else None, wants, stats)
         for name, (shifts, rounded) in options.items()
     }
+    errors = {name: e.mean_square for name, e in simulated.items()}
+    worst = {name: e.worst for name, e in simulated.items()}
     best = min(errors, key=errors.get)
-    return ScaleChoice(best, *options[best], errors)
+    choice = ScaleChoice(best, *options[best], errors, {}, worst)
+    if error_target is None or worst[best] <= error_target:
+        return choice
+    return choose_residues(graph, stats, arch, samples, wants, choice, options, error_target)
+
+
+# Once weights in two parts are needed, layers get them until the simulated error is within the
+# target over this: the simulation sees a few samples, the inputs a build serves more.
+RESIDUE_MARGIN = 2.0
+# A residue's extra bits: fewer gain little; more would not fit the partial sums of most layers.
+RESIDUE_BITS = (2, 6)
+
+
+def residue_bits(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[str, TensorStats], dt) -> int:
+    """The extra bits of ``node``'s weight residue at ``shifts``: as many (up to 6) as keep its
+    result, estimated from the residue and its input's range (each weight's rounding an
+    independent error), within the data type with the headroom and the output's own ratio of peak
+    to RMS; 0 when fewer than 2 fit or the layer cannot take one (a transposed conv's phases share
+    its weights)."""
+    a = node.attrs
+    if node.op != "conv2d" or a.weight is None or a.transposed or a.residue:
+        return 0
+    if node.inputs[0] not in stats or node.output not in stats or not stats[node.output].mean_square:
+        return 0
+    k_in, k_out = shifts.get(node.inputs[0], 0), shifts.get(node.output, 0)
+    w = np.asarray(graph.constants[a.weight], dtype=np.float64) * 2.0 ** (k_out - k_in + dt.binary_point)
+    residue = w - np.floor(w + 0.5)  # in units of the weights' grid
+    out = stats[node.output]
+    x_ms = stats[node.inputs[0]].mean_square * 4.0**k_in
+    rms = math.sqrt(kernel_terms(graph.constants, a) * float(np.mean(residue**2)) * x_ms) / 2.0**dt.binary_point
+    if rms <= 0:
+        return 0
+    peak_ratio = max(4.0, out.peak / math.sqrt(out.mean_square))
+    bits = min(RESIDUE_BITS[1], _shift_for(dt.max_float / (HEADROOM * peak_ratio), rms))
+    return bits if bits >= RESIDUE_BITS[0] else 0
+
+
+def with_residues(graph: Graph, residues: dict[str, int]) -> Graph:
+    """``graph`` with the layers producing ``residues``' tensors in two parts of those bits."""
+    if not residues:
+        return graph
+    nodes = [
+        replace(n, attrs=replace(n.attrs, residue=residues[n.output])) if n.output in residues else n
+        for n in graph.nodes
+    ]
+    return Graph(graph.tensors, nodes, graph.inputs, graph.outputs, graph.constants, graph.views)
+
+
+def _residue_gain(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[str, TensorStats], dt) -> float:
+    """What a residue removes, per MAC: the modelled noise of the layer's weight rounding relative to
+    its output's mean square, over the MACs the residue adds."""
+    a = node.attrs
+    w = np.asarray(graph.constants[a.weight], dtype=np.float64)
+    unit = 2.0 ** (shifts.get(node.output, 0) - shifts.get(node.inputs[0], 0) + dt.binary_point)
+    error = np.floor(w * unit + 0.5) / unit - w
+    terms = kernel_terms(graph.constants, a)
+    noise = terms * float(np.mean(error**2)) * stats[node.inputs[0]].mean_square
+    macs = terms * float(np.prod(graph.tensors[node.output].shape))
+    return noise / stats[node.output].mean_square / macs
+
+
+def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, options, error_target) -> ScaleChoice:
+    """Weights in two parts, a MatMul each (the rounded weights, then what their rounding left at a
+    finer scale, ``Conv.residue``): from the largest shifts (the weights' bits then cost the
+    activations none), every layer that can take one first; if that errs less than ``choice``, the
+    fewest layers, most gain per MAC first, that bring the simulated error within the target over
+    ``RESIDUE_MARGIN`` (or as close as all of them do). Layers without a residue keep their
+    weights rounded for their outputs when the option had them. Else ``choice``."""
+    dt = arch.data_type
+    errors, worst = dict(choice.errors), dict(choice.worst)
+
+    def trial(name: str, residues: dict[str, int]):
+        shifts, rounded = options[name]
+        others = None
+        if rounded:
+            own = {n.attrs.weight for n in graph.nodes if n.output in residues}
+            others = {i: w for i, w in rounded.weights.items() if i not in own}
+        label = f"{name}, residues on {len(residues)} layer{'s' if len(residues) != 1 else ''}"
+        e = simulate(with_residues(graph, residues), shifts, arch, samples, others, wants, stats)
+        errors[label], worst[label] = e.mean_square, e.worst
+        return label, e.worst
+
+    tried = []
+    for base in (f"largest, headroom {TIGHT_HEADROOM:g}", "largest"):
+        name = next((n for n in (base, f"{base}, nearest rounding") if n in options), None)
+        if name is None:  # (the same shifts as another candidate)
+            continue
+        shifts = options[name][0]
+        bits = {n.output: residue_bits(n, graph, shifts, stats, dt) for n in graph.nodes}
+        eligible = {t: b for t, b in bits.items() if b}
+        if eligible:
+            tried.append((*trial(name, eligible), name, eligible))
+    if not tried:
+        return replace(choice, errors=errors, worst=worst)
+    label, best_worst, name, eligible = min(tried, key=lambda t: t[1])
+    if best_worst >= worst[choice.option]:
+        return replace(choice, errors=errors, worst=worst)
+    shifts = options[name][0]
+    by_node = {n.output: n for n in graph.nodes}
+    ranked = sorted(eligible, key=lambda t: -_residue_gain(by_node[t], graph, shifts, stats, dt))
+    goal = max(error_target / RESIDUE_MARGIN, best_worst * 1.1)
+    lo, hi, found = 0, len(ranked), (label, eligible)  # the fewest layers whose error is within the goal
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        subset = {t: eligible[t] for t in ranked[:mid]}
+        mid_label, mid_worst = trial(name, subset)
+        if mid_worst <= goal:
+            hi, found = mid, (mid_label, subset)
+        else:
+            lo = mid
+    label, residues = found
+    shifts, rounded = options[name]
+    if rounded:
+        own = {by_node[t].attrs.weight for t in residues}
+        rounded = replace(rounded, weights={i: w for i, w in rounded.weights.items() if i not in own},
+                          errors={i: e for i, e in rounded.errors.items() if i not in own})  # fmt: skip
+    return ScaleChoice(label, shifts, rounded, errors, residues, worst)
 
 
 def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=()) -> dict[str, int]:
@@ -285,22 +415,40 @@ def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, flo
     return shift
 
 
-def simulated_error(
+@dataclass(frozen=True)
+class Simulated:
+    """A simulation's error: the outputs' mean square error relative to their spread (mean over
+    samples and outputs), and the largest error as a share of an output's range."""
+
+    mean_square: float
+    worst: float
+
+
+def simulate(
     graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None, wants=None, stats=None
-) -> float:
-    """The outputs' mean square error, relative to their spread, when every tensor, weight and bias
-    is rounded to the data type at ``shifts`` (``interpret``'s model of the TCU), over ``samples``;
-    ``weights``: layer weights (by constant index) in place of the graph's, as ``round_weights``
-    gives them; ``wants``: the samples' float values, if computed already."""
+) -> Simulated:
+    """The outputs' error when every tensor, weight and bias is rounded to the data type at
+    ``shifts`` (``interpret``'s model of the TCU), over ``samples``; ``weights``: layer weights (by
+    constant index) in place of the graph's, as ``round_weights`` gives them; ``wants``: the
+    samples' float values, if computed already."""
     scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts, stats)
-    errors = []
+    errors, worst = [], 0.0
     for i, sample in enumerate(samples):
         want = wants[i] if wants is not None else interpret(graph, sample)
         got = interpret(scaled, {k: v * 2.0 ** shifts.get(k, 0) for k, v in sample.items()}, rounding=arch.data_type)
         for o in graph.outputs:
+            error = got[o] / 2.0 ** shifts.get(o, 0) - want[o]
             spread = float(np.mean((want[o] - want[o].mean()) ** 2)) or 1.0
-            errors.append(float(np.mean((got[o] / 2.0 ** shifts.get(o, 0) - want[o]) ** 2)) / spread)
-    return float(np.mean(errors))
+            errors.append(float(np.mean(error**2)) / spread)
+            worst = max(worst, float(np.max(np.abs(error))) / (float(np.ptp(want[o])) or 1.0))
+    return Simulated(float(np.mean(errors)), worst)
+
+
+def simulated_error(
+    graph: Graph, shifts: dict[str, int], arch: Architecture, samples, weights=None, wants=None, stats=None
+) -> float:
+    """``simulate``'s mean square error."""
+    return simulate(graph, shifts, arch, samples, weights, wants, stats).mean_square
 
 
 class _Derived:

@@ -19,7 +19,8 @@ class ScheduleError(ValueError):
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """Choices a caller (a test, a benchmark) may turn off to see what they gain."""
+    """Choices a caller (a test, a benchmark) may turn off to see what they gain, and the output
+    error calibration aims for."""
 
     # Measure a conv's alternatives through the node after it when one of them hands its result
     # over in local memory (else each node takes its own fastest schedule).
@@ -29,6 +30,10 @@ class CompileOptions:
     # A fused residual's shortcut enters the accumulators by a move ("move"), by a MatMul with
     # identity weights ("array"), or whichever the latency model finds faster (None).
     shortcut: str | None = None
+    # With calibration: the largest output error, as a share of the outputs' range, a build aims
+    # for. Where the simulation on calibration samples finds more, layers compute their weights in
+    # two parts (a second MatMul each: their MACs doubled) until it is met. None: never.
+    error_target: float | None = 0.01
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

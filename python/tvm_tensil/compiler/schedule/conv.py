@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...isa.instructions import Direction
+from ...isa.instructions import Direction, SIMDOp
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
 from ..lir import LIR, no_rows
@@ -42,10 +42,10 @@ WEIGHT_MODES = ("resident", "input blocks", "blocks", "one block")
 class WeightGroup:
     """Weights loaded into local memory together: DRAM1 runs ``(address, local offset, vectors)``,
     and the array loads they feed, in use order: ``(input block or None for the bias row, tap
-    index, local offset)``."""
+    index, local offset, part)`` (part 0 of weights in two parts is the residue)."""
 
     runs: tuple[tuple[int, int, int], ...]
-    loads: tuple[tuple[int | None, int, int], ...]
+    loads: tuple[tuple[int | None, int, int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,7 @@ def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, short
     else:
         extra = {"flatten": list(a.flatten)} if a.flatten else {}
         extra |= {"phase": list(a.phase)} if a.phase else {}
+        extra |= {"residue": [a.residue, ctx.arch.data_type.binary_point]} if a.residue else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
@@ -154,6 +155,21 @@ def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, short
 
 
 def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """A conv (weights in two parts where calibration chose them and local memory holds what they
+    need: a residual conv's shortcut then enters through the array; else in one part)."""
+    if not node.attrs.residue:
+        return _lower(node, ctx, given, out)
+    trial = out.fork()
+    try:
+        left = _lower(node, ctx, given, trial)
+    except ScheduleError:
+        return _lower(replace(node, attrs=replace(node.attrs, residue=0)), ctx, given, out)
+    out.lir.extend(trial.lir)
+    out.consts.commit(trial.consts)
+    return left
+
+
+def _lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     """A conv, and its fused second output (if any) when that is faster than a layer of its own:
     the second output saves reading the result back from DRAM0 but needs a second store buffer,
     which can shrink the conv's tiles."""
@@ -184,6 +200,8 @@ def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     unless the options choose."""
     if not node.attrs.residual:
         return _plans(node, ctx, given, out, False)
+    if node.attrs.residue:  # the shortcut adds to the residue's result: a MatMul accumulates, a move would not
+        return _plans(node, ctx, given, out, True)
     if ctx.options.shortcut is not None:
         return _plans(node, ctx, given, out, ctx.options.shortcut == "array")
     ways = [lambda c, g, o, through_array=b: _plans(node, c, g, o, through_array) for b in (False, True)]
@@ -216,21 +234,25 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
 
 def weight_plan(
     mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, depthwise: bool, local_free: int, n: int,
-    reads: list[list[int]] | None = None,
+    reads: list[list[int]] | None = None, parts: int = 1,
 ):  # fmt: skip
     """The ``WeightPlan`` of ``mode``, or None when it does not apply. Modes: "resident" (all
     weights stay in local memory for the layer), "input blocks" (as many input blocks' weights per
     group as fit a quarter of local memory twice), "blocks" (one weight block per group), both in
     two alternating slots, and "one block" (one block per group, a single slot). ``reads``: the
-    input blocks each output block reads (a grouped conv's; else all of them)."""
+    input blocks each output block reads (a grouped conv's; else all of them). ``parts``: 2 for
+    weights in two parts (a residue, then the rounded weights with the bias), each part's loads
+    after the one before's."""
     block = n + 1
-    unit = len(taps) * block  # the weights of one (output block, input block)
+    unit = len(taps) * block  # the weights of one (output block, part, input block)
     ibs_per_ob = 1 if depthwise else max(len(r) for r in reads) if reads else cbi
     wrec, brec = recipes.weights, recipes.bias
     total = wrec.size + (brec.size if brec else 0)
+    last = parts - 1  # the part whose loads start with the bias row (without a covering tap)
 
-    def idx(ob, ib, t):
-        return (ob * len(taps) + t) if depthwise else ((ob * cbi + ib) * len(taps) + t)
+    def idx(ob, part, ib, t):
+        first = ob * parts + part
+        return (first if depthwise else first * cbi + ib) * len(taps) + t
 
     def ibs(ob):
         return [ob] if depthwise else reads[ob] if reads else list(range(cbi))
@@ -240,12 +262,15 @@ def weight_plan(
         if total > local_free // 2:
             return None
         for ob in range(cbo):
-            first = idx(ob, ibs(ob)[0], 0)
-            runs = [(wrec.base + first * block, first * block, len(ibs(ob)) * unit)]
-            loads = [(ib, t, idx(ob, ib, t) * block) for ib in ibs(ob) for t in order]
+            runs, loads = [], []
+            for part in range(parts):
+                first = idx(ob, part, ibs(ob)[0], 0)
+                runs.append((wrec.base + first * block, first * block, len(ibs(ob)) * unit))
+                if brec and part == last:
+                    loads.append((None, 0, wrec.size + ob, part))
+                loads += [(ib, t, idx(ob, part, ib, t) * block, part) for ib in ibs(ob) for t in order]
             if brec:
                 runs.append((brec.base + ob, wrec.size + ob, 1))
-                loads.insert(0, (None, 0, wrec.size + ob))
             groups.append((WeightGroup(tuple(runs), tuple(loads)),))
         return WeightPlan(mode, tuple(groups), total, 0)
     if mode == "input blocks":
@@ -254,21 +279,28 @@ def weight_plan(
             return None
         for ob in range(cbo):
             ob_groups = []
-            for g0 in range(0, len(ibs(ob)), per_group):
-                chunk = ibs(ob)[g0 : g0 + per_group]
-                first = idx(ob, chunk[0], 0)
-                runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
-                loads = [(ib, t, (idx(ob, ib, t) - first) * block) for ib in chunk for t in order]
-                if brec and g0 == 0:
-                    runs.append((brec.base + ob, per_group * unit, 1))
-                    loads.insert(0, (None, 0, per_group * unit))
-                ob_groups.append(WeightGroup(tuple(runs), tuple(loads)))
+            for part in range(parts):
+                for g0 in range(0, len(ibs(ob)), per_group):
+                    chunk = ibs(ob)[g0 : g0 + per_group]
+                    first = idx(ob, part, chunk[0], 0)
+                    runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
+                    loads = [(ib, t, (idx(ob, part, ib, t) - first) * block, part) for ib in chunk for t in order]
+                    if brec and g0 == 0 and part == last:
+                        runs.append((brec.base + ob, per_group * unit, 1))
+                        loads.insert(0, (None, 0, per_group * unit, part))
+                    ob_groups.append(WeightGroup(tuple(runs), tuple(loads)))
             groups.append(tuple(ob_groups))
         return WeightPlan(mode, tuple(groups), per_group * unit + (1 if brec else 0), 2)
     for ob in range(cbo):
-        ob_groups = [WeightGroup(((brec.base + ob, 0, 1),), ((None, 0, 0),))] if brec else []
-        for ib in ibs(ob):
-            ob_groups += [WeightGroup(((wrec.base + idx(ob, ib, t) * block, 0, block),), ((ib, t, 0),)) for t in order]
+        ob_groups = []
+        for part in range(parts):
+            if brec and part == last:
+                ob_groups.append(WeightGroup(((brec.base + ob, 0, 1),), ((None, 0, 0, part),)))
+            for ib in ibs(ob):
+                ob_groups += [
+                    WeightGroup(((wrec.base + idx(ob, part, ib, t) * block, 0, block),), ((ib, t, 0, part),))
+                    for t in order
+                ]
         groups.append(tuple(ob_groups))
     return WeightPlan(mode, tuple(groups), block, 2 if mode == "blocks" else 1)
 
@@ -316,7 +348,10 @@ def plan(
         )  # fmt: skip
 
     for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
-        weights = weight_plan(mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n, reads)
+        weights = weight_plan(
+            mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n, reads,
+            2 if a.residue else 1,
+        )  # fmt: skip
         if weights is not None:
             try:
                 fit(local_free - weights.staging)
@@ -355,7 +390,9 @@ def _depthwise(a: Conv, ctx: Context) -> bool:
 
 def _constants(node: Node, dt, lanes: int) -> list:
     second = node.attrs.second
-    return epilogue_constants(node.epilogue + (list(second.epilogue) if second else []), dt, lanes)
+    consts = epilogue_constants(node.epilogue + (list(second.epilogue) if second else []), dt, lanes)
+    residue = node.attrs.residue
+    return consts + [2.0**-residue] if residue and 2.0**-residue not in consts else consts
 
 
 def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:
@@ -558,13 +595,19 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     slab, store = p.memory.slabs[i % p.buffers], p.memory.stores[i % p.buffers]
     short = node.attrs.residual
     second = node.attrs.second
-    if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
+    residue = node.attrs.residue
+    if residue:  # the residue's MatMuls start the accumulators; the shortcut comes after them
+        first = p.covering is not None
+    elif p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
         s.load_weights(p.memory.identity, block)
         s.matmul(store + ob * count, acc0, count)
     elif short:
         s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
         s.overlap.compute(count + 6)
-    first = p.recipes.bias is None and not short  # the covering tap's MatMuls start the accumulators
+    if not residue:
+        first = p.recipes.bias is None and not short  # the covering tap's MatMuls start the accumulators
+    zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
+    part_now = 0
     slots = p.weights.slots
     for group in p.weights.groups[ob]:
         s.overlap.need_urgent()  # this group's weights
@@ -575,12 +618,21 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             rec = p.recipes.second
             s.overlap.defer(Direction.DRAM1_TO_LOCAL, p.memory.second_weights, rec.base, rec.size, urgent=True)
         s.seq += 1
-        for ib, t, local in group.loads:
+        for ib, t, local, part in group.loads:
+            if part != part_now:  # the residue's result to the output's scale; the rest adds to it
+                part_now = part
+                _rescale(s, acc0, count, cvec, residue)
+                if p.recipes.identity:
+                    s.load_weights(p.memory.identity, block)
+                    s.matmul(store + ob * count, acc0, count, accumulate=True)
             if ib is None:  # the bias into row 0 of a MatMul of zeroes
                 s.load_weights(base + local, 1)
-                s.matmul(0, acc0, count, zeroes=True, accumulate=bool(short))
+                s.matmul(0, acc0, count, zeroes=True, accumulate=bool(short or residue))
                 continue
             s.load_weights(base + local, block)
+            if zero_first:  # (a residue block's bias row is zero)
+                s.matmul(0, acc0, count, zeroes=True)
+                zero_first = False
             if streamed:
                 s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
             else:
@@ -613,6 +665,13 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
 
         s.later(finish_second)
         s.overlap.compute(count * (1 + len(second.epilogue)))
+
+
+def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
+    """Accumulators times ``2**-bits`` (exact but for the rounding of the bits dropped)."""
+    s.lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[2.0**-bits])
+    s.lir.simd_run(SIMDOp.MULTIPLY, acc, count, left=0, right=1)
+    s.overlap.compute(count + 2)
 
 
 def _load_slab(move, inp, tile: Tile, p: ConvPlan, slab: int, full_rows: bool):
