@@ -119,17 +119,16 @@ def main() -> None:
 
 
 def random_nets(count: int, arch, output: Path) -> None:
-    from random_nets import random_net
+    from random_nets import calibration_inputs, random_net, sample_input
 
     rows = []
     for seed in range(count):
         net = random_net(seed)
         mod = from_onnx(net.model, keep_params_in_input=False)
-        x = np.random.default_rng(len(net.steps)).standard_normal(net.input_shape).astype(np.float32)
-        cal = np.random.default_rng(1000 + len(net.steps)).standard_normal((16, *net.input_shape[1:]))
+        x, cal = sample_input(net), calibration_inputs(net)
         cpu = _outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)))
         row = {"seed": seed}
-        for label, data in (("default", None), ("calibrated", cal.astype(np.float32))):
+        for label, data in (("default", None), ("calibrated", cal)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)

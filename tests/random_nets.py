@@ -305,6 +305,20 @@ def random_net(seed: int) -> Net:
     return build_net(top, steps)
 
 
+def sample_input(net: Net) -> np.ndarray:
+    """The input a network is checked on, normal, from a generator no weight uses (the head's
+    weights come from one seeded by the class count, which is often a small network's step count:
+    an input drawn from that seed was the head's own weights, and the output 18 times what any
+    other input gives)."""
+    return np.random.default_rng(2000 + len(net.steps)).standard_normal(net.input_shape).astype(np.float32)
+
+
+def calibration_inputs(net: Net, count: int = 16) -> np.ndarray:
+    """``count`` calibration samples from the test input's distribution (another generator)."""
+    rng = np.random.default_rng(1000 + len(net.steps))
+    return rng.standard_normal((count, *net.input_shape[1:])).astype(np.float32)
+
+
 def shrink(top: dict, steps: list, fails) -> list:
     """The shortest sub-list of ``steps`` (removing one step at a time) on which ``fails(net)``
     still holds."""

@@ -293,12 +293,14 @@ def _half_even_sixteenths(v):
     return q + ((r > 8) | ((r == 8) & (q % 2 == 1)))
 
 
-KINDS = [("dense", 1), ("dense", 3), ("depthwise", 1), ("depthwise", 3), ("pointwise", 0), ("residual", 1)]
+KINDS = [
+    ("dense", 1), ("dense", 3), ("depthwise", 1), ("depthwise", 3), ("pointwise", 0), ("residual", 1), ("clipped", 0),
+]
 # The local memory (vectors) that makes each kind's weights take each mode (fewer weights, less memory).
 TWO_PART_MODES = {
-    "resident": dict.fromkeys(("dense", "depthwise", "pointwise", "residual"), 4096),
-    "input blocks": {"dense": 800, "depthwise": 400, "pointwise": 200, "residual": 800},
-    "blocks": {"dense": 120, "depthwise": 120, "pointwise": 40, "residual": 120},
+    "resident": dict.fromkeys(("dense", "depthwise", "pointwise", "residual", "clipped"), 4096),
+    "input blocks": {"dense": 800, "depthwise": 400, "pointwise": 200, "residual": 800, "clipped": 200},
+    "blocks": {"dense": 120, "depthwise": 120, "pointwise": 40, "residual": 120, "clipped": 40},
     "one block": {"dense": 46, "depthwise": 46},  # (a residual conv does not fit one block at all)
 }
 
@@ -309,7 +311,7 @@ def _two_part_conv(kind: str, padding: int, rng):
     the bias (and the shortcut)."""
     c = 16
     x_shape = (1, 5, 6, c)
-    k = 1 if kind == "pointwise" else 3
+    k = 1 if kind in ("pointwise", "clipped") else 3
     shape = (c, 1, k, k) if kind == "depthwise" else (12 if kind != "residual" else c, c, k, k)
     hi, m = rng.integers(-64, 64, shape), rng.integers(-8, 8, shape)  # (a residue of +8 rounds up)
     b = rng.integers(-64, 64, shape[0]) / 256
@@ -324,7 +326,12 @@ def _two_part_conv(kind: str, padding: int, rng):
         g.nodes.append(Node("add", ["y", "x"], "s"))
         g.tensors["s"] = Tensor("s", x_shape)
         g, out, want = Graph(g.tensors, g.nodes, ["x"], ["s"], g.constants), "s", want + x
+    if kind == "clipped":  # an epilogue whose SIMD registers the next block's rescale must not take
+        g.nodes.append(Node("clip", ["y"], "s", dict(lo=0.0, hi=1.5)))
+        g.tensors["s"] = Tensor("s", g.tensors["y"].shape)
+        g, out, want = Graph(g.tensors, g.nodes, ["x"], ["s"], g.constants), "s", np.clip(want, 0.0, 1.5)
     one_part = conv2d_nhwc(x, np.floor((hi / 256 + m / 4096) * 256 + 0.5) / 256, b, padding=pad, groups=groups)
+    one_part = np.clip(one_part, 0.0, 1.5) if kind == "clipped" else one_part
     return g, out, x, want, one_part + (x if kind == "residual" else 0)
 
 
@@ -341,6 +348,14 @@ def test_weights_in_two_parts_are_exact_in_every_mode(mode, kind, padding):
     np.testing.assert_array_equal(y[out], want)
     assert part.report["nodes"][0]["residue_bits"] == 4
     assert conv_plan(g, arch).weights.mode == mode
+
+
+def test_a_rescale_waits_for_the_epilogue_of_the_block_before():
+    """With accumulator banks the block before's epilogue runs beside this block's MatMuls; the
+    residue's rescale, which also uses the SIMD registers, comes after all of it."""
+    g, out, x, want, _ = _two_part_conv("clipped", 0, np.random.default_rng(7))
+    y, part, _ = run(g, {"x": x}, ARCH)
+    np.testing.assert_array_equal(y[out], want)
 
 
 def test_a_residue_without_room_runs_in_one_part():

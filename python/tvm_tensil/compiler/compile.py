@@ -343,11 +343,23 @@ def compile_graph(
 ) -> CompiledPartition:
     """Compile a partition. ``calibration`` (sample inputs by graph input name, (n, h, w, c)) gives
     every tensor its own power-of-two scale; without it every tensor uses the data type's binary
-    point. ``options``: scheduling choices to turn off (for tests and benchmarks)."""
+    point. ``options``: scheduling choices to turn off (for tests and benchmarks). Weights in two
+    parts that the architecture's memories cannot hold (their DRAM1 doubles) give way to one part."""
     graph = recognize_activations(graph)
-    choice, stats, reference, sources = None, {}, None, graph.constants
-    if calibration:
-        choice, stats = calibrate(graph, calibration, arch, options.error_target)
+    choice, stats = calibrate(graph, calibration, arch, options.error_target) if calibration else (None, {})
+    try:
+        return _compile_scaled(graph, arch, name, calibration, options, choice, stats)
+    except (MemoryError, InvalidInstruction, ScheduleError):
+        if not (choice and choice.residues):
+            raise
+    one_part = replace(choice, option=f"{choice.option}, in one part (two do not fit the memories)", residues={})
+    return _compile_scaled(graph, arch, name, calibration, options, one_part, stats)
+
+
+def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice | None, stats) -> CompiledPartition:
+    """``compile_graph`` after calibration's ``choice``."""
+    reference, sources = None, graph.constants
+    if choice:
         graph = with_residues(graph, choice.residues)
         if choice.rounding is not None and choice.rounding.weights:
             reference = fuse(apply_shifts(graph, choice.shifts, stats)[0])  # the model's weights, for the report

@@ -668,7 +668,9 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
 
 
 def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
-    """Accumulators times ``2**-bits`` (exact but for the rounding of the bits dropped)."""
+    """Accumulators times ``2**-bits`` (exact but for the rounding of the bits dropped). The
+    epilogue the block before left in the backlog goes first: it uses the SIMD registers too."""
+    s.release()
     s.lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[2.0**-bits])
     s.lir.simd_run(SIMDOp.MULTIPLY, acc, count, left=0, right=1)
     s.overlap.compute(count + 2)
