@@ -294,7 +294,13 @@ def _half_even_sixteenths(v):
 
 
 KINDS = [
-    ("dense", 1), ("dense", 3), ("depthwise", 1), ("depthwise", 3), ("pointwise", 0), ("residual", 1), ("clipped", 0),
+    ("dense", 1),
+    ("dense", 3),
+    ("depthwise", 1),
+    ("depthwise", 3),
+    ("pointwise", 0),
+    ("residual", 1),
+    ("clipped", 0),
 ]
 # The local memory (vectors) that makes each kind's weights take each mode (fewer weights, less memory).
 TWO_PART_MODES = {
