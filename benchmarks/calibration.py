@@ -11,6 +11,9 @@ Writes results/calibration.json and prints a table.
 suite's; 16 calibration inputs of the same distribution) and counts those within 1% of their
 outputs' range.
 
+``--error-target SHARE`` gives the calibrated builds that error target (weights in two parts where
+the simulation needs them; docs/compiler.md, "Scales"), written to ``..._target<SHARE>.json``.
+
 ``--full-size`` builds the zoo networks at their published input sizes (ResNet-50 v2 224, YOLOv4-tiny
 416, MobileNet-v2 224) instead of ResNet-20 v2 and small MobileNet-v2 / YOLOv4-tiny inputs.
 """
@@ -30,6 +33,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 import tvm_tensil
 from tvm_tensil import zoo
+from tvm_tensil.compiler import CompileOptions
 from tvm_tensil.numbers import data_type
 from tvm_tensil.runtime.device import SaturationWarning
 
@@ -48,13 +52,13 @@ def _run(main, xs, batch):
     return np.concatenate(out)
 
 
-def measure(name, mod, batch, cal, test, arch, labels=None) -> dict:
+def measure(name, mod, batch, cal, test, arch, labels=None, options=CompileOptions()) -> dict:
     cpu = _run(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], test, batch)
     row = {"network": name}
     for label, data in (("default", None), ("calibrated", cal)):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)
+            ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data, options=options)
             got = _run(relax.VirtualMachine(ex, tvm.cpu())["main"], test, batch)
         row[label] = {
             "error_of_range": float(np.max(np.abs(got - cpu)) / np.ptp(cpu)),
@@ -78,6 +82,10 @@ def main() -> None:
     p.add_argument("--data-type", help="the architecture with another data type, e.g. FP8BP4")
     p.add_argument("--full-size", action="store_true", help="the zoo at its published input sizes")
     p.add_argument("--random-nets", type=int, metavar="N", help="the suite's random networks 0..N-1 instead")
+    p.add_argument(
+        "--error-target", type=float, metavar="SHARE",
+        help="calibrated builds with CompileOptions(error_target=SHARE), e.g. 0.01 (weights in two parts)",
+    )  # fmt: skip
     p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full|_random].json")
     args = p.parse_args()
     arch = tvm_tensil.load_arch(args.arch)
@@ -85,15 +93,18 @@ def main() -> None:
         arch = arch.replace(data_type=data_type(args.data_type), name=f"{arch.name}_{args.data_type.lower()}")
     suffix = (f"_{args.data_type.lower()}" if args.data_type else "") + ("_full" if args.full_size else "")
     suffix += "_random" if args.random_nets else ""
+    suffix += f"_target{args.error_target:g}" if args.error_target is not None else ""
+    options = CompileOptions(error_target=args.error_target)
     output = Path(args.output or HERE / "results" / f"calibration{suffix}.json")
     if args.random_nets:
-        return random_nets(args.random_nets, arch, output)
+        return random_nets(args.random_nets, arch, output, options)
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
     for kind in () if args.full_size else ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "wide_range"):
         mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
-        rows.append(measure(f"digits {kind}", mod, 64, data.x_train[:256], data.x_test[:n], arch, data.y_test[:n]))
+        cal, test = data.x_train[:256], data.x_test[:n]
+        rows.append(measure(f"digits {kind}", mod, 64, cal, test, arch, data.y_test[:n], options))
     rng = np.random.default_rng(0)
     small = (
         ("ResNet-20 v2 (32)", lambda: zoo.resnet20v2(softmax=False), (3, 32, 32)),
@@ -107,8 +118,10 @@ def main() -> None:
     )
     for name, model, shape in full if args.full_size else small:
         xs = rng.standard_normal((20, *shape)).astype(np.float32)
-        rows.append(measure(name, from_onnx(model(), keep_params_in_input=False), 1, xs[:16], xs[16:], arch))
-    result = {"arch": arch.name, "data_type": arch.data_type.name, "machine": describe(), "rows": rows}
+        mod = from_onnx(model(), keep_params_in_input=False)
+        rows.append(measure(name, mod, 1, xs[:16], xs[16:], arch, None, options))
+    result = {"arch": arch.name, "data_type": arch.data_type.name, "error_target": options.error_target,
+              "machine": describe(), "rows": rows}  # fmt: skip
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'network':24} {'default':>9} {'calibrated':>11}  top-1 (float / default / calibrated)")
@@ -118,7 +131,7 @@ def main() -> None:
         print(f"{r['network']:24} {d['error_of_range']:9.2%} {c['error_of_range']:11.2%}  {top}")
 
 
-def random_nets(count: int, arch, output: Path) -> None:
+def random_nets(count: int, arch, output: Path, options=CompileOptions()) -> None:
     from random_nets import calibration_inputs, random_net, sample_input
 
     rows = []
@@ -131,7 +144,7 @@ def random_nets(count: int, arch, output: Path) -> None:
         for label, data in (("default", None), ("calibrated", cal)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data)
+                ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data, options=options)
                 got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)))
             row[label] = max(float(np.max(np.abs(c - g)) / max(np.ptp(c), 1e-3)) for c, g in zip(cpu, got))
             row[f"{label}_cycles"] = ex.tensil_report.total_cycles
@@ -140,8 +153,8 @@ def random_nets(count: int, arch, output: Path) -> None:
         print(f"seed {seed}: {row['default']:.2%} -> {row['calibrated']:.2%}"
               f" ({row['two_part_layers']} layers in two parts)", flush=True)  # fmt: skip
     within = {k: sum(r[k] <= 0.01 for r in rows) for k in ("default", "calibrated")}
-    result = {"arch": arch.name, "data_type": arch.data_type.name, "machine": describe(), "rows": rows,
-              "within_1_percent": within}  # fmt: skip
+    result = {"arch": arch.name, "data_type": arch.data_type.name, "error_target": options.error_target,
+              "machine": describe(), "rows": rows, "within_1_percent": within}  # fmt: skip
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"within 1% of the outputs' range: {within['default']} of {count} default, {within['calibrated']} calibrated")
