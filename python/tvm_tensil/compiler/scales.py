@@ -264,10 +264,8 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
 
     def trial(name: str, residues: dict[str, int]):
         shifts, rounded = options[name]
-        others = None
-        if rounded:
-            own = {n.attrs.weight for n in graph.nodes if n.output in residues}
-            others = {i: w for i, w in rounded.weights.items() if i not in own}
+        others = _without_layers(rounded, graph, residues)
+        others = others.weights if others else None
         label = f"{name}, residues on {len(residues)} layer{'s' if len(residues) != 1 else ''}"
         e = simulate(with_residues(graph, residues), shifts, arch, samples, others, wants, stats)
         errors[label], worst[label] = e.mean_square, e.worst
@@ -303,11 +301,17 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
             lo = mid
     label, residues = found
     shifts, rounded = options[name]
-    if rounded:
-        own = {by_node[t].attrs.weight for t in residues}
-        rounded = replace(rounded, weights={i: w for i, w in rounded.weights.items() if i not in own},
-                          errors={i: e for i, e in rounded.errors.items() if i not in own})  # fmt: skip
-    return ScaleChoice(label, shifts, rounded, errors, residues, worst)
+    return ScaleChoice(label, shifts, _without_layers(rounded, graph, residues), errors, residues, worst)
+
+
+def _without_layers(rounded: RoundedWeights | None, graph: Graph, layers) -> RoundedWeights | None:
+    """``rounded`` less the weights of ``layers`` (by output tensor): weights in two parts keep the
+    model's own."""
+    if rounded is None:
+        return None
+    own = {n.attrs.weight for n in graph.nodes if n.output in layers}
+    return replace(rounded, weights={i: w for i, w in rounded.weights.items() if i not in own},
+                   errors={i: e for i, e in rounded.errors.items() if i not in own})  # fmt: skip
 
 
 def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architecture, samples=()) -> dict[str, int]:
