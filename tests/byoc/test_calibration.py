@@ -146,11 +146,6 @@ def test_cli_compile_with_calibration_runs_in_a_fresh_process(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "input" in bad.stderr
 
 
-@pytest.mark.xfail(
-    reason="known bug: under load the exported two-part library differed from the in-process build "
-    "(fresh-clone CI at b7a8253); passes alone; open with MobileNet-v2's two-part discrepancy",
-    strict=False,
-)
 def test_cli_error_target_puts_weights_in_two_parts_that_survive_export(tmp_path):
     """`compile --error-target 0` gives weights in two parts wherever they lower the simulated error;
     the library run in a new process computes what the same build does here; a bad target is an
@@ -186,6 +181,42 @@ def test_cli_error_target_puts_weights_in_two_parts_that_survive_export(tmp_path
     bad = cli("compile", tmp_path / "cnn.onnx", "-o", tmp_path / "o2", "--error-target", "lots")
     last = bad.stderr.strip().splitlines()[-1]  # (argparse's usage line, then the error)
     assert bad.returncode == 2 and "--error-target" in last and "percentage" in last
+
+
+def test_two_builds_of_one_model_with_other_options_each_run_their_own_program():
+    """Libraries loaded in one process share the runtime's partitions by symbol: a build with other
+    options (here weights in two parts) gets its own symbol and runs its own program and weights, and
+    a second library that defines a loaded symbol differently is refused at load."""
+    import json
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from tvm_tensil import zoo
+    from tvm_tensil.compiler import CompileOptions
+    from tvm_tensil.model import from_user_layout, to_user_layout
+    from tvm_tensil.runtime import Emulator, bridge
+
+    mod = from_onnx(zoo.small_cnn(softmax=False), keep_params_in_input=False)
+    rng = np.random.default_rng(3)
+    cal = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    results = []
+    for target in (None, 0.0):
+        ex = tvm_tensil.build(mod, target="tensil", calibration=cal, options=CompileOptions(error_target=target))
+        ((symbol, part),) = ex.tensil_report.compiled.items()
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        ((name, shape_in), (out, shape_out)) = part.user_shapes.items()
+        feeds = {name: from_user_layout(x.astype(np.float64), shape_in)}
+        own = Emulator(part.arch).run_model(part.model(part.constants), feeds)[out]
+        np.testing.assert_array_equal(y, to_user_layout(own, shape_out).astype(np.float32))
+        results.append((symbol, part, y))
+    (one, _, y1), (two, part, y2) = results
+    assert one != two and not np.array_equal(y1, y2)
+    assert any(n.get("residue_bits") for n in part.report["nodes"])
+    other = json.loads(json.dumps(part.description))
+    other["program"] = other["program"][::-1]
+    with pytest.raises(RuntimeError, match=f"{two} is already loaded .* different program"):
+        bridge.register(two, json.dumps(other))
 
 
 def test_the_weights_rounded_for_their_outputs_reach_the_device():

@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +194,13 @@ class BuildReport:
         return "\n".join(lines)
 
 
-def _namespace_symbols(mod: tvm.IRModule, arch: Architecture, samples=None) -> tvm.IRModule:
-    """Give each Tensil partition a symbol unique to this model, architecture and calibration data."""
+def _namespace_symbols(
+    mod: tvm.IRModule, arch: Architecture, samples=None, options: CompileOptions = CompileOptions()
+) -> tvm.IRModule:
+    """Give each Tensil partition a symbol unique to this model, architecture, calibration data and
+    compile options: libraries loaded in one process share the runtime's partitions by symbol."""
     key = hashlib.sha1(f"{tvm_ffi.structural_hash(mod)}:{json.dumps(arch.to_dict(), sort_keys=True)}".encode())
+    key.update(json.dumps(asdict(options), sort_keys=True).encode())
     for sample in samples or ():
         for x in sample:
             key.update(np.ascontiguousarray(x).tobytes())
@@ -426,7 +430,7 @@ def offload(
         for func in mod.functions.values():
             if isinstance(func, relax.Function):
                 _reject_all(rejections, func, reason)
-    mod = _namespace_symbols(mod, arch, samples)
+    mod = _namespace_symbols(mod, arch, samples, options)
     seen = (
         partition_inputs(mod, dict(_partitions(mod)), samples, _back_to_cpu) if samples and _partitions(mod) else None
     )

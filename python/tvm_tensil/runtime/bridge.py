@@ -35,6 +35,12 @@ class Partition:
     inputs: list[str]
     outputs: list[str]
     model: TensilModel | None = None
+    description: dict | None = None
+
+
+def _program_of(description: dict | None) -> dict:
+    """What of a partition's description decides its results (not the report, which may differ)."""
+    return {k: v for k, v in (description or {}).items() if k != "report"}
 
 
 PARTITIONS: dict[str, Partition] = {}
@@ -48,12 +54,18 @@ def _to_numpy(t) -> np.ndarray:
 @tvm_ffi.register_global_func("tvm_tensil.runtime.register", override=True)
 def register(symbol: str, description: str) -> int:
     with _LOCK:
-        if symbol not in PARTITIONS:
-            d = json.loads(str(description))
+        d = json.loads(str(description))
+        if symbol in PARTITIONS:
+            if _program_of(PARTITIONS[symbol].description) != _program_of(d):
+                raise RuntimeError(
+                    f"Tensil partition {symbol} is already loaded from another library with a different "
+                    "program; build the two libraries with the same tvm_tensil, or load them in separate processes"
+                )
+        else:
             compiled = CompiledPartition.from_json(d)
             if not compiled.user_shapes:  # a library built before the shapes had their own key
                 compiled.user_shapes = {k: tuple(v) for k, v in d["relax_shapes"].items()}
-            PARTITIONS[symbol] = Partition(compiled, d["input_order"], d["output_order"])
+            PARTITIONS[symbol] = Partition(compiled, d["input_order"], d["output_order"], description=d)
     return 0
 
 
