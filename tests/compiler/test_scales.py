@@ -278,6 +278,36 @@ def test_weights_in_two_parts_only_where_the_error_target_needs_them():
     assert errors[0.002] < errors[None] / 3, errors
 
 
+def test_residues_only_as_many_as_dram1_holds(monkeypatch):
+    """A residue takes as much DRAM1 as its layer's weights: with room for one, one layer gets it;
+    with room for none, the one-part choice stays. Where the program still does not fit (here the
+    room is misjudged on purpose), the build is the one-part choice's and the report says why."""
+    from tvm_tensil.compiler import scales
+
+    graph = residual_chain()
+    cal = chain_samples(8)
+    stats = tensor_stats(graph, cal)
+    plain = choose_scales(graph, stats, FP16, cal[4:])
+    layer = 4 * 9 * 9  # 16 -> 16 channels, 3x3, on 8 lanes: 2 x 2 blocks of 9 vectors per tap
+    one = FP16.replace(dram1_depth=int((3 * layer + 1.5 * layer) / (1 - scales.OTHER_CONSTANTS)), name="room1")
+    assert len(choose_scales(graph, stats, one, cal[4:], error_target=0.002).residues) == 1
+    none = FP16.replace(dram1_depth=int(3.5 * layer / (1 - scales.OTHER_CONSTANTS)), name="room0")
+    kept = choose_scales(graph, stats, none, cal[4:], error_target=0.002)
+    assert not kept.residues and kept.option == plain.option
+    tight = FP16.replace(dram1_depth=3 * layer + 100, name="tight")
+    monkeypatch.setattr(scales, "OTHER_CONSTANTS", -1.0)  # room for all three residues, wrongly
+    x = chain_samples(1, seed=9)[0]
+    outs, choices = [], []
+    for target in (None, 0.002):
+        part = compile_graph(graph, tight, "t", calibration=cal, options=CompileOptions(error_target=target))
+        assert not any("residue_bits" in n for n in part.report["nodes"])
+        outs.append(Emulator(tight).run_model(part.model(part.constants), x, warn_saturation=False)["r2"])
+        choices.append(part.report["calibration"]["choice"])
+    assert "do not fit" in part.report["calibration"]["two_parts"]
+    assert choices[0] == choices[1] and "residues" not in choices[1]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("channels, scale", [(16, 0.1), (64, 0.05), (64, 1e-3)])
 def test_a_residue_keeps_its_sum_within_the_data_type(channels, scale):
     """A residue's extra bits leave its sums room: on the samples, the residue's result times

@@ -167,6 +167,8 @@ class BuildReport:
                         f"  weights in two parts (a second MatMul each) in {split} layer(s): the error target "
                         f"{cal['error_target']:.2%} of the outputs' range; simulated {worst:.2%}"
                     )
+                elif cal.get("two_parts"):
+                    lines.append(f"  weights in two parts: {cal['two_parts']}")
                 rounded = [n for n in p["nodes"] if "weights_output_error" in n]
                 if rounded:
                     worst = max(rounded, key=lambda n: n["weights_output_error"])

@@ -352,8 +352,9 @@ def compile_graph(
     except (MemoryError, InvalidInstruction, ScheduleError):
         if not (choice and choice.residues):
             raise
-    one_part = replace(choice, option=f"{choice.option}, in one part (two do not fit the memories)", residues={})
-    return _compile_scaled(graph, arch, name, calibration, options, one_part, stats)
+    part = _compile_scaled(graph, arch, name, calibration, options, choice.one_part, stats)
+    part.report["calibration"]["two_parts"] = "do not fit the architecture's memories: one part"
+    return part
 
 
 def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice | None, stats) -> CompiledPartition:

@@ -9,6 +9,7 @@ again when the runtime receives the weights).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,23 @@ def kernel_terms(constants, attrs: Conv) -> float:
         return float(w[0] * w[2] * w[3]) / (attrs.strides[0] * attrs.strides[1])
     kh, kw = kernel_size(constants, attrs)
     return float(w[1] * kh * kw)
+
+
+def weight_vectors(constants, attrs: Conv, n: int) -> int:
+    """DRAM1 vectors a conv's weights take in one part on an ``n``-wide array: blocks of n + 1
+    vectors per (output block, input block, tap); a depthwise conv's blocks are diagonal (one
+    per output block and tap); a grouped conv's are a dense conv's (zeroes between groups)."""
+    if attrs.weight is None:
+        return 0
+    w = np.shape(constants[attrs.weight])
+    if attrs.layout == "KM":  # (K, M): a 1x1 conv of K inputs and M outputs
+        return math.ceil(w[1] / n) * math.ceil(w[0] / n) * (n + 1)
+    if attrs.transposed:  # (I, O, KH, KW); its phases share the taps out
+        return math.ceil(w[1] / n) * math.ceil(w[0] / n) * w[2] * w[3] * (n + 1)
+    kh, kw = kernel_size(constants, attrs)
+    depthwise = attrs.groups != 1 and not grouped(constants, attrs)
+    blocks = math.ceil(w[0] / n) * (1 if depthwise else math.ceil(w[1] * attrs.groups / n))
+    return blocks * kh * kw * (n + 1)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import numpy as np
 from ..arch import Architecture
 from .elementwise import ACTIVATIONS, SMOOTH
 from .elementwise import scaled as scaled_epilogue
-from .graph import Graph, Node, kernel_terms
+from .graph import Graph, Node, kernel_terms, weight_vectors
 from .interpret import interpret
 from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 
@@ -156,6 +156,8 @@ class ScaleChoice:
     errors: dict[str, float]
     residues: dict[str, int] = field(default_factory=dict)
     worst: dict[str, float] = field(default_factory=dict)
+    # With residues: the choice without them, for when the program's weights do not fit DRAM1.
+    one_part: ScaleChoice | None = None
 
 
 def choose_scales(
@@ -202,6 +204,8 @@ def choose_scales(
 RESIDUE_MARGIN = 2.0
 # A residue's extra bits: fewer gain little; more would not fit the partial sums of most layers.
 RESIDUE_BITS = (2, 6)
+# The share of DRAM1 kept for constants other than layer weights when residues are placed.
+OTHER_CONSTANTS = 0.05
 
 
 def residue_bits(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[str, TensorStats], dt) -> int:
@@ -215,12 +219,9 @@ def residue_bits(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[s
         return 0
     if node.inputs[0] not in stats or node.output not in stats or not stats[node.output].mean_square:
         return 0
-    k_in, k_out = shifts.get(node.inputs[0], 0), shifts.get(node.output, 0)
-    w = np.asarray(graph.constants[a.weight], dtype=np.float64) * 2.0 ** (k_out - k_in + dt.binary_point)
-    residue = w - np.floor(w + 0.5)  # in units of the weights' grid
+    # The residue's sum at the output's scale: as large as the error the weights' rounding leaves.
+    rms = math.sqrt(_weight_noise(node, graph, shifts, stats, dt)) * 2.0 ** shifts.get(node.output, 0)
     out = stats[node.output]
-    x_ms = stats[node.inputs[0]].mean_square * 4.0**k_in
-    rms = math.sqrt(kernel_terms(graph.constants, a) * float(np.mean(residue**2)) * x_ms) / 2.0**dt.binary_point
     if rms <= 0:
         return 0
     peak_ratio = max(4.0, out.peak / math.sqrt(out.mean_square))
@@ -239,16 +240,20 @@ def with_residues(graph: Graph, residues: dict[str, int]) -> Graph:
     return Graph(graph.tensors, nodes, graph.inputs, graph.outputs, graph.constants, graph.views)
 
 
+def _weight_noise(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[str, TensorStats], dt) -> float:
+    """The variance a layer's weight rounding at ``shifts`` adds to its output (each weight's
+    rounding an independent error): K weights' mean square error times the input's mean square."""
+    w = np.asarray(graph.constants[node.attrs.weight], dtype=np.float64)
+    unit = 2.0 ** (shifts.get(node.output, 0) - shifts.get(node.inputs[0], 0) + dt.binary_point)
+    error = np.floor(w * unit + 0.5) / unit - w
+    return kernel_terms(graph.constants, node.attrs) * float(np.mean(error**2)) * stats[node.inputs[0]].mean_square
+
+
 def _residue_gain(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[str, TensorStats], dt) -> float:
     """What a residue removes, per MAC: the modelled noise of the layer's weight rounding relative to
     its output's mean square, over the MACs the residue adds."""
-    a = node.attrs
-    w = np.asarray(graph.constants[a.weight], dtype=np.float64)
-    unit = 2.0 ** (shifts.get(node.output, 0) - shifts.get(node.inputs[0], 0) + dt.binary_point)
-    error = np.floor(w * unit + 0.5) / unit - w
-    terms = kernel_terms(graph.constants, a)
-    noise = terms * float(np.mean(error**2)) * stats[node.inputs[0]].mean_square
-    macs = terms * float(np.prod(graph.tensors[node.output].shape))
+    noise = _weight_noise(node, graph, shifts, stats, dt)
+    macs = kernel_terms(graph.constants, node.attrs) * float(np.prod(graph.tensors[node.output].shape))
     return noise / stats[node.output].mean_square / macs
 
 
@@ -257,8 +262,9 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
     finer scale, ``Conv.residue``): from the largest shifts (the weights' bits then cost the
     activations none), every layer that can take one first; if that errs less than ``choice``, the
     fewest layers, most gain per MAC first, that bring the simulated error within the target over
-    ``RESIDUE_MARGIN`` (or as close as all of them do). Layers without a residue keep their
-    weights rounded for their outputs when the option had them. Else ``choice``."""
+    ``RESIDUE_MARGIN`` (or as close as all of them do). Only as many layers as DRAM1 holds the
+    residues of (each as large as its layer's weights) are candidates. Layers without a residue
+    keep their weights rounded for their outputs when the option had them. Else ``choice``."""
     dt = arch.data_type
     errors, worst = dict(choice.errors), dict(choice.worst)
 
@@ -271,24 +277,34 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
         errors[label], worst[label] = e.mean_square, e.worst
         return label, e.worst
 
+    by_node = {n.output: n for n in graph.nodes}
+    lanes = arch.array_size
+    # DRAM1 left for residues (each as large as its layer's weights), less a share for the
+    # program's other constants (identity and selection blocks).
+    weights = sum(weight_vectors(graph.constants, m.attrs, lanes) for m in graph.nodes if m.op == "conv2d")
+    room = arch.dram1_depth * (1 - OTHER_CONSTANTS) - weights
     tried = []
     for base in (f"largest, headroom {TIGHT_HEADROOM:g}", "largest"):
         name = next((n for n in (base, f"{base}, nearest rounding") if n in options), None)
         if name is None:  # (the same shifts as another candidate)
             continue
         shifts = options[name][0]
-        bits = {n.output: residue_bits(n, graph, shifts, stats, dt) for n in graph.nodes}
-        eligible = {t: b for t, b in bits.items() if b}
+        bits = {m.output: residue_bits(m, graph, shifts, stats, dt) for m in graph.nodes}
+        ranked, used = [], 0  # most gain per MAC first, as many as DRAM1 holds
+        gain = {t: _residue_gain(by_node[t], graph, shifts, stats, dt) for t, b in bits.items() if b}
+        for t in sorted(gain, key=lambda t: -gain[t]):
+            size = weight_vectors(graph.constants, by_node[t].attrs, lanes)
+            if used + size <= room:
+                ranked.append(t)
+                used += size
+        eligible = {t: bits[t] for t in ranked}
         if eligible:
-            tried.append((*trial(name, eligible), name, eligible))
+            tried.append((*trial(name, eligible), name, eligible, ranked))
     if not tried:
         return replace(choice, errors=errors, worst=worst)
-    label, best_worst, name, eligible = min(tried, key=lambda t: t[1])
+    label, best_worst, name, eligible, ranked = min(tried, key=lambda t: t[1])
     if best_worst >= worst[choice.option]:
         return replace(choice, errors=errors, worst=worst)
-    shifts = options[name][0]
-    by_node = {n.output: n for n in graph.nodes}
-    ranked = sorted(eligible, key=lambda t: -_residue_gain(by_node[t], graph, shifts, stats, dt))
     goal = max(error_target / RESIDUE_MARGIN, best_worst * 1.1)
     lo, hi, found = 0, len(ranked), (label, eligible)  # the fewest layers whose error is within the goal
     while hi - lo > 1:
@@ -301,7 +317,8 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
             lo = mid
     label, residues = found
     shifts, rounded = options[name]
-    return ScaleChoice(label, shifts, _without_layers(rounded, graph, residues), errors, residues, worst)
+    one_part = replace(choice, errors=errors, worst=worst)
+    return ScaleChoice(label, shifts, _without_layers(rounded, graph, residues), errors, residues, worst, one_part)
 
 
 def _without_layers(rounded: RoundedWeights | None, graph: Graph, layers) -> RoundedWeights | None:

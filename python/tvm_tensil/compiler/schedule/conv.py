@@ -596,16 +596,17 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     short = node.attrs.residual
     second = node.attrs.second
     residue = node.attrs.residue
+    # ``first``: the next MatMul starts the accumulators (the covering tap's, or the residue's).
     if residue:  # the residue's MatMuls start the accumulators; the shortcut comes after them
         first = p.covering is not None
-    elif p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
-        s.load_weights(p.memory.identity, block)
-        s.matmul(store + ob * count, acc0, count)
-    elif short:
-        s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
-        s.overlap.compute(count + 6)
-    if not residue:
-        first = p.recipes.bias is None and not short  # the covering tap's MatMuls start the accumulators
+    else:
+        if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
+            s.load_weights(p.memory.identity, block)
+            s.matmul(store + ob * count, acc0, count)
+        elif short:
+            s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
+            s.overlap.compute(count + 6)
+        first = p.recipes.bias is None and not short
     zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
     part_now = 0
     slots = p.weights.slots
