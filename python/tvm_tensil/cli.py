@@ -605,7 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PERCENT",
         help="with --calibrate: the largest output error, in percent of an output's range, that calibration "
         "aims for by computing some layers' weights in two parts (their MACs doubled); 'none': never "
-        "(the default)",
+        "(default: 1)",
     )
     c.set_defaults(func=_cmd_compile)
 

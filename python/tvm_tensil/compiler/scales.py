@@ -262,7 +262,7 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
     finer scale, ``Conv.residue``): from the largest shifts (the weights' bits then cost the
     activations none), every layer that can take one first; if that errs less than ``choice``, the
     fewest layers, most gain per MAC first, that bring the simulated error within the target over
-    ``RESIDUE_MARGIN`` (or as close as all of them do). Only as many layers as DRAM1 holds the
+    ``RESIDUE_MARGIN`` (all of them when even all miss that). Only as many layers as DRAM1 holds the
     residues of (each as large as its layer's weights) are candidates. Layers without a residue
     keep their weights rounded for their outputs when the option had them. Else ``choice``."""
     dt = arch.data_type
@@ -305,9 +305,9 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
     label, best_worst, name, eligible, ranked = min(tried, key=lambda t: t[1])
     if best_worst >= worst[choice.option]:
         return replace(choice, errors=errors, worst=worst)
-    goal = max(error_target / RESIDUE_MARGIN, best_worst * 1.1)
+    goal = error_target / RESIDUE_MARGIN
     lo, hi, found = 0, len(ranked), (label, eligible)  # the fewest layers whose error is within the goal
-    while hi - lo > 1:
+    while hi - lo > 1 and best_worst <= goal:  # (when all of them miss it, all of them)
         mid = (lo + hi) // 2
         subset = {t: eligible[t] for t in ranked[:mid]}
         mid_label, mid_worst = trial(name, subset)

@@ -31,10 +31,9 @@ class CompileOptions:
     # identity weights ("array"), or whichever the latency model finds faster (None).
     shortcut: str | None = None
     # With calibration: the largest output error, as a share of the outputs' range, a build aims
-    # for (e.g. 0.01). Where the simulation on calibration samples finds more, layers compute their
-    # weights in two parts (a second MatMul each: their MACs doubled) until it is met. None (the
-    # default, until the measured error of every zoo network follows the simulation): never.
-    error_target: float | None = None
+    # for. Where the simulation on calibration samples finds more, layers compute their weights in
+    # two parts (a second MatMul each: their MACs doubled) until it is met. None: never.
+    error_target: float | None = 0.01
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.
