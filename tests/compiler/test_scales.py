@@ -187,6 +187,23 @@ def test_interpret_pools(op):
     assert np.allclose(interpret(graph, {"x": x})["y"], want)
 
 
+def test_the_simulation_rounds_an_average_pool_as_the_tcu_does():
+    """The TCU sums an average pool's values pre-scaled by 2**-s (2**s >= the window), each rounded
+    there: four fractional bits of a 3x3 window's inputs are lost, which the simulation models
+    (but for how ties round) and float does not."""
+    rng = np.random.default_rng(4)
+    x = np.round(rng.standard_normal((1, 6, 6, 8)) * 256) / 256  # on the grid
+    attrs = dict(kernel=(3, 3), strides=(1, 1), dilation=(1, 1), padding=(1, 1, 1, 1), count_include_pad=False)
+    node = Node("avg_pool2d", ["x"], "y", attrs)
+    graph = Graph({t: Tensor(t, x.shape) for t in ("x", "y")}, [node], ["x"], ["y"], [])
+    got = Emulator(FP16).run_model(compile_graph(graph, FP16, "t").model([]), {"x": x})["y"]
+    unit = FP16.data_type.resolution
+    model = interpret(graph, {"x": x}, rounding=FP16.data_type)["y"]
+    rms = lambda e: float(np.sqrt(np.mean(e**2)))  # noqa: E731
+    assert np.max(np.abs(got - model)) <= 4 * unit  # (ties at 2**-s round apart: up to 2**s / count each)
+    assert rms(got - model) < rms(got - interpret(graph, {"x": x})["y"]) / 2
+
+
 def _chain(peaks_weights: list[float]) -> Graph:
     """x -> 1x1 conv -> ... each by a diagonal weight, so each tensor's peak is known."""
     n = len(peaks_weights)

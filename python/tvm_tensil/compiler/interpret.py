@@ -8,6 +8,8 @@ the values the fixed-point program has to represent.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .elementwise import ACTIVATIONS
@@ -127,6 +129,10 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
                 y = first * second
     elif op in ACTIVATIONS:
         y = activation_meaning(op, x, a)
+    elif op == "avg_pool2d" and rounding is not None:
+        # The TCU sums each value pre-scaled by 2**-s (2**s >= the window), each rounded there.
+        s = max(0, math.ceil(math.log2(a.kernel[0] * a.kernel[1])))
+        y = _pool(node, rounding.to_float(rounding.from_float(x * 2.0**-s)), out_shape) * 2.0**s
     elif op in ("max_pool2d", "avg_pool2d"):
         y = _pool(node, x, out_shape)
     elif op == "global_avg_pool":
