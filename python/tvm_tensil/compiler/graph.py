@@ -123,6 +123,12 @@ def kernel_terms(constants, attrs: Conv) -> float:
     return float(w[1] * kh * kw)
 
 
+def average_pool_shift(kh: int, kw: int) -> int:
+    """The TCU sums an average pool's values pre-scaled by ``2**-s`` (``2**s`` >= the window), so
+    no partial sum leaves the data type's range; returns ``s``."""
+    return max(0, math.ceil(math.log2(kh * kw)))
+
+
 def weight_vectors(constants, attrs: Conv, n: int) -> int:
     """DRAM1 vectors a conv's weights take in one part on an ``n``-wide array: blocks of n + 1
     vectors per (output block, input block, tap); a depthwise conv's blocks are diagonal (one

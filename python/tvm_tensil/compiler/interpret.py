@@ -8,13 +8,11 @@ the values the fixed-point program has to represent.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .elementwise import ACTIVATIONS
 from .elementwise import meaning as activation_meaning
-from .graph import Conv, Graph, Interleave, Node, conv_kernel, grouped, kernel_terms
+from .graph import Conv, Graph, Interleave, Node, average_pool_shift, conv_kernel, grouped, kernel_terms
 
 
 def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
@@ -131,7 +129,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
         y = activation_meaning(op, x, a)
     elif op == "avg_pool2d" and rounding is not None:
         # The TCU sums each value pre-scaled by 2**-s (2**s >= the window), each rounded there.
-        s = max(0, math.ceil(math.log2(a.kernel[0] * a.kernel[1])))
+        s = average_pool_shift(*a.kernel)
         y = _pool(node, rounding.to_float(rounding.from_float(x * 2.0**-s)), out_shape) * 2.0**s
     elif op in ("max_pool2d", "avg_pool2d"):
         y = _pool(node, x, out_shape)

@@ -3,12 +3,10 @@ unit, tap by tap; an average as MatMuls with diagonal weights into the accumulat
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...isa.instructions import Direction, SIMDOp
-from ..graph import Node
+from ..graph import Node, average_pool_shift
 from .context import NOTHING, Context, HandOver, Out, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather
 from .tiles import plan_tiles, pool_counts, slab_moves, tap_runs, tiles
@@ -26,7 +24,7 @@ def _average_scales(node: Node, ctx: Context, window: Window) -> tuple[int, dict
     a = node.attrs
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     counts = pool_counts(inp.shape, result.shape, window, a.padding, a.count_include_pad)
-    shift = max(0, math.ceil(math.log2(window.kh * window.kw)))
+    shift = average_pool_shift(window.kh, window.kw)
     scales = {c: 2.0**shift / c for c in sorted(set(counts.reshape(-1).tolist())) if 2**shift != c}
     return shift, scales, counts
 
