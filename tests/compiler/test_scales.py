@@ -1,5 +1,7 @@
 """Per-tensor scales: groups, the choice from calibration, the scaled graph, and what it computes."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from tvm_tensil.compiler.interpret import interpret
 from tvm_tensil.compiler.scales import (
     HEADROOM,
     RESIDUE_BITS,
+    RESIDUE_MARGIN,
     TIGHT_HEADROOM,
     apply_shifts,
     candidate_shifts,
@@ -119,6 +122,28 @@ def test_calibration_also_tries_a_tighter_headroom_and_keeps_what_simulates_best
     assert {name.split(", nearest")[0] for name in choice.errors} == set(options) | {"none"}
 
 
+def test_the_tighter_headroom_only_where_the_usual_one_misses_the_target():
+    """A tighter headroom saturates sooner on inputs beyond the samples': its options are kept only
+    when the others' best misses the error target (over the margin), never without a target."""
+    graph = wide_range_graph()
+    cal = samples(8)
+    stats = tensor_stats(graph, cal)
+    tight = f"headroom {TIGHT_HEADROOM:g}"
+
+    def best(choice, tight_too: bool) -> float:
+        return min(e for n, e in choice.errors.items() if "residues" not in n and (tight_too or tight not in n))
+
+    usual = choose_scales(graph, stats, FP16, cal[4:])
+    assert tight not in usual.option and usual.errors[usual.option] == best(usual, False)
+    assert best(usual, True) < best(usual, False)  # (a tight option would have been kept before)
+    aimed = usual.worst[usual.option] * RESIDUE_MARGIN  # (calibration aims for the target over the margin)
+    met = choose_scales(graph, stats, FP16, cal[4:], error_target=aimed)
+    assert met.option == usual.option
+    missed = choose_scales(graph, stats, FP16, cal[4:], error_target=aimed / 2)
+    one_part = missed.one_part or missed
+    assert tight in one_part.option and one_part.errors[one_part.option] == best(one_part, True)
+
+
 def _largest_input_shift(stats) -> int:
     return int(np.floor(np.log2(FP16.data_type.max_float / HEADROOM / stats["x"].peak)))
 
@@ -154,6 +179,40 @@ def test_calibration_keeps_the_answer_the_single_format_loses():
     calibrated = np.max(np.abs(run(graph, FP16, x, samples(8)) - want)) / np.ptp(want)
     assert default > 0.2
     assert calibrated < 0.01, (default, calibrated)
+
+
+def _cancelling_graph(channels: int) -> Graph:
+    """A 3x3 conv whose centre tap (summed first) brings in the input and whose right-hand tap takes
+    99% of it away again: the accumulators hold values fifty times the result's."""
+    w = np.zeros((channels, channels, 3, 3), np.float32)
+    w[:, :, 1, 1], w[:, :, 1, 2] = 1.0 / channels, -0.99 / channels
+    shapes = {"x": (1, 6, 6, channels), "y": (1, 4, 4, channels)}
+    conv = dict(weight=0, bias=None, strides=(1, 1), dilation=(1, 1), padding=(0, 0, 0, 0), groups=1)
+    return Graph({k: Tensor(k, v) for k, v in shapes.items()}, [Node("conv2d", ["x"], "y", conv)], ["x"], ["y"], [w])
+
+
+@pytest.mark.parametrize("channels", [1, 20])
+def test_partial_sums_beyond_the_result_set_its_scale(channels):
+    """The TCU's accumulators hold a layer's partial sums at its output's scale and saturate there:
+    calibration measures them (input block by block, tap by tap, as the TCU adds them up) and the
+    scale holds them, so the build computes what the graph does (a scale for the result alone
+    saturates the centre tap's sum, and the result is off by more than its range)."""
+    graph = _cancelling_graph(channels)
+    rng = np.random.default_rng(0)
+    cal = [{"x": 40 + rng.standard_normal((1, 6, 6, channels))} for _ in range(8)]
+    stats = tensor_stats(graph, cal, lanes=FP16.array_size)
+    # The most: the centre tap of the first input block (its share of the channels).
+    first_block = max(c["x"][:, 1:5, 1:5].max() for c in cal) * min(FP16.array_size, channels) / channels
+    assert stats["y"].accumulated == pytest.approx(first_block, rel=0.05)
+    assert stats["y"].accumulated > 10 * stats["y"].peak
+    x = cal[0]
+    want = interpret(graph, x)["y"]
+    part = compile_graph(graph, FP16, "t", calibration=cal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a saturation warning fails the test
+        got = Emulator(FP16).run_model(part.model(part.constants), x)["y"]
+    # (The cancellation magnifies the inputs' rounding; a saturated sum is off by more than the range.)
+    assert np.max(np.abs(got - want)) < 0.03 * np.ptp(want)
 
 
 def test_weights_no_scale_can_hold_end_the_search():
@@ -299,12 +358,13 @@ def test_residues_only_as_many_as_dram1_holds(monkeypatch):
     """A residue takes as much DRAM1 as its layer's weights: with room for one, one layer gets it;
     with room for none, the one-part choice stays. Where the program still does not fit (here the
     room is misjudged on purpose), the build is the one-part choice's and the report says why."""
+    from tvm_tensil.compiler import compile as compile_module
     from tvm_tensil.compiler import scales
 
     graph = residual_chain()
     cal = chain_samples(8)
     stats = tensor_stats(graph, cal)
-    plain = choose_scales(graph, stats, FP16, cal[4:])
+    plain = choose_scales(graph, stats, FP16, cal[4:], error_target=0.002).one_part
     layer = 4 * 9 * 9  # 16 -> 16 channels, 3x3, on 8 lanes: 2 x 2 blocks of 9 vectors per tap
     one = FP16.replace(dram1_depth=int((3 * layer + 1.5 * layer) / (1 - scales.OTHER_CONSTANTS)), name="room1")
     assert len(choose_scales(graph, stats, one, cal[4:], error_target=0.002).residues) == 1
@@ -314,15 +374,15 @@ def test_residues_only_as_many_as_dram1_holds(monkeypatch):
     tight = FP16.replace(dram1_depth=3 * layer + 100, name="tight")
     monkeypatch.setattr(scales, "OTHER_CONSTANTS", -1.0)  # room for all three residues, wrongly
     x = chain_samples(1, seed=9)[0]
-    outs, choices = [], []
-    for target in (None, 0.002):
-        part = compile_graph(graph, tight, "t", calibration=cal, options=CompileOptions(error_target=target))
-        assert not any("residue_bits" in n for n in part.report["nodes"])
-        outs.append(Emulator(tight).run_model(part.model(part.constants), x, warn_saturation=False)["r2"])
-        choices.append(part.report["calibration"]["choice"])
+    options = CompileOptions(error_target=0.002)
+    part = compile_graph(graph, tight, "t", calibration=cal, options=options)
     assert "do not fit" in part.report["calibration"]["two_parts"]
-    assert choices[0] == choices[1] and "residues" not in choices[1]
-    np.testing.assert_array_equal(outs[0], outs[1])
+    assert not any("residue_bits" in n for n in part.report["nodes"])
+    choice, ranges = compile_module.calibrate(graph, cal, tight, options.error_target)
+    assert choice.residues and part.report["calibration"]["choice"] == choice.one_part.option
+    alone = compile_module._compile_scaled(graph, tight, "t", cal, options, choice.one_part, ranges)
+    outs = [Emulator(tight).run_model(p.model(p.constants), x, warn_saturation=False)["r2"] for p in (part, alone)]
+    np.testing.assert_array_equal(*outs)
 
 
 @pytest.mark.parametrize("channels, scale", [(16, 0.1), (64, 0.05), (64, 1e-3)])

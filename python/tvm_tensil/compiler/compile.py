@@ -15,7 +15,7 @@ from ..partition import CompiledPartition
 from ..placement import TensorPlacement
 from .elementwise import HardSigmoid, Smooth
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
-from .interpret import interpret, on_grid
+from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstTable, Dram0Allocator
@@ -273,11 +273,17 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
 SIMULATED_SAMPLES = 4
 
 
-def tensor_stats(graph: Graph, samples, inputs: LayerInputs | None = None) -> dict[str, TensorStats]:
+def tensor_stats(
+    graph: Graph, samples, inputs: LayerInputs | None = None, lanes: int | None = None
+) -> dict[str, TensorStats]:
     """Each tensor's largest magnitude and mean square over ``samples`` (each a dict of input values
-    by graph input name, (n, h, w, c)); ``inputs``, if given, also collects each layer's inputs."""
+    by graph input name, (n, h, w, c)); ``inputs``, if given, also collects each layer's inputs;
+    ``lanes`` (the array size), if given, also each layer's partial sums as the TCU adds them up (a
+    layer's with what fuses into it: its bias and a residual add's shortcut)."""
     peak: dict[str, float] = {}
     square: dict[str, float] = {}
+    accumulated: dict[str, float] = {}
+    layers = [n for n in fuse(graph).nodes if n.op == "conv2d"] if lanes else []
     count = 0
     for sample in samples:
         count += 1
@@ -287,7 +293,11 @@ def tensor_stats(graph: Graph, samples, inputs: LayerInputs | None = None) -> di
         for name, value in values.items():
             peak[name] = max(peak.get(name, 0.0), float(np.max(np.abs(value))) if value.size else 0.0)
             square[name] = square.get(name, 0.0) + (float(np.mean(value**2)) if value.size else 0.0)
-    return {t: TensorStats(peak[t], square[t] / count) for t in peak}
+        for node in layers:
+            accumulated[node.output] = max(
+                accumulated.get(node.output, 0.0), accumulator_peak(node, values, graph, lanes)
+            )
+    return {t: TensorStats(peak[t], square[t] / count, accumulated.get(t, 0.0)) for t in peak}
 
 
 def calibrate(
@@ -300,12 +310,12 @@ def calibrate(
     else:
         fit, held = samples, samples[:SIMULATED_SAMPLES]
     inputs = LayerInputs(graph)
-    stats = tensor_stats(graph, fit, inputs)
-    held_stats = tensor_stats(graph, samples[len(fit) :])
+    stats = tensor_stats(graph, fit, inputs, arch.array_size)
+    held_stats = tensor_stats(graph, samples[len(fit) :], lanes=arch.array_size)
     for t, s in held_stats.items():  # the ranges of every sample
         n_fit, n_held = len(fit), len(samples) - len(fit)
         mean_square = (stats[t].mean_square * n_fit + s.mean_square * n_held) / len(samples)
-        stats[t] = TensorStats(max(stats[t].peak, s.peak), mean_square)
+        stats[t] = TensorStats(max(stats[t].peak, s.peak), mean_square, max(stats[t].accumulated, s.accumulated))
     return choose_scales(graph, stats, arch, held, inputs, error_target), stats
 
 
@@ -429,8 +439,10 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
             t: {
                 "shift": k,
                 "peak": stats[t].peak,
-                # How many times the largest value seen fits the data type at this scale.
-                "headroom": arch.data_type.max_float / (stats[t].peak * 2.0**k) if stats[t].peak else None,
+                # The largest partial sum seen (a layer's output): the accumulators hold it.
+                **({"accumulated": stats[t].accumulated} if stats[t].accumulated > stats[t].peak else {}),
+                # How many times the largest value seen (partial sums too) fits the data type here.
+                "headroom": arch.data_type.max_float / (stats[t].held * 2.0**k) if stats[t].held else None,
             }
             for t, k in scaling.shifts.items()
             if t in graph.tensors and t in stats

@@ -77,6 +77,52 @@ def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     return y
 
 
+def accumulator_peak(node: Node, values: dict[str, np.ndarray], graph: Graph, lanes: int) -> float:
+    """The largest magnitude a (fused) conv's accumulators reach while the TCU sums its terms, where
+    they saturate as the result does: from the shortcut (a residual) and the bias, then input block
+    by input block of ``lanes`` channels, tap by tap, the centre tap first. A dense layer sums its
+    input blocks in order. The result alone for a transposed conv."""
+    a = node.attrs
+    out_shape = graph.tensors[node.output].shape
+    y = np.zeros(out_shape)
+    if a.residual:
+        y = y + values[node.inputs[1]].reshape(out_shape)
+    if a.bias is not None:
+        y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
+    peak = float(np.max(np.abs(y))) if y.size else 0.0
+    x = values[node.inputs[0]]
+    if a.transposed or a.weight is None:
+        return max(peak, float(np.max(np.abs(values[node.output]))))
+    if a.layout == "KM":
+        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
+        rows, y = x.reshape(-1, x.shape[-1]), y.reshape(-1, w.shape[1])
+        for k in range(0, w.shape[0], lanes):
+            y = y + rows[:, k : k + lanes] @ w[k : k + lanes]
+            peak = max(peak, float(np.max(np.abs(y))))
+        return peak
+    w = conv_kernel(graph.constants, a).astype(np.float64)
+    kh, kw = w.shape[2:]
+    taps = {
+        (ky, kx): tap for ky, kx, tap in _window(x, a.padding, 0.0, out_shape[1:3], (kh, kw), a.strides, a.dilation)
+    }
+    order = sorted(taps, key=lambda t: t != (kh // 2, kw // 2))
+    if a.groups != 1 and not grouped(graph.constants, a):  # depthwise: each channel its own sum
+        for t in order:
+            y = y + taps[t] * w[:, 0, t[0], t[1]]
+            peak = max(peak, float(np.max(np.abs(y))))
+        return peak
+    per_in, per_out = w.shape[1], w.shape[0] // a.groups
+    for g in range(a.groups):
+        outs, first = slice(g * per_out, (g + 1) * per_out), g * per_in
+        acc = y[..., outs]
+        for c0 in range(first, first + per_in, lanes):  # the input blocks this group reads
+            c1 = min(first + per_in, (c0 // lanes + 1) * lanes)
+            for t in order:
+                acc = acc + taps[t][..., c0:c1] @ w[outs, c0 - first : c1 - first, t[0], t[1]].T
+                peak = max(peak, float(np.max(np.abs(acc))))
+    return peak
+
+
 def _pool(node: Node, x: np.ndarray, out_shape) -> np.ndarray:
     a = node.attrs
     is_max = node.op == "max_pool2d"

@@ -38,6 +38,7 @@ from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 HEADROOM = 2.0
 # Calibration also tries this smaller factor, kept where the simulation finds it better.
 TIGHT_HEADROOM = 1.25
+_TIGHT = f", headroom {TIGHT_HEADROOM:g}"  # (the suffix of those options' names)
 # Shifts are kept within this many powers of two of the data type's own binary point.
 MAX_SHIFT = 24
 
@@ -101,10 +102,18 @@ def _shift_for(limit: float, value: float) -> int:
 
 @dataclass(frozen=True)
 class TensorStats:
-    """What calibration saw of a tensor: its largest magnitude and its mean square."""
+    """What calibration saw of a tensor: its largest magnitude and its mean square, and (made by a
+    conv or dense layer) the largest its accumulators reach while they sum the layer's terms: they
+    hold the partial sums at the tensor's scale and saturate there."""
 
     peak: float
     mean_square: float
+    accumulated: float = 0.0
+
+    @property
+    def held(self) -> float:
+        """The largest magnitude the tensor's scale must hold."""
+        return max(self.peak, self.accumulated)
 
 
 def candidate_shifts(
@@ -172,9 +181,12 @@ def choose_scales(
     rounding and, when ``inputs`` gives the layers' calibration inputs, with weights rounded for
     their outputs, the one with the smallest simulated error on ``samples`` (inputs by graph input
     name): calibration is never worse than none there. Without samples, the balanced candidate.
+    Those with the tighter headroom (``TIGHT_HEADROOM``), which saturate sooner on inputs beyond
+    the samples', only when the others' largest simulated error misses ``error_target`` (a share of
+    the outputs' range) over ``RESIDUE_MARGIN``; never without a target.
 
-    When that choice's largest simulated error exceeds ``error_target`` (a share of the outputs'
-    range), layers get weights in two parts (``choose_residues``)."""
+    When the choice's largest simulated error misses that too, layers get weights in two parts
+    (``choose_residues``)."""
     if not samples:
         return ScaleChoice("balanced", candidate_shifts(graph, stats, arch)["balanced"], None, {})
     candidates = candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM))
@@ -192,15 +204,17 @@ def choose_scales(
     }
     errors = {name: e.mean_square for name, e in simulated.items()}
     worst = {name: e.worst for name, e in simulated.items()}
-    best = min(errors, key=errors.get)
+    best = min((n for n in errors if _TIGHT not in n), key=errors.get)
+    if error_target is not None and worst[best] > error_target / RESIDUE_MARGIN:
+        best = min(errors, key=errors.get)
     choice = ScaleChoice(best, *options[best], errors, {}, worst)
-    if error_target is None or worst[best] <= error_target:
+    if error_target is None or worst[best] <= error_target / RESIDUE_MARGIN:
         return choice
     return choose_residues(graph, stats, arch, samples, wants, choice, options, error_target)
 
 
-# Once weights in two parts are needed, layers get them until the simulated error is within the
-# target over this: the simulation sees a few samples, the inputs a build serves more.
+# Calibration aims for the error target over this: the simulation sees a few samples, the inputs a
+# build serves more (and a few of them err more).
 RESIDUE_MARGIN = 2.0
 # A residue's extra bits: fewer gain little; more would not fit the partial sums of most layers.
 RESIDUE_BITS = (2, 6)
@@ -339,7 +353,7 @@ def choose_shifts(graph: Graph, stats: dict[str, TensorStats], arch: Architectur
 def _top_shifts(graph: Graph, group: dict[str, str], stats: dict[str, TensorStats], arch: Architecture, headroom):
     peak: dict[str, float] = {}
     for t, g in group.items():
-        peak[g] = max(peak.get(g, 0.0), stats[t].peak if t in stats else 0.0)
+        peak[g] = max(peak.get(g, 0.0), stats[t].held if t in stats else 0.0)
     for node in graph.nodes:
         if node.op in ("conv2d", "bias_add") and node.attrs.bias is not None:
             g = group[node.output]
@@ -439,7 +453,7 @@ def _balanced(start: dict[str, int], layers: list[_Layer], signal: dict[str, flo
 @dataclass(frozen=True)
 class Simulated:
     """A simulation's error: the outputs' mean square error relative to their spread (mean over
-    samples and outputs), and the largest error as a share of an output's range."""
+    samples and outputs), and the largest error as a share of an output's range over the samples."""
 
     mean_square: float
     worst: float
@@ -453,15 +467,17 @@ def simulate(
     constant index) in place of the graph's, as ``round_weights`` gives them; ``wants``: the
     samples' float values, if computed already."""
     scaled, _ = apply_shifts(with_weights(graph, weights or {}), shifts, stats)
+    wants = wants if wants is not None else [interpret(graph, sample) for sample in samples]
+    # An output's range: over every sample (a sample's own can be tiny: two logits that nearly tie).
+    span = {o: float(np.ptp(np.concatenate([w[o].ravel() for w in wants]))) or 1.0 for o in graph.outputs}
     errors, worst = [], 0.0
-    for i, sample in enumerate(samples):
-        want = wants[i] if wants is not None else interpret(graph, sample)
+    for want, sample in zip(wants, samples):
         got = interpret(scaled, {k: v * 2.0 ** shifts.get(k, 0) for k, v in sample.items()}, rounding=arch.data_type)
         for o in graph.outputs:
             error = got[o] / 2.0 ** shifts.get(o, 0) - want[o]
             spread = float(np.mean((want[o] - want[o].mean()) ** 2)) or 1.0
             errors.append(float(np.mean(error**2)) / spread)
-            worst = max(worst, float(np.max(np.abs(error))) / (float(np.ptp(want[o])) or 1.0))
+            worst = max(worst, float(np.max(np.abs(error))) / span[o])
     return Simulated(float(np.mean(errors)), worst)
 
 
