@@ -354,6 +354,34 @@ def test_weights_in_two_parts_only_where_the_error_target_needs_them():
     assert errors[0.002] < errors[None] / 3, errors
 
 
+def test_finer_accumulators_where_the_shared_scale_misses_the_target():
+    """A residual chain's convs share their input's scale with their result (the adds): the weights
+    keep 8 fractional bits and each product rounds at the chain's scale. A layer's accumulators at
+    a scale of their own (a rescale before the add: one SIMD multiply per vector, the add then its
+    own op) give both more bits; calibration takes that only where the shared scale misses the
+    target, and a rescale that keeps its scale leaves the program as it was."""
+    graph = residual_chain()
+    cal = chain_samples(8)
+    x = chain_samples(1, seed=9)[0]
+    want = interpret(graph, x)["r2"]
+    errors, parts = {}, {}
+    for target in (None, 0.01):
+        part = compile_graph(graph, FP16, "t", calibration=cal, options=CompileOptions(error_target=target))
+        got = Emulator(FP16).run_model(part.model(part.constants), x, warn_saturation=False)["r2"]
+        errors[target], parts[target] = np.max(np.abs(got - want)) / np.ptp(want), part
+    plain, finer = parts[None], parts[0.01]
+    assert "finer" not in plain.report["calibration"]["choice"]
+    assert all(n["op"] == "conv2d" and "rescale" not in n.get("epilogue", []) for n in plain.report["nodes"])
+    assert (
+        "finer accumulators" in finer.report["calibration"]["choice"]
+        and "residues" not in finer.report["calibration"]["choice"]
+    )
+    rescaled = [n for n in finer.report["nodes"] if "rescale" in n.get("epilogue", [])]
+    assert len(rescaled) == 3 and sum(n["op"] == "add" for n in finer.report["nodes"]) == 3
+    assert errors[0.01] < 0.01 < errors[None] and errors[0.01] < errors[None] / 3, errors
+    assert finer.report["cycles"]["total"] < 1.5 * plain.report["cycles"]["total"]  # (residues: twice the MACs)
+
+
 def test_residues_only_as_many_as_dram1_holds(monkeypatch):
     """A residue takes as much DRAM1 as its layer's weights: with room for one, one layer gets it;
     with room for none, the one-part choice stays. Where the program still does not fit (here the
@@ -378,6 +406,7 @@ def test_residues_only_as_many_as_dram1_holds(monkeypatch):
     part = compile_graph(graph, tight, "t", calibration=cal, options=options)
     assert "do not fit" in part.report["calibration"]["two_parts"]
     assert not any("residue_bits" in n for n in part.report["nodes"])
+    graph = compile_module.with_rescales(graph)  # (as compile_graph calibrates it)
     choice, ranges = compile_module.calibrate(graph, cal, tight, options.error_target)
     assert choice.residues and part.report["calibration"]["choice"] == choice.one_part.option
     alone = compile_module._compile_scaled(graph, tight, "t", cal, options, choice.one_part, ranges)

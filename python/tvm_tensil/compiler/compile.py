@@ -13,7 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
-from .elementwise import HardSigmoid, Smooth
+from .elementwise import HardSigmoid, Smooth, changes_scale
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path
@@ -273,6 +273,59 @@ def _fuse_second_outputs(graph: Graph, nodes: list[Node], pinned: set[str]) -> N
 SIMULATED_SAMPLES = 4
 
 
+RESCALED = "_rescaled"  # (the suffix of a rescale's result)
+
+
+def with_rescales(graph: Graph) -> Graph:
+    """``graph`` with a rescale after each conv or dense layer's result (and its bias add): its
+    accumulators may then keep a finer scale than the tensors it joins (a residual chain, a concat),
+    each product rounded finer, and one multiply per vector takes the result to their scale.
+    Calibration decides; a rescale that keeps its scale is dropped before fusing
+    (``without_identity_rescales``)."""
+    pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
+    nodes, tensors = [], dict(graph.tensors)
+    consumers: dict[str, int] = {}
+    for n in graph.nodes:
+        for t in n.inputs:
+            consumers[t] = consumers.get(t, 0) + 1
+    ends = {}  # a layer's result (after its bias add) -> the rescale's result
+    for n in graph.nodes:
+        if n.op == "conv2d" and n.attrs.weight is not None and not n.attrs.transposed:
+            ends[n.output] = True
+        elif n.op == "bias_add" and ends.get(n.inputs[0]) and consumers.get(n.inputs[0]) == 1:
+            ends[n.inputs[0]] = False  # the bias add's result is the layer's
+            ends[n.output] = True
+    ends = {t: f"{t}{RESCALED}" for t, end in ends.items() if end and t not in pinned and consumers.get(t)}
+    for n in graph.nodes:
+        nodes.append(replace(n, inputs=[ends.get(t, t) for t in n.inputs]))
+        if n.output in ends:
+            nodes.append(Node("rescale", [n.output], ends[n.output]))
+            tensors[ends[n.output]] = Tensor(ends[n.output], graph.tensors[n.output].shape)
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def without_identity_rescales(graph: Graph) -> Graph:
+    """``graph`` less the rescales whose input and result share a scale."""
+    same = {n.output: n.inputs[0] for n in graph.nodes if n.op == "rescale" and n.attrs.shift == n.attrs.out_shift}
+    if not same:
+        return graph
+    nodes = [replace(n, inputs=[same.get(t, t) for t in n.inputs]) for n in graph.nodes if n.output not in same]
+    tensors = {k: v for k, v in graph.tensors.items() if k not in same}
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
+
+
+def _accumulated_in(graph: Graph, output: str) -> str:
+    """The tensor whose scale a fused layer's accumulators (resulting in ``output``) have: the input
+    of the first epilogue op that changes the scale, else ``output``."""
+    producer = {n.output: n for n in graph.nodes}
+    key, t = output, output
+    while t in producer and producer[t].op in EPILOGUE_OPS:
+        if changes_scale(producer[t].op):
+            key = producer[t].inputs[0]
+        t = producer[t].inputs[0]
+    return key
+
+
 def tensor_stats(
     graph: Graph, samples, inputs: LayerInputs | None = None, lanes: int | None = None
 ) -> dict[str, TensorStats]:
@@ -283,7 +336,7 @@ def tensor_stats(
     peak: dict[str, float] = {}
     square: dict[str, float] = {}
     accumulated: dict[str, float] = {}
-    layers = [n for n in fuse(graph).nodes if n.op == "conv2d"] if lanes else []
+    layers = [(n, _accumulated_in(graph, n.output)) for n in fuse(graph).nodes if n.op == "conv2d"] if lanes else []
     count = 0
     for sample in samples:
         count += 1
@@ -293,10 +346,8 @@ def tensor_stats(
         for name, value in values.items():
             peak[name] = max(peak.get(name, 0.0), float(np.max(np.abs(value))) if value.size else 0.0)
             square[name] = square.get(name, 0.0) + (float(np.mean(value**2)) if value.size else 0.0)
-        for node in layers:
-            accumulated[node.output] = max(
-                accumulated.get(node.output, 0.0), accumulator_peak(node, values, graph, lanes)
-            )
+        for node, key in layers:
+            accumulated[key] = max(accumulated.get(key, 0.0), accumulator_peak(node, values, graph, lanes))
     return {t: TensorStats(peak[t], square[t] / count, accumulated.get(t, 0.0)) for t in peak}
 
 
@@ -356,6 +407,8 @@ def compile_graph(
     point. ``options``: scheduling choices to turn off (for tests and benchmarks). Weights in two
     parts that the architecture's memories cannot hold (their DRAM1 doubles) give way to one part."""
     graph = recognize_activations(graph)
+    if calibration:
+        graph = with_rescales(graph)
     choice, stats = calibrate(graph, calibration, arch, options.error_target) if calibration else (None, {})
     try:
         return _compile_scaled(graph, arch, name, calibration, options, choice, stats)
@@ -373,13 +426,14 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     if choice:
         graph = with_residues(graph, choice.residues)
         if choice.rounding is not None and choice.rounding.weights:
-            reference = fuse(apply_shifts(graph, choice.shifts, stats)[0])  # the model's weights, for the report
+            # The model's weights, for the report.
+            reference = fuse(without_identity_rescales(apply_shifts(graph, choice.shifts, stats)[0]))
             graph = with_weights(graph, choice.rounding.weights)
             sources = graph.constants
     # Scaled before fusing: an activation fused into a conv may take the accumulators' scale to
     # another (a HardSwish), so each op is scaled for its own input and output first.
     graph, scaling = apply_shifts(graph, choice.shifts if choice else {}, stats)
-    graph = fuse(graph)
+    graph = fuse(without_identity_rescales(graph))
     graph = expand_transposed(mark_flattened(graph))
     place, dram0 = place_tensors(graph, arch)
     consts = ConstTable(arch)

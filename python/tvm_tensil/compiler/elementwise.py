@@ -77,6 +77,16 @@ class Smooth:
 
 
 @dataclass(frozen=True)
+class Rescale:
+    """The value as it is, for inputs stored times ``2**shift`` and results times ``2**out_shift``:
+    a layer's accumulators kept at a finer scale than its result's (each product rounded finer),
+    brought to the result's by SIMD multiplies by powers of two."""
+
+    shift: int = 0
+    out_shift: int = 0
+
+
+@dataclass(frozen=True)
 class Scratch:
     """An accumulator vector an activation keeps an intermediate in while it works on a vector
     (placed with the constants, which fill it with zeros)."""
@@ -341,6 +351,12 @@ def _emit_prelu(lir: "LIR", acc: int, count: int, a: PRelu, cvec: dict, block=No
     lir.simd_runs(acc, count, steps)
 
 
+def _emit_rescale(lir: "LIR", acc: int, count: int, a: Rescale, cvec: dict, block=None) -> None:
+    for factor in powers_of_two(a.out_shift - a.shift, lir.arch.data_type):
+        lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[factor])
+        lir.simd_run(SIMDOp.MULTIPLY, acc, count, left=0, right=1)
+
+
 def _sigmoid(x):
     return np.exp(-np.logaddexp(0.0, -np.asarray(x, dtype=np.float64)))
 
@@ -524,6 +540,13 @@ ACTIVATIONS: dict[str, Activation] = {
         _emit_hard_sigmoid,
         lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
     ),
+    "rescale": Activation(
+        Rescale,
+        lambda x, a: x * 2.0 ** (a.out_shift - a.shift),
+        lambda a, dt, n: powers_of_two(a.out_shift - a.shift, dt),
+        _emit_rescale,
+        lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
+    ),
     **{
         name: Activation(
             Smooth,
@@ -535,6 +558,12 @@ ACTIVATIONS: dict[str, Activation] = {
         for name in SMOOTH
     },  # fmt: skip
 }
+
+
+def changes_scale(op: str) -> bool:
+    """Whether an activation's result has a scale of its own (its constants take its input from its
+    scale to the result's): the others keep their input's."""
+    return op in ("hard_sigmoid", "rescale") or op in SMOOTH
 
 
 def constants(epilogue, dt: "DataType", lanes: int) -> list:

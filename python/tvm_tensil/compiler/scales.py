@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from ..arch import Architecture
-from .elementwise import ACTIVATIONS, SMOOTH
+from .elementwise import ACTIVATIONS, changes_scale
 from .elementwise import scaled as scaled_epilogue
 from .graph import Graph, Node, kernel_terms, weight_vectors
 from .interpret import interpret
@@ -38,7 +38,8 @@ from .rounding import LayerInputs, RoundedWeights, round_weights, with_weights
 HEADROOM = 2.0
 # Calibration also tries this smaller factor, kept where the simulation finds it better.
 TIGHT_HEADROOM = 1.25
-_TIGHT = f", headroom {TIGHT_HEADROOM:g}"  # (the suffix of those options' names)
+_TIGHT = f", headroom {TIGHT_HEADROOM:g}"  # (the suffixes of those options' names)
+_FINER = ", finer accumulators"
 # Shifts are kept within this many powers of two of the data type's own binary point.
 MAX_SHIFT = 24
 
@@ -57,8 +58,9 @@ class Scaling:
         return self.derived[index - self.base][0] if self.derived and index >= self.base else index
 
 
-def scale_groups(graph: Graph) -> dict[str, str]:
-    """Tensor -> a representative of the tensors that must share its shift."""
+def scale_groups(graph: Graph, finer: bool = False) -> dict[str, str]:
+    """Tensor -> a representative of the tensors that must share its shift. A rescale (a layer's
+    accumulators at a finer scale than its result's) joins its input and result unless ``finer``."""
     parent = {t: t for t in graph.tensors}
 
     def find(t: str) -> str:
@@ -77,8 +79,8 @@ def scale_groups(graph: Graph) -> dict[str, str]:
     for node in graph.nodes:
         if node.op == "mul":  # a product's scale is its inputs' scales times each other
             continue
-        if node.op == "hard_sigmoid" or node.op in SMOOTH:  # its constants take x from its scale to the result's
-            continue
+        if node.op in ACTIVATIONS and changes_scale(node.op) and (finer or node.op != "rescale"):
+            continue  # its constants take x from its scale to the result's
         if node.op != "conv2d":
             union(node.output, *node.inputs)
         elif node.attrs.residual:  # the accumulators start from the shortcut
@@ -117,17 +119,23 @@ class TensorStats:
 
 
 def candidate_shifts(
-    graph: Graph, stats: dict[str, TensorStats], arch: Architecture, headrooms: tuple[float, ...] = (HEADROOM,)
+    graph: Graph,
+    stats: dict[str, TensorStats],
+    arch: Architecture,
+    headrooms: tuple[float, ...] = (HEADROOM,),
+    finer: bool = False,
 ) -> dict[str, dict[str, int]]:
     """Two choices of every tensor's shift from calibration ``stats`` per headroom, one shift per
-    group (named ``largest`` and ``balanced``, with ``, headroom h`` for any but ``HEADROOM``):
+    group (named ``largest`` and ``balanced``, with ``, headroom h`` for any but ``HEADROOM``, and
+    ``, finer accumulators`` with ``finer``: each rescale's input its own group, at most as coarse
+    as its result):
 
     - ``largest``: the largest shifts such that a group's peak (and any bias added in its
       accumulators), times the headroom, fits the data type, no layer's scaled weights saturate and
       no factor of a HardSwish computed as x times it does;
     - ``balanced``: from there, shifts come down where the modelled rounding noise says a layer's
       weights gain more than its input loses."""
-    group = scale_groups(graph)
+    group = scale_groups(graph, finer)
     layers = [
         _Layer(n, group, graph, stats, arch)
         for n in graph.nodes
@@ -141,11 +149,13 @@ def candidate_shifts(
     for n in graph.nodes:
         if n.op == "hard_sigmoid" and n.attrs.swish and not n.attrs.symmetric:  # its factor's top fits
             bounds.append((group[n.inputs[0]], group[n.output], _shift_for(arch.data_type.max_float, n.attrs.hi)))
+        if n.op == "rescale":  # to a coarser scale only: one multiply rounds once
+            bounds.append((group[n.inputs[0]], group[n.output], 0))
     options = {}
     for headroom in headrooms:
         largest = _bounded(_top_shifts(graph, group, stats, arch, headroom), bounds)
         balanced = _bounded(_balanced(largest, layers, signal), bounds)
-        suffix = "" if headroom == HEADROOM else f", headroom {headroom:g}"
+        suffix = ("" if headroom == HEADROOM else f", headroom {headroom:g}") + (_FINER if finer else "")
         for name, shifts in (("largest", largest), ("balanced", balanced)):
             options[name + suffix] = {t: shifts[g] for t, g in group.items()}
     return options
@@ -183,29 +193,38 @@ def choose_scales(
     name): calibration is never worse than none there. Without samples, the balanced candidate.
     Those with the tighter headroom (``TIGHT_HEADROOM``), which saturate sooner on inputs beyond
     the samples', only when the others' largest simulated error misses ``error_target`` (a share of
-    the outputs' range) over ``RESIDUE_MARGIN``; never without a target.
+    the outputs' range) over ``RESIDUE_MARGIN``; never without a target. Then also the candidates
+    with finer accumulators (each rescale's input its own group), when the graph has rescales.
 
     When the choice's largest simulated error misses that too, layers get weights in two parts
     (``choose_residues``)."""
     if not samples:
         return ScaleChoice("balanced", candidate_shifts(graph, stats, arch)["balanced"], None, {})
-    candidates = candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM))
     options: dict[str, tuple[dict[str, int], RoundedWeights | None]] = {}
-    for name, shifts in (*candidates.items(), ("none", dict.fromkeys(graph.tensors, 0))):
-        if any(shifts == s for s, _ in options.values()):
-            continue
-        if inputs:
-            options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type))
-        options[f"{name}, nearest rounding"] = (shifts, None)
+    errors: dict[str, float] = {}
+    worst: dict[str, float] = {}
     wants = [interpret(graph, sample) for sample in samples]
-    simulated = {
-        name: simulate(graph, shifts, arch, samples, rounded.weights if rounded else None, wants, stats)
-        for name, (shifts, rounded) in options.items()
-    }
-    errors = {name: e.mean_square for name, e in simulated.items()}
-    worst = {name: e.worst for name, e in simulated.items()}
+
+    def simulated(candidates: dict[str, dict[str, int]]) -> None:
+        for name, shifts in candidates.items():
+            if any(shifts == s for s, _ in options.values()):
+                continue
+            names = [f"{name}, nearest rounding"]
+            if inputs:
+                options[name] = (shifts, round_weights(graph, shifts, inputs, arch.data_type))
+                names.insert(0, name)
+            options[names[-1]] = (shifts, None)
+            for n in names:
+                shifts, rounded = options[n]
+                e = simulate(graph, shifts, arch, samples, rounded.weights if rounded else None, wants, stats)
+                errors[n], worst[n] = e.mean_square, e.worst
+
+    simulated(candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM)))
+    simulated({"none": dict.fromkeys(graph.tensors, 0)})
     best = min((n for n in errors if _TIGHT not in n), key=errors.get)
     if error_target is not None and worst[best] > error_target / RESIDUE_MARGIN:
+        if any(n.op == "rescale" for n in graph.nodes):
+            simulated(candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM), finer=True))
         best = min(errors, key=errors.get)
     choice = ScaleChoice(best, *options[best], errors, {}, worst)
     if error_target is None or worst[best] <= error_target / RESIDUE_MARGIN:
@@ -298,7 +317,7 @@ def choose_residues(graph, stats, arch, samples, wants, choice: ScaleChoice, opt
     weights = sum(weight_vectors(graph.constants, m.attrs, lanes) for m in graph.nodes if m.op == "conv2d")
     room = arch.dram1_depth * (1 - OTHER_CONSTANTS) - weights
     tried = []
-    for base in (f"largest, headroom {TIGHT_HEADROOM:g}", "largest"):
+    for base in (f"largest{_TIGHT}", "largest", f"largest{_TIGHT}{_FINER}", f"largest{_FINER}"):
         name = next((n for n in (base, f"{base}, nearest rounding") if n in options), None)
         if name is None:  # (the same shifts as another candidate)
             continue
