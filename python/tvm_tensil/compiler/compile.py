@@ -283,19 +283,19 @@ def with_rescales(graph: Graph) -> Graph:
     Calibration decides; a rescale that keeps its scale is dropped before fusing
     (``without_identity_rescales``)."""
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
-    nodes, tensors = [], dict(graph.tensors)
-    consumers: dict[str, int] = {}
+    users: dict[str, list[Node]] = {}
     for n in graph.nodes:
-        for t in n.inputs:
-            consumers[t] = consumers.get(t, 0) + 1
+        for t in set(n.inputs):
+            users.setdefault(t, []).append(n)
     ends = {}  # a layer's result (after its bias add) -> the rescale's result
     for n in graph.nodes:
         if n.op == "conv2d" and n.attrs.weight is not None and not n.attrs.transposed:
-            ends[n.output] = True
-        elif n.op == "bias_add" and ends.get(n.inputs[0]) and consumers.get(n.inputs[0]) == 1:
-            ends[n.inputs[0]] = False  # the bias add's result is the layer's
-            ends[n.output] = True
-    ends = {t: f"{t}{RESCALED}" for t, end in ends.items() if end and t not in pinned and consumers.get(t)}
+            end, after = n.output, users.get(n.output, [])
+            if len(after) == 1 and after[0].op == "bias_add":
+                end = after[0].output
+            if end not in pinned and users.get(end):
+                ends[end] = f"{end}{RESCALED}"
+    nodes, tensors = [], dict(graph.tensors)
     for n in graph.nodes:
         nodes.append(replace(n, inputs=[ends.get(t, t) for t in n.inputs]))
         if n.output in ends:

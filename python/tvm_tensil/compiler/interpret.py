@@ -47,31 +47,51 @@ def _transposed_conv(x: np.ndarray, w: np.ndarray, a: Conv, out_shape) -> np.nda
     return y
 
 
+def _conv_terms(node: Node, x: np.ndarray, graph: Graph, out_shape, lanes: int | None = None):
+    """A conv's or dense layer's products as ``(output channels, sum)`` pairs to add up, tap by tap
+    over all input channels; with ``lanes``, in the order the TCU adds them: input block by input
+    block of ``lanes`` channels, tap by tap, the centre tap first (a depthwise conv: tap by tap)."""
+    a = node.attrs
+    every = slice(None)
+    if a.layout == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
+        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
+        rows = x.reshape(-1, x.shape[-1])
+        for k in range(0, w.shape[0], lanes or w.shape[0]):
+            yield every, (rows[:, k : k + (lanes or w.shape[0])] @ w[k : k + (lanes or w.shape[0])]).reshape(out_shape)
+        return
+    w = conv_kernel(graph.constants, a).astype(np.float64)
+    kh, kw = w.shape[2:]
+    window = {
+        (ky, kx): tap for ky, kx, tap in _window(x, a.padding, 0.0, out_shape[1:3], (kh, kw), a.strides, a.dilation)
+    }
+    taps = sorted(window, key=lambda t: t != (kh // 2, kw // 2)) if lanes else list(window)
+    if a.groups != 1 and not grouped(graph.constants, a):  # depthwise: each channel its own sum
+        for t in taps:
+            yield every, window[t] * w[:, 0, t[0], t[1]]
+        return
+    per_in, per_out = w.shape[1], w.shape[0] // a.groups
+    for g in range(a.groups):  # each group's outputs from its inputs (one group: a dense conv)
+        outs, first = slice(g * per_out, (g + 1) * per_out), g * per_in
+        # The array's input blocks this group reads (a block's channels sum in one MatMul).
+        starts = range(first, first + per_in, lanes) if lanes else [first]
+        blocks = [(c, min(first + per_in, (c // lanes + 1) * lanes if lanes else first + per_in)) for c in starts]
+        for c0, c1 in blocks:
+            for t in taps:
+                yield outs, window[t][..., c0:c1] @ w[outs, c0 - first : c1 - first, t[0], t[1]].T
+
+
 def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     a = node.attrs
     if a.transposed:
         y = _transposed_conv(x, np.asarray(graph.constants[a.weight], dtype=np.float64), a, out_shape)
     elif a.weight is None:  # an identity (a bias add lowered as a depthwise conv)
         y = x.copy()
-    elif a.layout == "KM":  # a dense layer: (1, 1, B, K) @ (K, M)
-        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
-        y = (x.reshape(-1, x.shape[-1]) @ w).reshape(out_shape)
+    elif a.layout == "KM":
+        y = next(_conv_terms(node, x, graph, out_shape))[1]
     else:
-        w = conv_kernel(graph.constants, a).astype(np.float64)
         y = np.zeros(out_shape)
-        depthwise = a.groups != 1 and not grouped(graph.constants, a)
-        per_in, per_out = w.shape[1], w.shape[0] // a.groups
-        window = _window(
-            x, a.padding, 0.0, out_shape[1:3], w.shape[2:], a.strides,
-            a.dilation,
-        )  # fmt: skip
-        for ky, kx, tap in window:
-            if depthwise:
-                y += tap * w[:, 0, ky, kx]
-                continue
-            for g in range(a.groups):  # each group's outputs from its inputs (one group: a dense conv)
-                outs = slice(g * per_out, (g + 1) * per_out)
-                y[..., outs] += tap[..., g * per_in : (g + 1) * per_in] @ w[outs, :, ky, kx].T
+        for outs, term in _conv_terms(node, x, graph, out_shape):
+            y[..., outs] += term
     if a.bias is not None:
         y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     return y
@@ -79,47 +99,21 @@ def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
 
 def accumulator_peak(node: Node, values: dict[str, np.ndarray], graph: Graph, lanes: int) -> float:
     """The largest magnitude a (fused) conv's accumulators reach while the TCU sums its terms, where
-    they saturate as the result does: from the shortcut (a residual) and the bias, then input block
-    by input block of ``lanes`` channels, tap by tap, the centre tap first. A dense layer sums its
-    input blocks in order. The result alone for a transposed conv."""
+    they saturate as the result does: from the shortcut (a residual) and the bias, then the
+    products in the TCU's order (``_conv_terms``). The result alone for a transposed conv."""
     a = node.attrs
     out_shape = graph.tensors[node.output].shape
+    if a.transposed or a.weight is None:
+        return float(np.max(np.abs(values[node.output])))
     y = np.zeros(out_shape)
     if a.residual:
         y = y + values[node.inputs[1]].reshape(out_shape)
     if a.bias is not None:
         y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     peak = float(np.max(np.abs(y))) if y.size else 0.0
-    x = values[node.inputs[0]]
-    if a.transposed or a.weight is None:
-        return max(peak, float(np.max(np.abs(values[node.output]))))
-    if a.layout == "KM":
-        w = np.asarray(graph.constants[a.weight], dtype=np.float64)
-        rows, y = x.reshape(-1, x.shape[-1]), y.reshape(-1, w.shape[1])
-        for k in range(0, w.shape[0], lanes):
-            y = y + rows[:, k : k + lanes] @ w[k : k + lanes]
-            peak = max(peak, float(np.max(np.abs(y))))
-        return peak
-    w = conv_kernel(graph.constants, a).astype(np.float64)
-    kh, kw = w.shape[2:]
-    taps = {
-        (ky, kx): tap for ky, kx, tap in _window(x, a.padding, 0.0, out_shape[1:3], (kh, kw), a.strides, a.dilation)
-    }
-    order = sorted(taps, key=lambda t: t != (kh // 2, kw // 2))
-    if a.groups != 1 and not grouped(graph.constants, a):  # depthwise: each channel its own sum
-        for t in order:
-            y = y + taps[t] * w[:, 0, t[0], t[1]]
-            peak = max(peak, float(np.max(np.abs(y))))
-        return peak
-    per_in, per_out = w.shape[1], w.shape[0] // a.groups
-    for g in range(a.groups):
-        outs, first = slice(g * per_out, (g + 1) * per_out), g * per_in
-        acc = y[..., outs]
-        for c0 in range(first, first + per_in, lanes):  # the input blocks this group reads
-            c1 = min(first + per_in, (c0 // lanes + 1) * lanes)
-            for t in order:
-                acc = acc + taps[t][..., c0:c1] @ w[outs, c0 - first : c1 - first, t[0], t[1]].T
-                peak = max(peak, float(np.max(np.abs(acc))))
+    for outs, term in _conv_terms(node, values[node.inputs[0]], graph, out_shape, lanes):
+        y[..., outs] += term
+        peak = max(peak, float(np.max(np.abs(y[..., outs]))))
     return peak
 
 
