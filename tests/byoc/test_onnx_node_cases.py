@@ -56,6 +56,8 @@ OPS = [
     "Sigmoid",
     "Tanh",
     "Gelu",
+    "Softplus",
+    "Mish",
 ]
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 TABLE = Path(__file__).resolve().parents[2] / "build" / "onnx_node_cases.md"

@@ -197,6 +197,52 @@ def test_activations(compare, op, attrs, bound):
     assert cpu_ops(report) == []
 
 
+@pytest.mark.parametrize("op, opset, function", [("Softplus", 13, "softplus"), ("Mish", 18, "mish")])
+@pytest.mark.parametrize("after_conv", [True, False])
+def test_softplus_and_mish_are_one_activation(compare, op, opset, function, after_conv):
+    """Softplus and Mish as TVM imports them (max(x, 0) + log(1 + exp(-|x|)); x * tanh(log(1 +
+    exp(x)))) become one smooth function, fused into the conv that makes x: on their own within
+    their bound beyond half a unit (test_elementwise.py sweeps every value), after a conv at FP16BP8
+    within 1% of the output range (the conv's weights round too)."""
+    from tvm_tensil.compiler.elementwise import SMOOTH
+
+    b = OnnxBuilder(seed=10, grid=not after_conv)
+    rng = np.random.default_rng(10)
+    x = "x"
+    if after_conv:
+        w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
+        x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
+    m = b.model({"x": [1, 8, 10, 10]}, b.op(op, [x]), opset=opset)
+    inputs = {"x": rng.standard_normal((1, 8, 10, 10)) if after_conv else grid(rng, (1, 8, 10, 10), -20, 20)}
+    cpu, tcu, report, _ = compare(m, inputs)
+    (part,) = report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == (
+        [("conv2d", [function])] if after_conv else [(function, [])]
+    )
+    if after_conv:
+        assert np.abs(tcu - cpu).max() <= 0.01 * np.ptp(cpu)
+    else:
+        bound = 2.0**-9 + SMOOTH[function].bound * np.maximum(1.0, np.abs(inputs["x"]))
+        assert np.all(np.abs(tcu - cpu) <= bound)
+
+
+def test_softplus_with_another_beta_stays_on_the_cpu_with_its_reason(compare):
+    from tvm import relax
+
+    import tvm_tensil
+
+    x = relax.Var("x", relax.TensorType((1, 4, 3, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.softplus(relax.op.nn.relu(x), beta=2.0))
+        bb.emit_func_output(y)
+    report = tvm_tensil.build(bb.get(), target="tensil", arch="pynqz1").tensil_report
+    assert [(c["op"], c["reason"]) for c in report.cpu_ops] == [
+        ("relax.nn.softplus", "softplus with beta 2 (the TCU's has beta 1)")
+    ]
+
+
 def test_softmax_stays_on_cpu_with_reason(compare):
     b = OnnxBuilder(seed=9, grid=True)
     rng = np.random.default_rng(9)

@@ -198,6 +198,25 @@ def _nodes(report) -> list:
     return [(n["op"], n["epilogue"]) for n in part["nodes"]]
 
 
+class MishSoftplus(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return torch.nn.functional.softplus(self.c2(torch.nn.functional.mish(self.c1(x))))
+
+
+def test_mish_and_softplus_from_torch_are_activations_of_their_convs():
+    """torch.export writes softplus as where(x > 20, x, log(1 + exp(x))) and Mish as x times the
+    tanh of that: each one smooth function on the conv that makes x, nothing on the CPU."""
+    from tvm_tensil.compiler.elementwise import SMOOTH
+
+    torch.manual_seed(3)
+    report = _at_fp32bp16(MishSoftplus().eval(), torch.randn(1, 4, 6, 6), atol=4 * SMOOTH["mish"].bound)
+    assert report.cpu_ops == [] and _nodes(report) == [("conv2d", ["mish"]), ("conv2d", ["softplus"])]
+
+
 def test_a_permute_before_a_dense_layer_folds_into_its_weights():
     """The permute never reaches the CPU: the dense layer reads the map as it is stored, its weight
     rows reordered; exact at FP32BP16 (the same products), one partition."""

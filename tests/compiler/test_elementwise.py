@@ -148,7 +148,7 @@ def test_prelu_within_half_a_unit_of_every_value(slopes):
     assert np.all(np.abs(y - np.where(x > 0, x, np.clip(alpha * x, -128, 127.99609375))) <= 2.0**-9)
 
 
-@pytest.mark.parametrize("function", ["sigmoid", "tanh", "silu", "gelu"])
+@pytest.mark.parametrize("function", ["sigmoid", "tanh", "silu", "gelu", "softplus", "mish"])
 def test_smooth_functions_within_their_bounds_over_every_value(function):
     """Every FP16BP8 value through the function's SIMD sequence on the emulator, at the data type's
     binary point, for a fine input and result (a calibrated scale) and for a coarse one: within the

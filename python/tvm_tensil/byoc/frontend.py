@@ -264,7 +264,24 @@ def prelu_slopes(call: relax.Call) -> np.ndarray | None:
 
 
 # Relax ops computed by the compiler's smooth functions, and the function each is.
-SMOOTH_OPS = {"relax.sigmoid": "sigmoid", "relax.tanh": "tanh", "relax.nn.silu": "silu", "relax.nn.gelu": "gelu"}
+SMOOTH_OPS = {
+    "relax.sigmoid": "sigmoid",
+    "relax.tanh": "tanh",
+    "relax.nn.silu": "silu",
+    "relax.nn.gelu": "gelu",
+    "relax.nn.softplus": "softplus",
+}
+
+
+def softplus_reason(call: relax.Call) -> str | None:
+    """Why a ``relax.nn.softplus`` is not the compiler's softplus (None: it is)."""
+    beta, threshold = float(call.attrs.beta), float(call.attrs.threshold)
+    if beta != 1.0:
+        return f"softplus with beta {beta:g} (the TCU's has beta 1)"
+    # Beyond its threshold the model's is x, off from softplus by log(1 + exp(-threshold)).
+    if threshold < 8.0:
+        return f"softplus with threshold {threshold:g}, whose result beyond it is not softplus's (8 or more is)"
+    return None
 
 
 def _is_const(e) -> bool:

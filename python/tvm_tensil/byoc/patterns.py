@@ -20,7 +20,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
 from .broadcast import broadcast_reason
-from .frontend import FrontendError, channel_slice, prelu_slopes, shape_of
+from .frontend import FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
 from .prepare import prepare_for_tensil
 
 
@@ -156,6 +156,10 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
     if op == "relax.nn.leakyrelu" and not 0.0 <= float(call.attrs.alpha) <= 1.0:
         return f"leaky relu alpha {float(call.attrs.alpha)} outside [0, 1] (computed as max(x, alpha*x))"
     return None
+
+
+def check_softplus(arch: Architecture, call: relax.Call) -> str | None:
+    return check_activation(arch, call) or softplus_reason(call)
 
 
 def check_prelu(arch: Architecture, call: relax.Call) -> str | None:
@@ -360,6 +364,7 @@ SINGLE_OPS = {
     "tanh": ("relax.tanh", 1, check_activation),
     "silu": ("relax.nn.silu", 1, check_activation),
     "gelu": ("relax.nn.gelu", 1, check_activation),
+    "softplus": ("relax.nn.softplus", 1, check_softplus),
     "max_pool2d": ("relax.nn.max_pool2d", 1, check_pool),
     "avg_pool2d": ("relax.nn.avg_pool2d", 1, check_pool),
     "global_avg_pool": ("relax.nn.adaptive_avg_pool2d", 1, check_global_pool),

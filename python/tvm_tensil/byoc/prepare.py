@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
 from .broadcast import canonical_shape, channel_values
-from .frontend import shape_of
+from .frontend import dtype_of, shape_of, softplus_reason
 
 
 def _value(c) -> np.ndarray:
@@ -450,6 +450,44 @@ def _max_min_to_prelu():
     return pat, r
 
 
+def _is_scalar(c, value: float) -> bool:
+    v = _value(c)
+    return v.size == 1 and float(v.reshape(())) == value
+
+
+def _softplus_forms():
+    """``log(1 + exp(x))`` (how TVM's ONNX importer writes Mish's softplus) is ``softplus(x)``, and
+    so are ``max(x, 0) + softplus(-|x|)`` (its Softplus) and ``where(x > t, x, softplus(x))`` (torch's,
+    threshold t): one smooth function."""
+    x, one, zero = wildcard(), is_const(), is_const()
+    exp = is_op("relax.exp")(x)
+    plain = is_op("relax.log")(is_op("relax.add")(one, exp) | is_op("relax.add")(exp, one))
+    pos = is_op("relax.maximum")(x, zero)
+    tail = is_op("relax.nn.softplus")(is_op("relax.negative")(is_op("relax.abs")(x)))
+    steady = is_op("relax.add")(pos, tail) | is_op("relax.add")(tail, pos)
+
+    def r_plain(expr, m):
+        # Only where the TCU could take it: an op left on the CPU keeps TVM's own arithmetic.
+        if not _is_scalar(m[one], 1.0) or dtype_of(m[x]) != "float32" or len(shape_of(m[x])) not in (2, 4):
+            return expr
+        return relax.op.nn.softplus(m[x])
+
+    def r_steady(expr, m):
+        if not _is_scalar(m[zero], 0.0) or softplus_reason(m[tail]) is not None:
+            return expr
+        return relax.op.nn.softplus(m[x])
+
+    # torch.export's: where(x > threshold, x, log(1 + exp(x))).
+    threshold = is_const()
+    linear = is_op("relax.where")(is_op("relax.greater")(x, threshold), x, is_op("relax.nn.softplus")(x))
+
+    def r_linear(expr, m):
+        t = _value(m[threshold])
+        return expr if t.size != 1 else relax.op.nn.softplus(m[x], threshold=float(t.reshape(())))
+
+    return [(plain, r_plain), (steady, r_steady), (linear, r_linear)]
+
+
 def _permute_into_dense():
     """``matmul(reshape(permute_dims(x), (N, K)), W)`` with the batch axis kept first: the same dense
     layer on x flattened as it is, its weight rows reordered (MTCNN's nets permute NCHW to NWHC
@@ -482,7 +520,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _where_to_prelu(), _max_min_to_prelu()],
+             _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)

@@ -117,22 +117,43 @@ def recognize_activations(graph: Graph) -> Graph:
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, dict(graph.views))
 
 
+# x times a function of x, as importers write them: the function's chain of ops (innermost first) ->
+# the one activation it is.
+X_TIMES = {("sigmoid",): "silu", ("softplus", "tanh"): "mish"}
+_GATES = {op for ops in X_TIMES for op in ops}
+_LONGEST = max(len(ops) for ops in X_TIMES)
+
+
 def _silus(nodes: list[Node], pinned: set[str]) -> list[Node]:
-    """``x * sigmoid(x)`` (how exporters write SiLU/Swish) as the one activation ``silu(x)``: no
-    product of two maps, and max(x, 0) minus a small part instead of x times a fraction (exact
-    where x is large)."""
+    """``x * sigmoid(x)`` (how exporters write SiLU/Swish) and ``x * tanh(softplus(x))`` (Mish) as
+    the one activation: no product of two maps, and max(x, 0) minus a small part instead of x times
+    a fraction (exact where x is large)."""
     producer = {n.output: n for n in nodes}
+
+    def chain(x: str, s: str, reader: Node) -> list[Node] | None:
+        """The gate ops from x to s, innermost first, each read only by the next."""
+        gates = []
+        while s != x:
+            gate = producer.get(s)
+            if gate is None or gate.op not in _GATES or len(gates) == _LONGEST or s in pinned:
+                return None
+            if gate.epilogue or gate.attrs.shift:
+                return None
+            if [n for n in nodes if s in n.inputs] != [reader]:
+                return None
+            gates.insert(0, gate)
+            reader, s = gate, gate.inputs[0]
+        return gates
+
     for product in [n for n in nodes if n.op == "mul" and not n.attrs.shift and len(set(n.inputs)) == 2]:
         for x, s in (product.inputs, product.inputs[::-1]):
-            gate = producer.get(s)
-            readers = [n for n in nodes if s in n.inputs]
-            if gate is None or gate.op != "sigmoid" or gate.inputs != [x] or gate.epilogue or gate.attrs.shift:
+            gates = chain(x, s, product)
+            function = X_TIMES.get(tuple(g.op for g in gates)) if gates else None
+            if function is None:
                 continue
-            if readers != [product] or s in pinned:
-                continue
-            silu = Node("silu", [x], product.output, Smooth("silu"), list(product.epilogue),
-                        gate.source_ops + product.source_ops)  # fmt: skip
-            return _silus([silu if n is product else n for n in nodes if n is not gate], pinned)
+            fused = Node(function, [x], product.output, Smooth(function), list(product.epilogue),
+                         [op for g in gates for op in g.source_ops] + product.source_ops)  # fmt: skip
+            return _silus([fused if n is product else n for n in nodes if all(n is not g for g in gates)], pinned)
     return nodes
 
 

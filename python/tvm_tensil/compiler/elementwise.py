@@ -370,10 +370,11 @@ def _normal_cdf(x):
 
 @dataclass(frozen=True)
 class SmoothFunction:
-    """How a smooth function is computed from cubic pieces of a part ``p`` over ``u = |x|``:
-    ``"odd"``: ``center + sign(x) * p(u)``; ``"relu_minus"``: ``max(x, 0) - p(u)`` (x times a
-    sigmoid-like function: the small part is what is left to compute, so the product never has
-    to be formed). Pieces end at ``breaks``; beyond the last, ``p`` is taken as ``limit``."""
+    """How a smooth function is computed from cubic pieces of a part ``p`` over ``u = |x|`` (or,
+    with an ``offset``, over ``u = x + offset``: a part that is not symmetric in x): ``"odd"``:
+    ``center + sign(x) * p(u)``; ``"relu_minus"``: ``max(x, 0) - p(u) + center`` (x times a
+    sigmoid-like function, a softplus: the small part is what is left to compute, so the product
+    never has to be formed). Pieces end at ``breaks``; beyond the last, ``p`` is taken as ``limit``."""
 
     meaning: Callable[[np.ndarray], np.ndarray]
     form: str
@@ -384,6 +385,7 @@ class SmoothFunction:
     # Its error over every value of the data type, beyond half a unit of the result (times
     # max(1, |x|) for the "relu_minus" form), measured at FP16BP8 (tests/compiler/test_elementwise.py).
     bound: float
+    offset: float = 0.0
 
 
 def _x_times(cdf, breaks: tuple[float, ...], bound: float) -> SmoothFunction:
@@ -391,12 +393,41 @@ def _x_times(cdf, breaks: tuple[float, ...], bound: float) -> SmoothFunction:
     return SmoothFunction(lambda x: x * cdf(x), "relu_minus", lambda u: u * cdf(-u), 0.0, breaks, 0.0, bound)
 
 
+def _softplus(x):
+    return np.logaddexp(0.0, np.asarray(x, dtype=np.float64))
+
+
+def _mish(x):
+    x = np.asarray(x, dtype=np.float64)
+    return x * np.tanh(_softplus(x))
+
+
+# Mish's part, max(x, 0) - mish(x), over x + MISH_OFFSET: beyond -MISH_OFFSET mish is within
+# 5e-4 of 0, beyond 6 within 5e-4 of x.
+MISH_OFFSET = 10.0
+
+
+def _mish_part(u):
+    x = np.asarray(u, dtype=np.float64) - MISH_OFFSET
+    return np.maximum(x, 0.0) - _mish(x)
+
+
 SMOOTH: dict[str, SmoothFunction] = {
     "sigmoid": SmoothFunction(_sigmoid, "odd", lambda u: _sigmoid(u) - 0.5, 0.5, (0, 1.125, 3.5, 6.125, 8), 0.5, 7e-4),
     "tanh": SmoothFunction(np.tanh, "odd", np.tanh, 0.0, (0, 0.5, 1.625, 2.625, 4.5), 1.0, 2.1e-3),
     "silu": _x_times(_sigmoid, (0, 1, 2.625, 7.625, 12), 1.4e-3),
     "gelu": _x_times(_normal_cdf, (0, 0.375, 1.375, 4, 5), 1.8e-3),
-}
+    # softplus(x) = max(x, 0) + log(1 + exp(-|x|)): the part is log 2 minus the second term.
+    "softplus": SmoothFunction(
+        _softplus, "relu_minus", lambda u: math.log(2.0) - np.log1p(np.exp(-np.asarray(u, dtype=np.float64))),
+        math.log(2.0), (0, 1, 2.5, 5, 8), math.log(2.0), 1.2e-3,
+    ),
+    # mish(x) = x tanh(softplus(x)) is not x times a symmetric cdf: its part is taken over signed x.
+    "mish": SmoothFunction(
+        _mish, "relu_minus", _mish_part, -float(_mish_part(0.0)), (0, 6.5, 8.75, 10, 11.5, 16), 0.0, 1.9e-3,
+        MISH_OFFSET,
+    ),
+}  # fmt: skip
 
 
 def _piece(fn: SmoothFunction, t0: float, t1: float) -> np.ndarray:
@@ -419,10 +450,11 @@ def _piece(fn: SmoothFunction, t0: float, t1: float) -> np.ndarray:
 @dataclass(frozen=True)
 class _SmoothPlan:
     """A smooth function's constants, at stored scales: ``u = min(|x|, top) * factors_in`` (u as
-    is, unscaled), the pieces' (start, end, c1, c2, c3) summed at ``2**inner``, then the form's
-    scaling (``factors_out`` for the part, ``factors_relu`` for max(x, 0)) and ``center``."""
+    is, unscaled; with an ``offset``: ``u = min(max(x, low), top) * factors_in + offset``), the
+    pieces' (start, end, c1, c2, c3) summed at ``2**inner``, then the form's scaling
+    (``factors_out`` for the part, ``factors_relu`` for max(x, 0)) and ``center``."""
 
-    top: float | None  # |x| clipped here (at the input's scale)
+    top: float | None  # |x| (or x) clipped here (at the input's scale)
     factors_in: list[float]  # x taken to scale 1 before |x| (a fine input)
     factors_up: list[float]  # |x| taken to scale 1 after the clip (a coarse input)
     pieces: list[tuple[float, float, float, float, float]]
@@ -430,6 +462,8 @@ class _SmoothPlan:
     factors_out: list[float]
     factors_relu: list[float]
     center: float
+    low: float | None = None  # x clipped here first (a part over signed x)
+    offset: float = 0.0
 
 
 _U, _V, _G = Scratch(0), Scratch(1), Scratch(2)  # |x| scaled, a piece's variable, the pieces' sum
@@ -446,13 +480,17 @@ def _smooth_plan(a: Smooth, dt: "DataType") -> _SmoothPlan:
     for t0, t1 in zip(fn.breaks, fn.breaks[1:]):
         c = _piece(fn, t0, t1) * 2.0**inner
         pieces.append(tuple(float(v) for v in dt.to_float(dt.from_float(np.array([t0, t1, *c])))))
-    top = last if a.shift > 0 else last * 2.0**a.shift  # after the scaling down / before the scaling up
+    at = 1.0 if a.shift > 0 else 2.0**a.shift  # the clip's scale: after the scaling down / before the scaling up
+    top, low = (last - fn.offset) * at, -fn.offset * at if fn.offset else None
     # Down by the small step first: a rounding before the large one shrinks with it.
     scaling = lambda shift: powers_of_two(shift, dt)[::-1]  # noqa: E731
+    center = fn.center * 2.0**a.out_shift
+    if fn.form == "relu_minus":  # taken from the part where it is summed: one rounding to the result
+        center = float(dt.to_float(dt.from_float(np.array([fn.center * 2.0**inner])))[0])
     return _SmoothPlan(
-        top if a.shift <= 0 or last * 2.0**a.shift < dt.max_float else None,
+        top if low is not None or a.shift <= 0 or last * 2.0**a.shift < dt.max_float else None,
         scaling(-a.shift) if a.shift > 0 else [], scaling(-a.shift) if a.shift < 0 else [], pieces, inner,
-        scaling(a.out_shift - inner), scaling(a.out_shift - a.shift), fn.center * 2.0**a.out_shift,
+        scaling(a.out_shift - inner), scaling(a.out_shift - a.shift), center, low, fn.offset,
     )  # fmt: skip
 
 
@@ -462,8 +500,12 @@ def _smooth_meaning(x: np.ndarray, a: Smooth) -> np.ndarray:
 
 def _smooth_constants(a: Smooth, dt: "DataType", lanes: int) -> list:
     p = _smooth_plan(a, dt)
-    bounds = [] if p.top is None else [p.top] if p.factors_in else [-p.top, p.top]
-    values = bounds + p.factors_in + p.factors_up + [v for piece in p.pieces for v in piece]
+    if p.low is not None:
+        bounds = [p.low, p.top]
+    else:
+        bounds = [] if p.top is None else [p.top] if p.factors_in else [-p.top, p.top]
+    values = bounds + p.factors_in + p.factors_up + ([p.offset] if p.offset else [])
+    values += [v for piece in p.pieces for v in piece]
     values += [1.0, *p.factors_out, *p.factors_relu] + ([p.center] if p.center else [])
     return values + [_U, _V, _G]
 
@@ -477,7 +519,17 @@ def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=
     u, v, g = cvec[_U], cvec[_V], cvec[_G]
     R = 1  # the register
 
-    if p.factors_in:  # a fine input: scaled down first (nothing can saturate), then |x|, clipped
+    if p.low is not None:  # x clipped to the pieces' stretch (at scale 1 for a fine input), then offset
+        first, *rest = p.factors_in or [p.low]
+        steps = [(SIMDOp.MOVE, R, 0, 0, cvec[first], None)]
+        steps.append((SIMDOp.MULTIPLY if p.factors_in else SIMDOp.MAX, R, 0, R, "v", None))
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in rest]
+        if p.factors_in:
+            steps.append((SIMDOp.MAX, R, 0, R, cvec[p.low], None))
+        steps.append((SIMDOp.MIN, R, 0, R, cvec[p.top], None))
+        steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_up]
+        steps.append((SIMDOp.ADD, R, 0, R, cvec[p.offset], None))
+    elif p.factors_in:  # a fine input: scaled down first (nothing can saturate), then |x|, clipped
         steps = [(SIMDOp.MOVE, R, 0, 0, cvec[p.factors_in[0]], None), (SIMDOp.MULTIPLY, R, 0, R, "v", None)]
         steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_in[1:]]
         steps.append((SIMDOp.ABS, R, R, 0, None, None))
@@ -508,6 +560,8 @@ def _emit_smooth(lir: "LIR", acc: int, count: int, a: Smooth, cvec: dict, block=
         # The part is never below 0 (its rounded pieces may leave it a unit below at the tail,
         # where max(x, 0) minus it would saturate).
         steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, g, None)]
+        if p.center:  # max(x, 0) - (part - center)
+            steps.append((SIMDOp.SUBTRACT, R, R, 0, cvec[p.center], None))
         steps = _into(steps + [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_out], g)
         steps += [(SIMDOp.ZERO, R, 0, 0, None, None), (SIMDOp.MAX, R, 0, R, "v", None)]
         steps += [(SIMDOp.MULTIPLY, R, 0, R, cvec[f], None) for f in p.factors_relu]
