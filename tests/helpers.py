@@ -137,3 +137,52 @@ def conv_plan(graph, arch: Architecture, node: int = 0, given=None, buffers: int
 
     ctx, fused = schedule_context(graph, arch)
     return conv.plan(fused.nodes[node], ctx, given or NOTHING, ConstTable(arch), buffers, **kwargs)
+
+
+def matmul_vectors(report) -> int:
+    """The MatMul vectors every partition of a build's report runs (one array pass each)."""
+    from tvm_tensil.isa import Opcode
+
+    return sum(int(part.program.check().vectors[Opcode.MATMUL]) for part in report.compiled.values())
+
+
+def model_matmul_vectors(mod, array_size: int) -> tuple[int, int]:
+    """What a Relax module's convs and dense layers need of an array of ``array_size``: the MatMul
+    vectors of their products (output pixel x tap pairs that read a real input pixel, per pair of
+    channel blocks; a depthwise conv's blocks pair with themselves), and the output vectors (at most
+    one MatMul each more starts the accumulators from the bias)."""
+    import tvm
+    from tvm import relax
+
+    from tvm_tensil.byoc.frontend import shape_of
+
+    def blocks(c: int) -> int:
+        return -(-c // array_size)
+
+    def reach(size, out, kernel, stride, pad, dilation) -> int:
+        return sum(0 <= o * stride - pad + k * dilation < size for o in range(out) for k in range(kernel))
+
+    needed = outputs = 0
+
+    def visit(e):
+        nonlocal needed, outputs
+        if not isinstance(e, relax.Call) or not isinstance(e.op, tvm.ir.Op):
+            return
+        shape = lambda t: list(shape_of(t))  # noqa: E731
+        if e.op.name == "relax.nn.conv2d":
+            (n, c, h, w), (co, cg, kh, kw), (_, _, oh, ow) = shape(e.args[0]), shape(e.args[1]), shape(e)
+            a = e.attrs
+            s, p, d = [int(v) for v in a.strides], [int(v) for v in a.padding], [int(v) for v in a.dilation]
+            taps = reach(h, oh, kh, s[0], p[0], d[0]) * reach(w, ow, kw, s[1], p[1], d[1])
+            depthwise = int(a.groups) == c > 1
+            assert int(a.groups) == 1 or depthwise and cg == 1 and co == c, "grouped: not counted"
+            pairs = blocks(c) if depthwise else blocks(c) * blocks(co)
+            needed += n * taps * pairs
+            outputs += n * oh * ow * blocks(co)
+        elif e.op.name == "relax.matmul":
+            (rows, k), (_, m) = shape(e.args[0]), shape(e.args[1])
+            needed += rows * blocks(k) * blocks(m)
+            outputs += rows * blocks(m)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return needed, outputs

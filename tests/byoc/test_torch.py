@@ -249,6 +249,52 @@ def test_prelu_is_one_epilogue_not_a_second_conv(slopes):
     assert report.cpu_ops == [] and _nodes(report) == [("conv2d", ["prelu"]), ("conv2d", [])]
 
 
+class PNet(torch.nn.Module):
+    """MTCNN's first stage: three convs with PReLUs (a max pool between), two heads."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 10, 3), torch.nn.PReLU(10), torch.nn.MaxPool2d(2, 2, ceil_mode=True),
+            torch.nn.Conv2d(10, 16, 3), torch.nn.PReLU(16), torch.nn.Conv2d(16, 32, 3), torch.nn.PReLU(32),
+        )  # fmt: skip
+        self.face, self.box = torch.nn.Conv2d(32, 2, 1), torch.nn.Conv2d(32, 4, 1)
+        with torch.no_grad():
+            for m in self.body:
+                if isinstance(m, torch.nn.PReLU):
+                    m.weight.uniform_(-0.5, 1.5)
+
+    def forward(self, x):
+        y = self.body(x)
+        return torch.sigmoid(self.face(y)), self.box(y)
+
+
+def test_a_prelu_net_multiplies_no_more_than_the_model():
+    """The array runs the model's products and no more: MatMul vectors of the whole build within the
+    convs' own (pixel x tap pairs per block pair) and one bias-starting vector per output vector."""
+    from dataclasses import replace
+
+    from helpers import matmul_vectors, model_matmul_vectors
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.elementwise import SMOOTH
+    from tvm_tensil.numbers import FP32BP16
+
+    torch.manual_seed(6)
+    x = torch.randn(1, 3, 24, 24)
+    mod = from_exported_program(torch.export.export(PNet().eval(), (x,)), keep_params_as_input=False)
+    arch = replace(PRESETS["pynqz1"], data_type=FP32BP16)
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    report = ex.tensil_report
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    needed, outputs = model_matmul_vectors(mod, arch.array_size)
+    assert needed <= matmul_vectors(report) <= needed + outputs
+    args = [tvm.runtime.tensor(x.numpy())]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*args)
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](*args)
+    for g, w in zip(got, want):
+        assert np.abs(g.numpy() - w.numpy()).max() <= 1e-3 * np.ptp(w.numpy()) + SMOOTH["sigmoid"].bound
+
+
 class MaxMinPRelu(torch.nn.Module):
     """PReLU written out: relu(x) + alpha * min(x, 0), per channel."""
 
