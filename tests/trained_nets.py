@@ -7,6 +7,8 @@
 - ``mobilenetv3``: the same blocks as MobileNetV3 has them (HardSwish, HardSigmoid gates);
 - ``unet``: an encoder-decoder with ConvTranspose upsampling, a skip concat and a sigmoid output,
   trained to mark each digit's ink (the pixels above 0.4): a segmentation map, not logits;
+- ``detector``: a detection head's outputs on a 4x4 grid, YOLO-style: each cell's share of ink (a
+  sigmoid) and the digit's box size in cells (the exp of the head's values);
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -158,6 +160,54 @@ def ink(x: np.ndarray) -> np.ndarray:
     return (x > 0.4).astype(np.float32)
 
 
+class _Detector(nn.Module):
+    """A detection head's outputs, YOLO-style, on a 4x4 grid of cells: each cell's share of ink
+    (a sigmoid) and the digit's box width and height in cells (exp of the head's values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1, bias=False), *_bn_relu(8),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), *_bn_relu(16),
+            nn.Conv2d(16, 16, 3, stride=2, padding=1, bias=False), *_bn_relu(16), nn.Conv2d(16, 3, 1),
+        )  # fmt: skip
+
+    def forward(self, x):
+        y = self.body(x)
+        return torch.sigmoid(y[:, :1]), torch.exp(y[:, 1:])
+
+
+def boxes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The detector's targets: each 4x4 cell's share of ink, (N, 1, 4, 4); the ink's bounding box
+    width and height in cells, (N, 2)."""
+    marked = ink(x)[:, 0]
+    share = marked.reshape(-1, 4, 4, 4, 4).mean(axis=(2, 4))[:, None]
+    rows, cols = marked.any(axis=2), marked.any(axis=1)
+    extent = lambda m: (m.shape[1] - m[:, ::-1].argmax(1) - m.argmax(1)) / 4.0  # noqa: E731
+    return share.astype(np.float32), np.stack([extent(cols), extent(rows)], 1).astype(np.float32)
+
+
+def _train_detector(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    for m in net.modules():
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+    share, size = (torch.from_numpy(v) for v in boxes(data.x_train))
+    x = torch.from_numpy(data.x_train)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    net.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=gen).split(64):
+            opt.zero_grad()
+            p, wh = net(x[idx])
+            target = torch.log(size[idx])[:, :, None, None].expand_as(wh)
+            loss = nn.functional.binary_cross_entropy(p, share[idx]) + nn.functional.mse_loss(torch.log(wh), target)
+            loss.backward()
+            opt.step()
+    return net.eval()
+
+
 def _train(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0, segment: bool = False) -> nn.Module:
     """Classes (cross entropy), or with ``segment`` each pixel's ink (binary cross entropy)."""
     torch.manual_seed(seed)
@@ -194,8 +244,8 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 
 @functools.cache
 def trained(kind: str) -> nn.Module:
-    """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "unet" or
-    "wide_range"."""
+    """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "unet",
+    "detector" or "wide_range"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -208,6 +258,8 @@ def trained(kind: str) -> nn.Module:
         return _train(_mobilenetv3(), data, epochs=20)
     if kind == "unet":
         return _train(_UNet(), data, epochs=6, segment=True)
+    if kind == "detector":
+        return _train_detector(_Detector(), data)
     if kind == "wide_range":
         return _widen_range(_train(_plain(), data))
     raise ValueError(kind)

@@ -69,6 +69,39 @@ def test_a_trained_unet_marks_the_pixels_the_cpu_marks(calibrated):
     assert np.abs(tcu - cpu).max() <= (0.05 if calibrated else 0.1)
 
 
+def test_a_trained_detection_head_keeps_its_boxes():
+    """A YOLO-style head (each cell's share of ink through a sigmoid, the box size through an exp):
+    calibrated, one partition with only the exp on the CPU, with its reason; both outputs within 1%
+    of their range of TVM's CPU build; the array multiplies no more than the model's products."""
+    from helpers import matmul_vectors, model_matmul_vectors
+
+    net, data = trained_nets.trained("detector"), trained_nets.digits()
+    x = data.x_test[: len(data.x_test) // BATCH * BATCH]
+    share, size = trained_nets.boxes(x)
+    mod = trained_nets.relax_module(net, BATCH)
+
+    def outputs(main):
+        runs = [main(tvm.runtime.tensor(x[i : i + BATCH])) for i in range(0, len(x), BATCH)]
+        return [np.concatenate([r[k].numpy() for r in runs]) for k in range(2)]
+
+    cpu = outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"])
+    # The network really learned: the ink's share per cell and the box's size in cells (1 to 4).
+    assert np.abs(cpu[0] - share).mean() < 0.06 and np.abs(cpu[1].mean((2, 3)) - size).mean() < 0.3
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[: 4 * BATCH])
+    report = ex.tensil_report
+    assert len(report.partitions) == 1
+    assert [(op["op"], op["reason"].split(":")[0]) for op in report.cpu_ops] == [
+        ("relax.exp", "exp is not on the TCU yet")
+    ]
+    needed, output_vectors = model_matmul_vectors(mod, report.arch.array_size)
+    assert needed <= matmul_vectors(report) <= needed + output_vectors
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SaturationWarning)
+        tcu = outputs(relax.VirtualMachine(ex, tvm.cpu())["main"])
+    for t, c in zip(tcu, cpu):
+        assert np.abs(t - c).max() <= 0.01 * np.ptp(c)
+
+
 def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
     """The wide-range net without calibration: its inputs saturate and a layer's weights round to zero,
     and the build warns once per such layer, naming it; calibrated, it does not."""

@@ -242,6 +242,15 @@ _TIR_FROM_ONNX = {
 }
 
 
+# Ops the TCU could run in principle but this compiler does not yet, and why.
+_NOT_YET = {
+    "relax.exp": "exp is not on the TCU yet: its results span decades, more than the smooth functions' "
+    "16-bit cubic pieces hold to a unit",
+    "relax.nn.softmax": "softmax is not on the TCU yet: it needs exp and a maximum and a sum across channels",
+    "relax.nn.log_softmax": "log_softmax is not on the TCU yet: it needs exp, log and a sum across channels",
+}
+
+
 def _call_tir_reason(call: relax.Call) -> tuple[str, str]:
     """The TIR function a ``call_tir`` runs, and why it stays on the CPU (naming the model's op)."""
     function = call.args[0].name_hint if isinstance(call.args[0], tvm.ir.GlobalVar) else str(call.args[0])
@@ -267,7 +276,8 @@ def _cpu_ops(mod: tvm.IRModule, rejections: Rejections) -> list[dict[str, Any]]:
                     shape = ()
                 name = e.op.name
                 reason = rejections.reason(name, shape) or _weights_not_constant(e, func.params)
-                op = {"op": name, "shape": list(shape), "reason": reason or f"no Tensil pattern for {name}",
+                reason = reason or _NOT_YET.get(name) or f"no Tensil pattern for {name}"
+                op = {"op": name, "shape": list(shape), "reason": reason,
                       "splits": e in splitting or gv in splitting}  # fmt: skip
                 if name == "relax.call_tir":
                     op["function"], op["reason"] = _call_tir_reason(e)
