@@ -382,6 +382,27 @@ def test_finer_accumulators_where_the_shared_scale_misses_the_target():
     assert finer.report["cycles"]["total"] < 1.5 * plain.report["cycles"]["total"]  # (residues: twice the MACs)
 
 
+def test_finer_accumulators_before_the_tighter_headroom():
+    """Where the usual candidates miss the target and finer accumulators with the usual headroom
+    meet it, those are the choice, though one with the tighter headroom simulates better: the
+    tighter headroom saturates sooner on inputs beyond the samples' (a random net's test input did)."""
+    from tvm_tensil.compiler.compile import with_rescales
+
+    graph = with_rescales(residual_chain())
+    cal = chain_samples(8)
+    stats = tensor_stats(graph, cal, lanes=FP16.array_size)
+    tight = f"headroom {TIGHT_HEADROOM:g}"
+    every = choose_scales(graph, stats, FP16, cal[4:], error_target=1e-6)  # every candidate simulated
+    one_part = {n: e for n, e in every.errors.items() if "residues" not in n}
+    finer = min((n for n in one_part if "finer" in n and tight not in n), key=one_part.get)
+    usual = min((n for n in one_part if "finer" not in n and tight not in n), key=one_part.get)
+    assert min((n for n in one_part if tight in n), key=one_part.get) != finer
+    assert min(one_part.values()) < one_part[finer]  # a tight option simulates better
+    aimed = every.worst[finer] * RESIDUE_MARGIN * 1.01
+    assert every.worst[usual] > aimed / RESIDUE_MARGIN  # the usual candidates miss it
+    assert choose_scales(graph, stats, FP16, cal[4:], error_target=aimed).option == finer
+
+
 def test_residues_only_as_many_as_dram1_holds(monkeypatch):
     """A residue takes as much DRAM1 as its layer's weights: with room for one, one layer gets it;
     with room for none, the one-part choice stays. Where the program still does not fit (here the

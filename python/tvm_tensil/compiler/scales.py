@@ -191,10 +191,11 @@ def choose_scales(
     rounding and, when ``inputs`` gives the layers' calibration inputs, with weights rounded for
     their outputs, the one with the smallest simulated error on ``samples`` (inputs by graph input
     name): calibration is never worse than none there. Without samples, the balanced candidate.
-    Those with the tighter headroom (``TIGHT_HEADROOM``), which saturate sooner on inputs beyond
-    the samples', only when the others' largest simulated error misses ``error_target`` (a share of
-    the outputs' range) over ``RESIDUE_MARGIN``; never without a target. Then also the candidates
-    with finer accumulators (each rescale's input its own group), when the graph has rescales.
+    When the largest simulated error misses ``error_target`` (a share of the outputs' range) over
+    ``RESIDUE_MARGIN``, also the candidates with finer accumulators (each rescale's input its own
+    group), when the graph has rescales; and when those with the usual headroom still miss it, those
+    with the tighter one (``TIGHT_HEADROOM``), which saturate sooner on inputs beyond the samples'.
+    Never without a target.
 
     When the choice's largest simulated error misses that too, layers get weights in two parts
     (``choose_residues``)."""
@@ -221,11 +222,14 @@ def choose_scales(
 
     simulated(candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM)))
     simulated({"none": dict.fromkeys(graph.tensors, 0)})
-    best = min((n for n in errors if _TIGHT not in n), key=errors.get)
+    usual = lambda: min((n for n in errors if _TIGHT not in n), key=errors.get)  # noqa: E731
+    best = usual()
     if error_target is not None and worst[best] > error_target / RESIDUE_MARGIN:
         if any(n.op == "rescale" for n in graph.nodes):
             simulated(candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM), finer=True))
-        best = min(errors, key=errors.get)
+            best = usual()
+        if worst[best] > error_target / RESIDUE_MARGIN:  # the tighter headroom only as the last resort
+            best = min(errors, key=errors.get)
     choice = ScaleChoice(best, *options[best], errors, {}, worst)
     if error_target is None or worst[best] <= error_target / RESIDUE_MARGIN:
         return choice
