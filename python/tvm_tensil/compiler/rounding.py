@@ -83,10 +83,15 @@ class LayerInputs:
     graph: Graph
     grams: dict[int, np.ndarray] = field(default_factory=dict)
     rows: dict[int, int] = field(default_factory=dict)
+    # Each layer's rounding at a weight scale, once: calibration's candidates share most of them.
+    _rounded: dict[tuple[int, float, DataType], tuple[np.ndarray, float, float]] = field(
+        default_factory=dict, repr=False
+    )
 
     def add(self, values: dict[str, np.ndarray]) -> None:
         """One sample's interpreted tensors (``interpret``'s result). Layers with more than
         ``MAX_INPUTS`` inputs are not collected."""
+        self._rounded.clear()
         for i, node in _layers(self.graph):
             w_shape = np.shape(self.graph.constants[node.attrs.weight])
             if (w_shape[0] if node.attrs.layout == "KM" else int(np.prod(w_shape[1:]))) > MAX_INPUTS:
@@ -190,12 +195,15 @@ def round_weights(graph: Graph, shifts: dict[str, int], inputs: LayerInputs, dt:
             continue
         source = np.asarray(graph.constants[index], dtype=np.float64)
         scale = 2.0 ** (shifts.get(node.output, 0) - shifts.get(node.inputs[0], 0))
-        w = _as_rows(node, source * scale)
-        h = inputs.grams[i]
-        q = round_to_outputs(w, h, dt)
-        weights[index] = (_from_rows(node, q, source.shape) / scale).astype(np.float32)
-        nearest = dt.to_float(dt.from_float(w))
-        errors[index] = (output_error(w, q, h), output_error(w, nearest, h))
+        if (i, scale, dt) not in inputs._rounded:
+            w = _as_rows(node, source * scale)
+            h = inputs.grams[i]
+            q = round_to_outputs(w, h, dt)
+            nearest = dt.to_float(dt.from_float(w))
+            rounded = (_from_rows(node, q, source.shape) / scale).astype(np.float32)
+            inputs._rounded[i, scale, dt] = (rounded, output_error(w, q, h), output_error(w, nearest, h))
+        weights[index], *pair = inputs._rounded[i, scale, dt]
+        errors[index] = tuple(pair)
     return RoundedWeights(weights, errors)
 
 
