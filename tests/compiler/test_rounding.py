@@ -136,21 +136,26 @@ def test_a_layer_with_too_many_inputs_keeps_nearest_rounding():
 
 def test_a_layer_rounds_once_per_weight_scale_until_more_inputs_come(monkeypatch):
     """Calibration's candidates share most layers' weight scales: each layer is fitted once per
-    scale (the same result), and again once another sample changes its inputs."""
+    scale (the same result), its inputs' inverse factor once whatever the scale, and both again
+    once another sample changes its inputs."""
     from tvm_tensil.compiler import rounding
+
+    inverse_factor = rounding._inverse_factor
 
     graph = conv_graph()
     rng = np.random.default_rng(15)
     inputs = LayerInputs(graph)
     inputs.add(interpret(graph, {"x": rng.standard_normal((1, 9, 9, 4))}))
     fits = []
-    monkeypatch.setattr(rounding, "round_to_outputs", lambda w, h, dt: fits.append(1) or round_to_outputs(w, h, dt))
+    factors = []
+    monkeypatch.setattr(rounding, "round_to_outputs", lambda *a: fits.append(1) or round_to_outputs(*a))
+    monkeypatch.setattr(rounding, "_inverse_factor", lambda h: factors.append(1) or inverse_factor(h))
     shifts = dict.fromkeys(graph.tensors, 0)
     first = round_weights(graph, shifts, inputs, DT)
     layers = len(fits)
     again = round_weights(graph, shifts | {"a": 3, "b": 3}, inputs, DT)  # layer a at another scale only
-    assert len(fits) == layers + 1
+    assert len(fits) == layers + 1 and len(factors) == layers  # (one inverse per layer, any scale)
     assert all(np.array_equal(again.weights[i], first.weights[i]) for i in first.weights if i != 0)
     inputs.add(interpret(graph, {"x": rng.standard_normal((1, 9, 9, 4))}))
     round_weights(graph, shifts, inputs, DT)
-    assert len(fits) == 2 * layers + 1
+    assert len(fits) == 2 * layers + 1 and len(factors) == 2 * layers

@@ -83,15 +83,24 @@ class LayerInputs:
     graph: Graph
     grams: dict[int, np.ndarray] = field(default_factory=dict)
     rows: dict[int, int] = field(default_factory=dict)
-    # Each layer's rounding at a weight scale, once: calibration's candidates share most of them.
+    # Each layer's rounding at a weight scale, once: calibration's candidates share most of them;
+    # and its inverse factor, whatever the scale.
     _rounded: dict[tuple[int, float, DataType], tuple[np.ndarray, float, float]] = field(
         default_factory=dict, repr=False
     )
+    _factors: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def factor(self, layer: int) -> np.ndarray:
+        """The upper Cholesky factor of layer ``layer``'s damped inverse ``H``."""
+        if layer not in self._factors:
+            self._factors[layer] = _inverse_factor(np.asarray(self.grams[layer], dtype=np.float64))
+        return self._factors[layer]
 
     def add(self, values: dict[str, np.ndarray]) -> None:
         """One sample's interpreted tensors (``interpret``'s result). Layers with more than
         ``MAX_INPUTS`` inputs are not collected."""
         self._rounded.clear()
+        self._factors.clear()
         for i, node in _layers(self.graph):
             w_shape = np.shape(self.graph.constants[node.attrs.weight])
             if (w_shape[0] if node.attrs.layout == "KM" else int(np.prod(w_shape[1:]))) > MAX_INPUTS:
@@ -123,10 +132,11 @@ def _inverse_factor(h: np.ndarray) -> np.ndarray:
     raise np.linalg.LinAlgError("the layer's input Gram matrix stays singular")
 
 
-def round_to_outputs(w: np.ndarray, h: np.ndarray, dt: DataType) -> np.ndarray:
+def round_to_outputs(w: np.ndarray, h: np.ndarray, dt: DataType, factor: np.ndarray | None = None) -> np.ndarray:
     """``w`` (out, in), or stacked (c, out, in) with ``h`` (c, in, in), rounded to ``dt``'s grid
-    for the smallest output error over inputs with Gram matrix ``h``."""
-    u = _inverse_factor(np.asarray(h, dtype=np.float64))
+    for the smallest output error over inputs with Gram matrix ``h`` (``factor``: its
+    ``_inverse_factor``, if known)."""
+    u = _inverse_factor(np.asarray(h, dtype=np.float64)) if factor is None else factor
     w = np.array(w, dtype=np.float64)
     q = np.zeros_like(w)
     d = w.shape[-1]
@@ -198,7 +208,7 @@ def round_weights(graph: Graph, shifts: dict[str, int], inputs: LayerInputs, dt:
         if (i, scale, dt) not in inputs._rounded:
             w = _as_rows(node, source * scale)
             h = inputs.grams[i]
-            q = round_to_outputs(w, h, dt)
+            q = round_to_outputs(w, h, dt, inputs.factor(i))
             nearest = dt.to_float(dt.from_float(w))
             rounded = (_from_rows(node, q, source.shape) / scale).astype(np.float32)
             inputs._rounded[i, scale, dt] = (rounded, output_error(w, q, h), output_error(w, nearest, h))
