@@ -226,6 +226,23 @@ def test_softplus_and_mish_are_one_activation(compare, op, opset, function, afte
         assert np.all(np.abs(tcu - cpu) <= bound)
 
 
+def test_a_smooth_function_whose_pieces_the_data_type_cannot_hold_stays_on_the_cpu(compare):
+    """At FP8BP4 (up to 7.94) Mish's pieces, over x + 10 up to 16, would compute another function
+    (mish(-1.19) came out 0, not -0.31): its softplus stays on the CPU with the reason; tanh, whose
+    pieces end at 4.5, runs on the TCU."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import data_type
+
+    b = OnnxBuilder(seed=11, grid=True)
+    rng = np.random.default_rng(11)
+    m = b.model({"x": [1, 8, 4, 4]}, b.op("Mish", ["x"]), opset=18)
+    fp8 = PRESETS["pynqz1"].replace(data_type=data_type("FP8BP4"), name="pynqz1_fp8bp4")
+    cpu, tcu, report, _ = compare(m, {"x": grid(rng, (1, 8, 4, 4), -4, 4)}, arch=fp8)
+    reasons = {op["op"]: op["reason"] for op in report.cpu_ops}
+    assert reasons["relax.nn.softplus"] == "softplus's cubic pieces run to 8, beyond FP8BP4's range (up to 7.9375)"
+    assert "relax.tanh" in offloaded(report)
+
+
 def test_softplus_with_another_beta_stays_on_the_cpu_with_its_reason(compare):
     from tvm import relax
 

@@ -19,8 +19,9 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
+from ..compiler.elementwise import smooth_reason
 from .broadcast import broadcast_reason
-from .frontend import FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
+from .frontend import SMOOTH_OPS, FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
 from .prepare import prepare_for_tensil
 
 
@@ -147,6 +148,8 @@ def check_bias(arch: Architecture, add: relax.Call) -> str | None:
 def check_activation(arch: Architecture, call: relax.Call) -> str | None:
     op = call.op.name
     if err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, op):
+        return err
+    if op in SMOOTH_OPS and (err := smooth_reason(SMOOTH_OPS[op], arch.data_type)):
         return err
     if op == "relax.clip":
         lo, hi = float(call.args[1].value), float(call.args[2].value)

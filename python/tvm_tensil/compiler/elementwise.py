@@ -430,6 +430,16 @@ SMOOTH: dict[str, SmoothFunction] = {
 }  # fmt: skip
 
 
+def smooth_reason(function: str, dt: "DataType") -> str | None:
+    """Why ``function``'s pieces cannot run at data type ``dt`` (None: they can): their stretch of
+    u, taken at scale 1, must be one the data type holds, or the pieces compute another function."""
+    fn = SMOOTH[function]
+    reach = max(fn.breaks[-1], fn.offset)
+    if reach > dt.max_float:
+        return f"{function}'s cubic pieces run to {reach:g}, beyond {dt.name}'s range (up to {dt.max_float:g})"
+    return None
+
+
 def _piece(fn: SmoothFunction, t0: float, t1: float) -> np.ndarray:
     """Coefficients (c1, c2, c3) of the cubic through 0 and the part's rise over [t0, t1] (the
     last piece rising to the limit) that fits the rise in between by least squares."""
