@@ -188,42 +188,39 @@ def boxes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _train_detector(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    for m in net.modules():
-        if hasattr(m, "reset_parameters"):
-            m.reset_parameters()
+    """Each cell's ink share (binary cross entropy) and the box size's log (squared error)."""
     share, size = (torch.from_numpy(v) for v in boxes(data.x_train))
-    x = torch.from_numpy(data.x_train)
-    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    net.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=gen).split(64):
-            opt.zero_grad()
-            p, wh = net(x[idx])
-            target = torch.log(size[idx])[:, :, None, None].expand_as(wh)
-            loss = nn.functional.binary_cross_entropy(p, share[idx]) + nn.functional.mse_loss(torch.log(wh), target)
-            loss.backward()
-            opt.step()
-    return net.eval()
+
+    def loss(out, idx):
+        p, wh = out
+        target = torch.log(size[idx])[:, :, None, None].expand_as(wh)
+        return nn.functional.binary_cross_entropy(p, share[idx]) + nn.functional.mse_loss(torch.log(wh), target)
+
+    return _fit(net, data, loss, epochs, seed)
 
 
 def _train(net: nn.Module, data: Digits, epochs: int = 12, seed: int = 0, segment: bool = False) -> nn.Module:
     """Classes (cross entropy), or with ``segment`` each pixel's ink (binary cross entropy)."""
+    y = torch.from_numpy(ink(data.x_train)) if segment else torch.from_numpy(data.y_train).long()
+    loss = nn.functional.binary_cross_entropy if segment else nn.functional.cross_entropy
+    return _fit(net, data, lambda out, idx: loss(out, y[idx]), epochs, seed)
+
+
+def _fit(net: nn.Module, data: Digits, loss, epochs: int, seed: int) -> nn.Module:
+    """``loss(the net's output on a batch of the training split, the batch's indices)`` minimised by
+    Adam over ``epochs``, from a seeded initialisation in a seeded order."""
     torch.manual_seed(seed)
     for m in net.modules():  # seeded initialisation
         if hasattr(m, "reset_parameters"):
             m.reset_parameters()
     x = torch.from_numpy(data.x_train)
-    y = torch.from_numpy(ink(data.x_train)) if segment else torch.from_numpy(data.y_train).long()
-    loss = nn.functional.binary_cross_entropy if segment else nn.functional.cross_entropy
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     gen = torch.Generator().manual_seed(seed)
     net.train()
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=gen).split(64):
             opt.zero_grad()
-            loss(net(x[idx]), y[idx]).backward()
+            loss(net(x[idx]), idx).backward()
             opt.step()
     return net.eval()
 

@@ -206,14 +206,7 @@ def test_softplus_and_mish_are_one_activation(compare, op, opset, function, afte
     within 1% of the output range (the conv's weights round too)."""
     from tvm_tensil.compiler.elementwise import SMOOTH
 
-    b = OnnxBuilder(seed=10, grid=not after_conv)
-    rng = np.random.default_rng(10)
-    x = "x"
-    if after_conv:
-        w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
-        x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
-    m = b.model({"x": [1, 8, 10, 10]}, b.op(op, [x]), opset=opset)
-    inputs = {"x": rng.standard_normal((1, 8, 10, 10)) if after_conv else grid(rng, (1, 8, 10, 10), -20, 20)}
+    m, inputs = _activation_model(10, op, opset, after_conv, 20)
     cpu, tcu, report, _ = compare(m, inputs)
     (part,) = report.partitions.values()
     assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == (
@@ -499,20 +492,27 @@ def test_a_product_of_far_apart_ranges_keeps_its_precision_with_calibration():
     assert errors[True] < 0.005 < errors[False]
 
 
+def _activation_model(seed: int, op: str, opset: int, after_conv: bool, reach: float):
+    """An activation of a (1, 8, 10, 10) input on its own (grid values in [-reach, reach)) or after a
+    3x3 conv to 16 channels (normal inputs): the ONNX model and its inputs."""
+    b = OnnxBuilder(seed=seed, grid=not after_conv)
+    rng = np.random.default_rng(seed)
+    x = "x"
+    if after_conv:
+        w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
+        x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
+    m = b.model({"x": [1, 8, 10, 10]}, b.op(op, [x]), opset=opset)
+    shape = (1, 8, 10, 10)
+    return m, {"x": rng.standard_normal(shape) if after_conv else grid(rng, shape, -reach, reach)}
+
+
 @pytest.mark.parametrize("after_conv", [True, False])
 def test_hard_swish_is_one_activation(compare, after_conv):
     """HardSwish as TVM imports it (x times clip(x + 3, 0, 6) / 6, four ops) becomes one activation,
     fused into the conv that produces x: within (|x| + 2) * 2^-9 of TVM's CPU build on its own
     (test_elementwise.py), within 1% of the output range after a conv at FP16BP8 (the conv's
     weights round too)."""
-    b = OnnxBuilder(seed=8, grid=not after_conv)
-    rng = np.random.default_rng(8)
-    x = "x"
-    if after_conv:
-        w, bias = rng.standard_normal((16, 8, 3, 3)) / 4, rng.standard_normal(16) / 4
-        x = b.op("Conv", ["x", b.const(w), b.const(bias)], pads=[1, 1, 1, 1])
-    m = b.model({"x": [1, 8, 10, 10]}, b.op("HardSwish", [x]), opset=14)
-    inputs = {"x": rng.standard_normal((1, 8, 10, 10)) if after_conv else grid(rng, (1, 8, 10, 10), -128, 128)}
+    m, inputs = _activation_model(8, "HardSwish", 14, after_conv, 128)
     cpu, tcu, report, _ = compare(m, inputs)
     (part,) = report.partitions.values()
     assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == (

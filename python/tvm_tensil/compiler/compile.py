@@ -108,7 +108,7 @@ def recognize_activations(graph: Graph) -> Graph:
     """``graph`` with each activation that importers spell as several ops as the one activation it
     is (a HardSwish, a SiLU), before anything else sees the graph (calibration included)."""
     pinned = set(graph.outputs) | {src for src, _ in graph.views.values()}
-    nodes = _silus(_hard_swishes(graph, list(graph.nodes), pinned), pinned)
+    nodes = _x_times_functions(_hard_swishes(graph, list(graph.nodes), pinned), pinned)
     if len(nodes) == len(graph.nodes):
         return graph
     used = {t for n in nodes for t in n.inputs + [n.output]} | set(graph.inputs) | set(graph.outputs)
@@ -124,7 +124,7 @@ _GATES = {op for ops in X_TIMES for op in ops}
 _LONGEST = max(len(ops) for ops in X_TIMES)
 
 
-def _silus(nodes: list[Node], pinned: set[str]) -> list[Node]:
+def _x_times_functions(nodes: list[Node], pinned: set[str]) -> list[Node]:
     """``x * sigmoid(x)`` (how exporters write SiLU/Swish) and ``x * tanh(softplus(x))`` (Mish) as
     the one activation: no product of two maps, and max(x, 0) minus a small part instead of x times
     a fraction (exact where x is large)."""
@@ -153,7 +153,9 @@ def _silus(nodes: list[Node], pinned: set[str]) -> list[Node]:
                 continue
             fused = Node(function, [x], product.output, Smooth(function), list(product.epilogue),
                          [op for g in gates for op in g.source_ops] + product.source_ops)  # fmt: skip
-            return _silus([fused if n is product else n for n in nodes if all(n is not g for g in gates)], pinned)
+            return _x_times_functions(
+                [fused if n is product else n for n in nodes if all(n is not g for g in gates)], pinned
+            )
     return nodes
 
 
