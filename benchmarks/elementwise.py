@@ -7,7 +7,7 @@ docs/results.md).
 Each of Add, Sub, Mul, Max, Min on a (1, 64, 28, 28) map with a second map of the same shape and
 with a per-channel (1, 64, 1, 1) vector (a squeeze-excitation gate), alone in a model: the layer's
 cycles and cycles per output vector. Each of HardSigmoid, HardSwish, Sigmoid, Tanh, SiLU (as
-x * sigmoid(x)), Gelu, Softplus and Mish after a 1x1 conv 64 -> 64 on that map: the cycles it adds to the conv (its
+x * sigmoid(x)), Gelu, Softplus, Mish and Exp after a 1x1 conv 64 -> 64 on that map: the cycles it adds to the conv (its
 epilogue), per vector. ConvTranspose 64 -> 64 (2x2 stride 2; 4x4 stride 2 padding 1) of a
 (1, 64, 14, 14) map: cycles, and cycles per MatMul the model's products need. Writes
 benchmarks/results/elementwise.json.
@@ -116,7 +116,7 @@ def main() -> None:
                 row = layer_cycles(op, second, arch)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-        for act in ("HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "SiLU", "Gelu", "Softplus", "Mish"):
+        for act in ("HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "SiLU", "Gelu", "Softplus", "Mish", "Exp"):
             row = activation_cycles(act, arch)
             print(json.dumps(row), flush=True)
             rows.append(row)

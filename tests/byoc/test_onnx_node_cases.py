@@ -58,6 +58,7 @@ OPS = [
     "Gelu",
     "Softplus",
     "Mish",
+    "Exp",
 ]
 FP32 = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32bp16")
 TABLE = Path(__file__).resolve().parents[2] / "build" / "onnx_node_cases.md"

@@ -219,6 +219,37 @@ def test_softplus_and_mish_are_one_activation(compare, op, opset, function, afte
         assert np.all(np.abs(tcu - cpu) <= bound)
 
 
+@pytest.mark.parametrize("after_conv", [True, False])
+def test_exp_is_one_activation(compare, after_conv):
+    """Exp fused into the conv that makes x: on its own, at the data type's scales, within its bound
+    (test_elementwise.py sweeps every value at many scales), where results fit; after a conv at
+    FP16BP8 as close as the conv alone is (in log: its error is exp's relative error); an 8-bit data
+    type keeps it on the CPU with the reason."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.elementwise import EXP_SHARE, EXP_UNITS
+    from tvm_tensil.numbers import data_type
+
+    m, inputs = _activation_model(12, "Exp", 13, after_conv, 8)
+    # Results up to e^4.8 fit FP16BP8 at its own point (uncalibrated).
+    inputs["x"] = inputs["x"] / 2 if after_conv else np.minimum(inputs["x"], 4.75)
+    cpu, tcu, report, _ = compare(m, inputs)
+    (part,) = report.partitions.values()
+    assert [(n["op"], n["epilogue"]) for n in part["nodes"]] == ([("conv2d", ["exp"])] if after_conv else [("exp", [])])
+    if after_conv:  # the conv's own error at FP16BP8 (the same conv alone) is exp's relative error
+        conv, _ = _activation_model(12, "Identity", 13, True, 8)
+        conv_cpu, conv_tcu, _, _ = compare(conv, inputs)
+        slack = np.abs(conv_tcu - conv_cpu).max() + 2.0**-8
+        fits = cpu > 2.0**-4  # (below, units of the result)
+        assert np.all(np.abs(np.log(tcu[fits]) - np.log(cpu[fits])) <= slack)
+    else:
+        assert np.all(np.abs(tcu - cpu) <= (0.5 + EXP_UNITS) * 2.0**-8 + EXP_SHARE * cpu)
+    fp8 = PRESETS["pynqz1"].replace(data_type=data_type("FP8BP4"), name="pynqz1_fp8bp4")
+    _, _, report, _ = compare(m, inputs, arch=fp8)
+    assert [op["reason"] for op in report.cpu_ops if op["op"] == "relax.exp"] == [
+        "exp's cubic pieces need 16-bit data or wider (FP8BP4's coefficients would be off by percents)"
+    ]
+
+
 def test_a_smooth_function_whose_pieces_the_data_type_cannot_hold_stays_on_the_cpu(compare):
     """At FP8BP4 (up to 7.94) Mish's pieces, over x + 10 up to 16, would compute another function
     (mish(-1.19) came out 0, not -0.31): its softplus stays on the CPU with the reason; tanh, whose

@@ -213,7 +213,7 @@ def two_maps():
     a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
     PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3);
     a transposed conv upsampling the result (phases of one and two taps, written in place), a SiLU, a
-    sigmoid, a tanh, a softplus and a Mish."""
+    sigmoid, a tanh, a softplus, a Mish and an exp."""
     from zoo import OnnxBuilder
 
     b = OnnxBuilder(seed=4)
@@ -243,6 +243,7 @@ def two_maps():
     out = b.op("Add", [gate, b.op("Tanh", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])])
     soft = b.op("Softplus", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
     out = b.op("Mish", [b.op("Add", [out, soft])])
+    out = b.op("Add", [out, b.op("Exp", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)) / 4)])])])
     return b.model({"x": [1, 8, 6, 6]}, out, opset=18), (1, 8, 6, 6)
 
 

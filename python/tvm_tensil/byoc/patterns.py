@@ -19,7 +19,7 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
-from ..compiler.elementwise import smooth_reason
+from ..compiler.elementwise import exp_reason, smooth_reason
 from .broadcast import broadcast_reason
 from .frontend import SMOOTH_OPS, FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
 from .prepare import prepare_for_tensil
@@ -150,6 +150,8 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
     if err := _float32(call.args[0]) or _rank(call.args[0]) or _needs_registers(arch, op):
         return err
     if op in SMOOTH_OPS and (err := smooth_reason(SMOOTH_OPS[op], arch.data_type)):
+        return err
+    if op == "relax.exp" and (err := exp_reason(arch.data_type)):
         return err
     if op == "relax.clip":
         lo, hi = float(call.args[1].value), float(call.args[2].value)
@@ -368,6 +370,7 @@ SINGLE_OPS = {
     "silu": ("relax.nn.silu", 1, check_activation),
     "gelu": ("relax.nn.gelu", 1, check_activation),
     "softplus": ("relax.nn.softplus", 1, check_softplus),
+    "exp": ("relax.exp", 1, check_activation),
     "max_pool2d": ("relax.nn.max_pool2d", 1, check_pool),
     "avg_pool2d": ("relax.nn.avg_pool2d", 1, check_pool),
     "global_avg_pool": ("relax.nn.adaptive_avg_pool2d", 1, check_global_pool),
