@@ -244,8 +244,10 @@ _TIR_FROM_ONNX = {
 
 # Ops the TCU could run in principle but this compiler does not yet, and why.
 _NOT_YET = {
-    "relax.nn.softmax": "softmax is not on the TCU yet: it needs exp and a maximum and a sum across channels",
-    "relax.nn.log_softmax": "log_softmax is not on the TCU yet: it needs exp, log and a sum across channels",
+    "relax.nn.softmax": "softmax is not on the TCU yet: besides exp it needs a maximum and a sum across channels "
+    "(a vector's lanes)",
+    "relax.nn.log_softmax": "log_softmax is not on the TCU yet: besides exp it needs a log and a sum across "
+    "channels (a vector's lanes)",
 }
 
 
