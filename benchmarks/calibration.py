@@ -9,7 +9,8 @@ Writes results/calibration.json and prints a table.
 
 ``--random-nets N`` measures the suite's random networks 0..N-1 instead (one test input each, the
 suite's; 16 calibration inputs of the same distribution) and counts those within 1% of their
-outputs' range (over the test and calibration inputs; also counted against the test input's own).
+outputs' range (over the test and calibration inputs; also counted against the test input's own),
+``--jobs K`` networks at a time.
 
 ``--error-target SHARE`` gives the calibrated builds that error target (weights in two parts where
 the simulation needs them; docs/compiler.md, "Scales"), written to ``..._target<SHARE>.json``.
@@ -86,6 +87,7 @@ def main() -> None:
         "--error-target", type=float, metavar="SHARE",
         help="calibrated builds with CompileOptions(error_target=SHARE), e.g. 0.01 (weights in two parts)",
     )  # fmt: skip
+    p.add_argument("--jobs", type=int, default=1, help="random networks measured at once (processes)")
     p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full|_random].json")
     args = p.parse_args()
     arch = tvm_tensil.load_arch(args.arch)
@@ -97,7 +99,7 @@ def main() -> None:
     options = CompileOptions(error_target=args.error_target)
     output = Path(args.output or HERE / "results" / f"calibration{suffix}.json")
     if args.random_nets:
-        return random_nets(args.random_nets, arch, output, options)
+        return random_nets(args.random_nets, arch, output, options, args.jobs)
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
@@ -131,37 +133,16 @@ def main() -> None:
         print(f"{r['network']:24} {d['error_of_range']:9.2%} {c['error_of_range']:11.2%}  {top}")
 
 
-def random_nets(count: int, arch, output: Path, options=CompileOptions()) -> None:
-    from random_nets import calibration_inputs, random_net, sample_input
+def random_nets(count: int, arch, output: Path, options=CompileOptions(), jobs: int = 1) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
 
     rows = []
-    for seed in range(count):
-        net = random_net(seed)
-        mod = from_onnx(net.model, keep_params_in_input=False)
-        x, cal = sample_input(net), calibration_inputs(net)
-        cpu_vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-        cpu = _outputs(cpu_vm["main"](tvm.runtime.tensor(x)))
-        # Each output's range over the test and calibration inputs (one input's own can be tiny: two
-        # logits that nearly tie); the error as a share of the test input's own range beside it.
-        batch = x.shape[0]
-        runs = [cpu] + [_outputs(cpu_vm["main"](tvm.runtime.tensor(cal[i : i + batch])))
-                        for i in range(0, len(cal) - batch + 1, batch)]  # fmt: skip
-        spans = [max(float(np.ptp(np.concatenate([r[k].ravel() for r in runs]))), 1e-3) for k in range(len(cpu))]
-        row = {"seed": seed}
-        for label, data in (("default", None), ("calibrated", cal)):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data, options=options)
-                got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)))
-            row[label] = max(float(np.max(np.abs(c - g))) / span for c, g, span in zip(cpu, got, spans))
-            row[f"{label}_of_the_input's_range"] = max(
-                float(np.max(np.abs(c - g)) / max(np.ptp(c), 1e-3)) for c, g in zip(cpu, got)
-            )
-            row[f"{label}_cycles"] = ex.tensil_report.total_cycles
-        row["two_part_layers"] = _two_part_layers(ex.tensil_report)
-        rows.append(row)
-        print(f"seed {seed}: {row['default']:.2%} -> {row['calibrated']:.2%}"
-              f" ({row['two_part_layers']} layers in two parts)", flush=True)  # fmt: skip
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        for row in pool.map(_random_net_row, range(count), [arch] * count, [options] * count):
+            rows.append(row)
+            print(f"seed {row['seed']}: {row['default']:.2%} -> {row['calibrated']:.2%}"
+                  f" ({row['two_part_layers']} layers in two parts)", flush=True)  # fmt: skip
     within = {k: sum(r[k] <= 0.01 for r in rows) for k in ("default", "calibrated")}
     within |= {f"{k} (of the input's range)": sum(r[f"{k}_of_the_input's_range"] <= 0.01 for r in rows)
                for k in ("default", "calibrated")}  # fmt: skip
@@ -170,6 +151,36 @@ def random_nets(count: int, arch, output: Path, options=CompileOptions()) -> Non
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n")
     print(f"within 1% of the outputs' range: {within['default']} of {count} default, {within['calibrated']} calibrated")
+
+
+def _random_net_row(seed: int, arch, options: CompileOptions) -> dict:
+    """One random network's error without and with calibration, as shares of its outputs' range."""
+    from random_nets import calibration_inputs, random_net, sample_input
+
+    net = random_net(seed)
+    mod = from_onnx(net.model, keep_params_in_input=False)
+    x, cal = sample_input(net), calibration_inputs(net)
+    cpu_vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    cpu = _outputs(cpu_vm["main"](tvm.runtime.tensor(x)))
+    # Each output's range over the test and calibration inputs (one input's own can be tiny: two
+    # logits that nearly tie); the error as a share of the test input's own range beside it.
+    batch = x.shape[0]
+    runs = [cpu] + [_outputs(cpu_vm["main"](tvm.runtime.tensor(cal[i : i + batch])))
+                    for i in range(0, len(cal) - batch + 1, batch)]  # fmt: skip
+    spans = [max(float(np.ptp(np.concatenate([r[k].ravel() for r in runs]))), 1e-3) for k in range(len(cpu))]
+    row = {"seed": seed}
+    for label, data in (("default", None), ("calibrated", cal)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data, options=options)
+            got = _outputs(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)))
+        row[label] = max(float(np.max(np.abs(c - g))) / span for c, g, span in zip(cpu, got, spans))
+        row[f"{label}_of_the_input's_range"] = max(
+            float(np.max(np.abs(c - g)) / max(np.ptp(c), 1e-3)) for c, g in zip(cpu, got)
+        )
+        row[f"{label}_cycles"] = ex.tensil_report.total_cycles
+    row["two_part_layers"] = _two_part_layers(ex.tensil_report)
+    return row
 
 
 def _two_part_layers(report) -> int:

@@ -22,7 +22,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-STEP_KINDS = ("conv", "conv", "conv", "pool", "res", "concat", "sppf", "branch", "csp", "upsample")
+STEP_KINDS = ("conv", "conv", "conv", "pool", "res", "concat", "sppf", "branch", "csp", "upsample", "se", "convt")
+# A conv's activation: those of CNNs and of the networks users bring (MobileNetV3, EfficientNet,
+# YOLOv5+, face detectors), as exporters write them.
+ACTIVATIONS = ("relu", "relu", "leaky", "clip", "none", "hardswish", "silu", "prelu", "sigmoid", "tanh", "mish")
 
 
 @dataclass
@@ -135,9 +138,13 @@ class _Builder:
         ms = sq * x.ms + float(np.max(shift**2))
         var = sq * x.var + (terms + 1 + terms * x.ms * 1) / 12  # products, bias, weight quantisation
         out = T(y, cout, oh, ow, ms, var)
-        return self.act(out, act if act is not None else str(rng.choice(["relu", "relu", "leaky", "clip", "none"])))
+        return self.act(out, act if act is not None else str(rng.choice(ACTIVATIONS)), rng)
 
-    def act(self, x: T, kind: str) -> T:
+    def act(self, x: T, kind: str, rng=None) -> T:
+        """``x`` through an activation. Error model: the input's error times the largest slope
+        squared, plus the activation's own (its documented bound, in units, squared: it is not a
+        uniform rounding)."""
+        big = max(1.0, 3 * math.sqrt(x.ms))  # (the bounds of x times a function grow with |x|)
         if kind == "relu":
             return T(self.op("Relu", [x.name]), x.c, x.h, x.w, x.ms, x.var)
         if kind == "leaky":
@@ -145,7 +152,56 @@ class _Builder:
         if kind == "clip":
             y = self.op("Clip", [x.name, self.const(np.array(0.0)), self.const(np.array(6.0))])
             return T(y, x.c, x.h, x.w, x.ms, x.var)
+        if kind == "hardswish":
+            return T(self.op("HardSwish", [x.name]), x.c, x.h, x.w, x.ms, 2.25 * x.var + 1.7**2)
+        if kind == "prelu":
+            slopes = (rng or np.random.default_rng(x.c)).uniform(-0.25, 1.5, (x.c, 1, 1))
+            y = self.op("PRelu", [x.name, self.const(slopes)])
+            return T(y, x.c, x.h, x.w, x.ms * max(1.0, float(np.max(slopes**2))), x.var * 2.25 + 1 / 12)
+        if kind == "sigmoid":
+            return T(self.op("Sigmoid", [x.name]), x.c, x.h, x.w, 1.0, x.var / 16 + 0.7**2)
+        if kind == "tanh":
+            return T(self.op("Tanh", [x.name]), x.c, x.h, x.w, 1.0, x.var + 1.1**2)
+        if kind == "silu":  # x * sigmoid(x), as exporters write SiLU
+            y = self.op("Mul", [x.name, self.op("Sigmoid", [x.name])])
+            return T(y, x.c, x.h, x.w, x.ms, 1.21 * x.var + (0.5 + 0.36 * big) ** 2)
+        if kind == "mish":  # x * tanh(softplus(x)), as exporters before opset 18 write Mish
+            y = self.op("Mul", [x.name, self.op("Tanh", [self.op("Softplus", [x.name])])])
+            return T(y, x.c, x.h, x.w, x.ms, 1.21 * x.var + (0.5 + 0.49 * big) ** 2)
         return x
+
+    def squeeze_excite(self, x: T, rng) -> T:
+        """MobileNetV3's and EfficientNet's squeeze-and-excitation: the map times a per-channel gate
+        (global average pool, 1x1 conv down, ReLU, 1x1 conv up, a hard or a smooth sigmoid)."""
+        g = T(self.op("GlobalAveragePool", [x.name]), x.c, 1, 1, x.ms, x.var + 4 * (x.h * x.w - 1).bit_length() / 12)
+        g = self.conv(g, rng, k=1, stride=1, cout=max(1, x.c // 4), groups="1", pads=[0] * 4, act="relu", bn=False)
+        g = self.conv(g, rng, k=1, stride=1, cout=x.c, groups="1", pads=[0] * 4, act="none", bn=False)
+        if rng.random() < 0.5:
+            gate = T(self.op("HardSigmoid", [g.name], alpha=1 / 6, beta=0.5), x.c, 1, 1, 1.0, g.var / 36 + 1.0)
+        else:
+            gate = self.act(g, "sigmoid")
+        # The product's rounding, the map's error through the gate (at most 1), the gate's times the map.
+        return T(self.op("Mul", [x.name, gate.name]), x.c, x.h, x.w, x.ms, x.var + x.ms * 9 * gate.var + 1 / 12)
+
+    def transposed(self, x: T, rng) -> T:
+        """A ConvTranspose upsampling 2x (a segmentation or detection head's), then an activation."""
+        if x.h * x.w > 16 * 16:
+            return x
+        k = int(rng.choice([2, 3, 4]))
+        pad, extra = {2: (0, 0), 3: (1, 1), 4: (1, 0)}[k]
+        cout = int(rng.integers(1, 17))
+        taps = math.ceil(k / 2) ** 2  # the taps that reach one output pixel, at most
+        w = rng.standard_normal((x.c, cout, k, k)) * math.sqrt(2.0 / (x.c * taps))
+        b = rng.standard_normal(cout) * 0.1
+        y = self.op("ConvTranspose", [x.name, self.const(w), self.const(b)], kernel_shape=[k, k], strides=[2, 2],
+                    pads=[pad] * 4, output_padding=[extra, extra])  # fmt: skip
+        sq = float(np.max(np.sum(w**2, axis=(0, 2, 3))))
+        terms = x.c * taps
+        self.depth = max(self.depth, terms)
+        out = T(
+            y, cout, 2 * x.h, 2 * x.w, sq * x.ms + float(np.max(b**2)), sq * x.var + (terms + 1 + terms * x.ms) / 12
+        )
+        return self.act(out, str(rng.choice(ACTIVATIONS)), rng)
 
     def pool(self, x: T, rng) -> T:
         kind = str(rng.choice(["MaxPool", "AveragePool"]))
@@ -158,6 +214,10 @@ class _Builder:
         if oh < 1 or ow < 1:
             return x
         attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=pads)
+        if kind == "MaxPool" and stride > 1 and rng.random() < 0.5:  # the face detectors' ceil mode
+            attrs["ceil_mode"] = 1
+            oh = -(-(x.h + pads[0] + pads[2] - k) // stride) + 1
+            ow = -(-(x.w + pads[1] + pads[3] - k) // stride) + 1
         var = x.var
         if kind == "AveragePool":
             attrs["count_include_pad"] = int(rng.integers(0, 2))
@@ -273,6 +333,10 @@ def build_net(top: dict, steps: list) -> Net:
             x = b.csp(x, rng)
         elif kind == "upsample":
             x = b.upsample(x)
+        elif kind == "se":
+            x = b.squeeze_excite(x, rng)
+        elif kind == "convt":
+            x = b.transposed(x, rng)
         elif kind == "branch" and x.name != "x":
             outputs.append(x)
         seen.append(x)
