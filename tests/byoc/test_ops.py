@@ -223,8 +223,8 @@ def test_softplus_and_mish_are_one_activation(compare, op, opset, function, afte
 def test_exp_is_one_activation(compare, after_conv):
     """Exp fused into the conv that makes x: on its own, at the data type's scales, within its bound
     (test_elementwise.py sweeps every value at many scales), where results fit; after a conv at
-    FP16BP8 as close as the conv alone is (in log: its error is exp's relative error); an 8-bit data
-    type keeps it on the CPU with the reason."""
+    FP16BP8 as close as the conv alone is (in log: its error is exp's relative error); at FP32BP16
+    within the bound in its units; an 8-bit data type keeps it on the CPU with the reason."""
     from tvm_tensil.arch import PRESETS
     from tvm_tensil.compiler.elementwise import EXP_SHARE, EXP_UNITS
     from tvm_tensil.numbers import data_type
@@ -243,6 +243,11 @@ def test_exp_is_one_activation(compare, after_conv):
         assert np.all(np.abs(np.log(tcu[fits]) - np.log(cpu[fits])) <= slack)
     else:
         assert np.all(np.abs(tcu - cpu) <= (0.5 + EXP_UNITS) * 2.0**-8 + EXP_SHARE * cpu)
+    if not after_conv:  # FP32BP16 (its own pieces, 23 of them): within the bound in its units
+        fp32 = PRESETS["pynqz1"].replace(data_type=data_type("FP32BP16"), name="pynqz1_fp32bp16")
+        cpu, tcu, report, _ = compare(m, inputs, arch=fp32)
+        assert report.cpu_ops == []
+        assert np.all(np.abs(tcu - cpu) <= (0.5 + EXP_UNITS) * 2.0**-16 + EXP_SHARE * cpu + 1e-6 * cpu)
     fp8 = PRESETS["pynqz1"].replace(data_type=data_type("FP8BP4"), name="pynqz1_fp8bp4")
     _, _, report, _ = compare(m, inputs, arch=fp8)
     assert [op["reason"] for op in report.cpu_ops if op["op"] == "relax.exp"] == [
