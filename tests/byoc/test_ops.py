@@ -202,9 +202,9 @@ def test_activations(compare, op, attrs, bound):
 def test_softplus_and_mish_are_one_activation(compare, op, opset, function, after_conv):
     """Softplus and Mish as TVM imports them (max(x, 0) + log(1 + exp(-|x|)); x * tanh(log(1 +
     exp(x)))) become one smooth function, fused into the conv that makes x: on their own within
-    their bound beyond half a unit (test_elementwise.py sweeps every value), after a conv at FP16BP8
+    their bound beyond half a unit (test_smooth.py sweeps every value), after a conv at FP16BP8
     within 1% of the output range (the conv's weights round too)."""
-    from tvm_tensil.compiler.elementwise import SMOOTH
+    from tvm_tensil.compiler.smooth import SMOOTH
 
     m, inputs = _activation_model(10, op, opset, after_conv, 20)
     cpu, tcu, report, _ = compare(m, inputs)
@@ -222,11 +222,11 @@ def test_softplus_and_mish_are_one_activation(compare, op, opset, function, afte
 @pytest.mark.parametrize("after_conv", [True, False])
 def test_exp_is_one_activation(compare, after_conv):
     """Exp fused into the conv that makes x: on its own, at the data type's scales, within its bound
-    (test_elementwise.py sweeps every value at many scales), where results fit; after a conv at
+    (test_exp.py sweeps every value at many scales), where results fit; after a conv at
     FP16BP8 as close as the conv alone is (in log: its error is exp's relative error); at FP32BP16
     within the bound in its units; an 8-bit data type keeps it on the CPU with the reason."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.elementwise import EXP_SHARE, EXP_UNITS
+    from tvm_tensil.compiler.exp import EXP_SHARE, EXP_UNITS
     from tvm_tensil.numbers import data_type
 
     m, inputs = _activation_model(12, "Exp", 13, after_conv, 8)

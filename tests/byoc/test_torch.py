@@ -210,7 +210,7 @@ class MishSoftplus(torch.nn.Module):
 def test_mish_and_softplus_from_torch_are_activations_of_their_convs():
     """torch.export writes softplus as where(x > 20, x, log(1 + exp(x))) and Mish as x times the
     tanh of that: each one smooth function on the conv that makes x, nothing on the CPU."""
-    from tvm_tensil.compiler.elementwise import SMOOTH
+    from tvm_tensil.compiler.smooth import SMOOTH
 
     torch.manual_seed(3)
     report = _at_fp32bp16(MishSoftplus().eval(), torch.randn(1, 4, 6, 6), atol=4 * SMOOTH["mish"].bound)
@@ -276,7 +276,7 @@ def test_a_prelu_net_multiplies_no_more_than_the_model():
 
     from helpers import matmul_vectors, model_matmul_vectors
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.elementwise import SMOOTH
+    from tvm_tensil.compiler.smooth import SMOOTH
     from tvm_tensil.numbers import FP32BP16
 
     torch.manual_seed(6)
@@ -338,7 +338,7 @@ class SegmentationHead(torch.nn.Module):
 def test_transposed_convs_run_on_the_tcu_with_their_batch_norms_folded():
     """Every ConvTranspose (with its batch norm folded into its weights and its ReLU fused) and the
     sigmoid (within its documented error) in the one partition, nothing on the CPU."""
-    from tvm_tensil.compiler.elementwise import SMOOTH
+    from tvm_tensil.compiler.smooth import SMOOTH
 
     torch.manual_seed(6)
     report = _at_fp32bp16(SegmentationHead().eval(), torch.randn(1, 8, 5, 6), atol=SMOOTH["sigmoid"].bound)

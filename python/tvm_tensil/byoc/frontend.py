@@ -342,9 +342,9 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("leaky_relu", [_operand(scope, call.args[0])], alpha=float(a.alpha))
     if op == "relax.nn.prelu":
         return node("prelu", [_operand(scope, call.args[0])], alpha=tuple(float(v) for v in prelu_slopes(call)))
-    if op in SMOOTH_OPS:  # cubic pieces in the SIMD unit (compiler/elementwise.py)
+    if op in SMOOTH_OPS:  # cubic pieces in the SIMD unit (compiler/smooth.py)
         return node(SMOOTH_OPS[op], [_operand(scope, call.args[0])], function=SMOOTH_OPS[op])
-    if op == "relax.exp":  # cubic pieces in the SIMD unit (compiler/elementwise.py)
+    if op == "relax.exp":  # cubic pieces in the SIMD unit (compiler/exp.py)
         return node("exp", [_operand(scope, call.args[0])])
     if op == "relax.clip":
         return node("clip", [_operand(scope, call.args[0])], lo=float(call.args[1].value), hi=float(call.args[2].value))

@@ -19,7 +19,8 @@ from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
-from ..compiler.elementwise import exp_reason, smooth_reason
+from ..compiler.exp import exp_reason
+from ..compiler.smooth import smooth_reason
 from .broadcast import broadcast_reason
 from .frontend import SMOOTH_OPS, FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
 from .prepare import prepare_for_tensil

@@ -13,7 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import TensorPlacement
-from .elementwise import HardSigmoid, Smooth, changes_scale
+from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path
@@ -22,6 +22,7 @@ from .memory import ConstTable, Dram0Allocator
 from .rounding import LayerInputs, with_weights
 from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, with_residues
 from .schedule import CompileOptions, GraphSchedule, ScheduleError
+from .smooth import Smooth
 
 
 def fuse(graph: Graph) -> Graph:

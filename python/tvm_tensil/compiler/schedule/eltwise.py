@@ -5,8 +5,9 @@ per-channel vector (n, 1, 1, c) broadcast over h and w), or a standalone activat
 from __future__ import annotations
 
 from ...isa.instructions import Direction, SIMDOp
-from ..elementwise import ACTIVATIONS, powers_of_two
+from ..elementwise import ACTIVATIONS
 from ..graph import Node
+from ..simd import powers_of_two
 from .context import NOTHING, Context, HandOver, Out, ScheduleError
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from ...isa.instructions import Direction
 from ...placement import TensorPlacement
 from .. import elementwise
-from ..elementwise import Scratch
 from ..lir import LIR
+from ..simd import Scratch
 from .context import Context, Out, Tile
 from .tiles import tile_runs
 
