@@ -45,6 +45,20 @@ def test_weights_too_big_for_dram1_stay_on_the_cpu_with_the_reason():
     np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
 
 
+def test_conv_weights_too_big_for_dram1_say_so_even_when_tilings_are_compared():
+    """A conv whose tilings the scheduler compares (each lowered and encoded to time it) reports the
+    whole need, not the encoder's complaint about an address."""
+    mod = from_onnx(zoo.small_cnn(size=16), keep_params_in_input=False)
+    tiny = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=64, name="tiny")
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
+    cpu, tcu, report = _cpu_and_tcu(mod, tiny, x)
+    assert report.partitions == {}
+    reasons = {o["reason"] for o in report.cpu_ops if o["op"] == "relax.nn.conv2d"}
+    need = "vectors of DRAM1 for its weights, the architecture has 64 (dram1_depth)"
+    assert reasons and all(need in r for r in reasons)
+    np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
+
+
 def test_wrong_arch_name():
     mod = from_onnx(zoo.mlp(), keep_params_in_input=False)
     with pytest.raises(ArchitectureError, match="unknown architecture 'pynq-z1'; did you mean 'pynqz1'"):

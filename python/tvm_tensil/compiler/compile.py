@@ -476,7 +476,10 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
             # Weights already overflow DRAM1 (their addresses do not encode): the program cannot
             # exist, but keep placing weights so that the error states the whole need.
             lir.discard()
-            sched.lower(node)
+            try:
+                sched.lower(node)
+            except InvalidInstruction:  # (a search that encodes its trials fails again, its weights placed)
+                lir.discard()
         per_node.append(
             {
                 "op": layer_kind(node),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from ...isa.instructions import InvalidInstruction
 from ..latency import estimate_cycles
 from ..lir import LIR
 from .context import Context, HandOver, Out
@@ -64,8 +65,15 @@ def cheapest(
     tried: list[Tried] = []
     for i, alternative in enumerate(alternatives):
         trial = out.fork()
-        left = alternative(ctx, given, trial)
-        tried.append(Tried(cycles_with(trial.lir, left), trial, left))
+        try:
+            left = alternative(ctx, given, trial)
+            tried.append(Tried(cycles_with(trial.lir, left), trial, left))
+        except InvalidInstruction:
+            # Weights beyond DRAM1 (their addresses do not encode): kept, so that the compile goes
+            # on placing them and its error states the whole need.
+            if trial.consts.top > ctx.arch.dram1_depth:
+                out.consts.commit(trial.consts)
+            raise
         if stop_when_worse and i >= 2 and tried[-1].cycles > tried[-2].cycles:
             break
     nxt = ctx.following
