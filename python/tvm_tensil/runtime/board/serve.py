@@ -137,8 +137,16 @@ class SimBoardServer:
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.socket_path)
+        # Bound under another name and renamed once listening: a client that sees the socket file
+        # can connect (between bind and listen it would be refused).
+        staging = f"{self.socket_path}.{os.getpid()}"
+        try:
+            self.sock.bind(staging)
+        except OSError:  # (a path near the length limit): bound in place
+            staging = self.socket_path
+            self.sock.bind(staging)
         self.sock.listen(8)  # waiting clients queue here
+        os.replace(staging, self.socket_path)
         self.log(f"serving {self.arch.name or 'custom'} on {self.socket_path} ({self.size >> 20} MiB shared memory)")
         if ready:
             ready()
