@@ -42,3 +42,26 @@ def test_failures_are_results(cnn, monkeypatch):
     row = evaluate_point(cnn, arch, synthesis=True, time_limit=600, cache=False)
     assert row["status"] == "synthesis_error" and "apt-get install yosys" in row["error"]
     assert row["cycles"] > 0  # what was measured before the failure stays
+
+
+def test_a_time_limit_holds_when_a_library_swallows_the_alarm(cnn, monkeypatch):
+    """TVM's ONNX importer turns errors inside ONNX's checker into warnings: an alarm raised there
+    must not let the point pass as "ok"."""
+    import time
+
+    from tvm_tensil.sweep import evaluate
+
+    real = evaluate._import_model
+
+    def swallowing_import(model):
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            try:
+                time.sleep(0.01)
+            except Exception:  # noqa: BLE001, S110 - what such a library does
+                pass
+        return real(model)
+
+    monkeypatch.setattr(evaluate, "_import_model", swallowing_import)
+    row = evaluate_point(cnn, PRESETS["pynqz1"].to_dict(), synthesis=False, time_limit=0.05)
+    assert row["status"] == "timeout" and "time limit of 0.05 s" in row["error"]

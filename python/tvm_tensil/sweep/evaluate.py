@@ -22,21 +22,36 @@ class PointTimeout(Exception):
     """The point's time limit passed."""
 
 
+class _Deadline:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def check(self) -> None:
+        """Raise PointTimeout if the time is up: a library may have swallowed the alarm's raise
+        (TVM's ONNX importer turns any error in ONNX's checker into a warning)."""
+        if time.monotonic() >= self.end:
+            raise PointTimeout(f"the point took over its time limit of {self.seconds:g} s")
+
+
 @contextlib.contextmanager
 def _time_limit(seconds: float):
-    """Raise PointTimeout in this (main) thread after ``seconds``; a no-op off the main thread."""
+    """Raise PointTimeout in this (main) thread after ``seconds``, and again every half second until
+    the block ends (a swallowed raise does not let the point run on); a no-op off the main thread.
+    Yields the deadline, to check after code that may swallow the raise."""
+    deadline = _Deadline(seconds)
 
     def expire(signum, frame):
-        raise PointTimeout(f"the point took over its time limit of {seconds:g} s")
+        deadline.check()
 
     try:
         previous = signal.signal(signal.SIGALRM, expire)
     except ValueError:  # not the main thread: rely on the subprocess timeouts alone
-        yield
+        yield deadline
         return
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.5)
     try:
-        yield
+        yield deadline
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -69,14 +84,16 @@ def evaluate_point(
     row: dict[str, Any] = {"status": "ok", "error": ""}
     start = time.perf_counter()
     try:
-        with _time_limit(time_limit):
+        with _time_limit(time_limit) as deadline:
             t0 = time.perf_counter()
             try:
                 _, report = offload(_import_model(model), arch)
             except PointTimeout:
                 raise
             except Exception as e:  # noqa: BLE001 - recorded as the point's result
+                deadline.check()  # the error may be the alarm's raise, turned into another
                 return row | {"status": "compile_error", "error": _error(e)}
+            deadline.check()
             row["compile_seconds"] = round(time.perf_counter() - t0, 1)
             row["partitions"] = len(report.partitions)
             row["cpu_ops"] = len(report.cpu_ops)
@@ -118,9 +135,10 @@ def run_on_rtl(model: "str | bytes", arch_dict: dict, time_limit: float, seed: i
 
     arch = Architecture.from_dict(arch_dict)
     try:
-        with _time_limit(time_limit):
+        with _time_limit(time_limit) as deadline:
             mod = _import_model(model)
             ex = build(mod, target="tensil", arch=arch)
+            deadline.check()
             rng = np.random.default_rng(seed)
             inputs = [
                 tvm.runtime.tensor(rng.standard_normal(shape_of(p)).astype("float32")) for p in mod["main"].params
