@@ -228,6 +228,8 @@ def _cmd_compile(args) -> int:
             raise ModelError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - the importer raises many types for models it cannot take
             raise ModelError(f"TVM's ONNX importer cannot import {src}: {_first_line(e)}") from None
+    if _INTERRUPTS:  # Ctrl-C that ONNX's shape inference swallowed: stop before the build
+        raise KeyboardInterrupt
     for w in noted:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     params = [str(p.name) for p in mod["main"].params]
@@ -755,9 +757,14 @@ def main(argv: list[str] | None = None) -> int:
     shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         with _noting_interrupts() as interrupted:
-            return _run(args, interrupted)
+            code = _run(args, interrupted)
     finally:
         warnings.showwarning = shown
+    if code == 130 and argv is None and threading.current_thread() is threading.main_thread():
+        # The process is ending on Ctrl-C. Python's teardown gives Ctrl-C its default action back, so
+        # one pressed again meanwhile would kill the process silently, without this exit code.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
 
 
 def _run(args, interrupted: list) -> int:

@@ -180,7 +180,9 @@ def test_run_and_emulate_reach_a_running_simulated_board(tmp_path):
 def test_a_closed_pipe_and_ctrl_c_end_quietly(tmp_path):
     """Output into a closed pipe (`tvm-tensil ... | head` after head is done) and Ctrl-C during a
     compile: no traceback; the exit codes shells expect (141, 130)."""
+    import os
     import signal
+    import threading
     import time
 
     cmd = [sys.executable, "-m", "tvm_tensil.cli"]
@@ -195,22 +197,27 @@ def test_a_closed_pipe_and_ctrl_c_end_quietly(tmp_path):
     inherited = signal.getsignal(signal.SIGINT)
     compile_ = subprocess.Popen(
         [*cmd, "compile", str(tmp_path / "r50.onnx"), "--arch", "ultra96v2_300mhz", "-o", str(tmp_path / "out")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, TVM_TENSIL_PROGRESS="1"),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
-    # Ctrl-C inside the build (a minute long). Under load the import can take longer than the first
-    # wait, and a library's bare `except:` around an optional import may swallow that interrupt:
-    # pressed again, as a user would, until the command ends.
-    for _ in range(6):
-        time.sleep(10)
-        compile_.send_signal(signal.SIGINT)
-        try:
-            out, err = compile_.communicate(timeout=20)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    else:
-        out, err = compile_.communicate(timeout=600)
+    # Ctrl-C once the build is compiling (its progress bar shows), however long the imports took
+    # under load.
+    chunks: list[bytes] = []
+
+    def read_stderr():
+        while chunk := compile_.stderr.read1(4096):
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    deadline = time.monotonic() + 600
+    while b"tvm_tensil: compiling" not in b"".join(chunks) and time.monotonic() < deadline:
+        assert compile_.poll() is None, b"".join(chunks)[-3000:]
+        time.sleep(0.2)
+    compile_.send_signal(signal.SIGINT)
+    compile_.wait(timeout=120)  # promptly: not after the rest of the build
+    reader.join()
+    err = b"".join(chunks)
     assert compile_.returncode == 130, (inherited, err[-3000:])
     assert b"Traceback" not in err and not (tmp_path / "out" / "r50.so").exists()
 
