@@ -7,6 +7,8 @@
 - ``resnet50v2``: ResNet-50 v2 for ImageNet as Keras' ResNet50V2 (224x224 by default).
 - ``yolov4_tiny``: YOLOv4-tiny as darknet's yolov4-tiny.cfg (416x416, two heads).
 - ``mobilenetv2``: MobileNet-v2 (depthwise + pointwise, inverted residuals), the depthwise workload.
+- ``elementwise_ops``: a small net with every element-wise op the TCU runs (activations, maps
+  multiplied, added, compared; a transposed conv).
 
 ``OnnxBuilder`` keeps graph construction short. Weights are random (He-scaled) unless given;
 ``grid`` rounds values to multiples of 1/16 so that fixed-point results can be exact.
@@ -285,6 +287,43 @@ def mobilenetv2(size: int = 224, seed: int = 0, classes: int = 1000, softmax: bo
     if softmax:
         x = b.op("Softmax", [x], axis=1)
     return b.model({"x": [1, 3, size, size]}, x)
+
+
+def elementwise_ops(seed: int = 4) -> onnx.ModelProto:
+    """Element-wise ops after convs and between maps, input (1, 8, 6, 6): a conv with a HardSwish, a
+    squeeze-excitation gate (a map times a per-channel vector), a difference, a product, a maximum and
+    a minimum of maps; a conv with a PReLU over two channel blocks (a vector of slopes each, on both
+    sides of 1) and one with x * relu6(x + 3); a transposed conv upsampling the result (phases of one
+    and two taps, written in place), a SiLU, a sigmoid, a tanh, a softplus, a Mish and an exp."""
+    b = OnnxBuilder(seed=seed)
+    rng = np.random.default_rng(seed)
+    c = b.op("HardSwish", [b.op("Conv", ["x", b.const(rng.standard_normal((8, 8, 3, 3)) / 8)], pads=[1, 1, 1, 1])])
+    pooled = b.op("GlobalAveragePool", [c])
+    gate = b.op(
+        "Clip",
+        [
+            b.op("Conv", [pooled, b.const(rng.standard_normal((8, 8, 1, 1)) / 4)]),
+            b.const(0.0, dtype=np.float32),
+            b.const(1.0),
+        ],
+    )
+    gated = b.op("Mul", [c, gate])
+    d = b.op("Sub", ["x", gated])
+    wide = b.op("Conv", [d, b.const(rng.standard_normal((16, 8, 1, 1)) / 4)])
+    prelu = b.op("PRelu", [wide, b.const(rng.uniform(-0.5, 1.5, (16, 1, 1)))])  # slopes on both sides of 1
+    e = b.op("Conv", [prelu, b.const(rng.standard_normal((8, 16, 1, 1)) / 4)])
+    relu6 = b.op("Clip", [b.op("Add", [e, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
+    six = b.op("Mul", [e, relu6])
+    m = b.op("Max", [b.op("Mul", [six, b.const(np.array(0.2))]), b.op("Mul", ["x", c])])
+    up = b.const(rng.standard_normal((8, 4, 3, 3)) / 4)
+    z = b.op("ConvTranspose", [b.op("Min", [m, c]), up], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
+    silu = b.op("Mul", [z, b.op("Sigmoid", [z])])
+    gate = b.op("Sigmoid", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
+    out = b.op("Add", [gate, b.op("Tanh", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])])
+    soft = b.op("Softplus", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
+    out = b.op("Mish", [b.op("Add", [out, soft])])
+    out = b.op("Add", [out, b.op("Exp", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)) / 4)])])])
+    return b.model({"x": [1, 8, 6, 6]}, out, opset=18)
 
 
 def count_macs(model: onnx.ModelProto) -> int:

@@ -31,6 +31,7 @@ def networks():
         "resnet20v2": lambda: zoo.resnet20v2(),
         "mobilenetv2_64": lambda: zoo.mobilenetv2(64),
         "yolov4_tiny_64": lambda: zoo.yolov4_tiny(64),
+        "elementwise_ops": lambda: zoo.elementwise_ops(),
     }
 
 

@@ -208,45 +208,6 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
     assert sim.build_key(other) != sim.build_key(TINY)
 
 
-def two_maps():
-    """Element-wise ops between maps: a conv with a HardSwish, a squeeze-excitation gate (a map times
-    a per-channel vector), a difference, a product, a maximum and a minimum of maps; a conv with a
-    PReLU over two channel blocks (a vector of slopes each, on both sides of 1) and one with x * relu6(x + 3);
-    a transposed conv upsampling the result (phases of one and two taps, written in place), a SiLU, a
-    sigmoid, a tanh, a softplus, a Mish and an exp."""
-    from zoo import OnnxBuilder
-
-    b = OnnxBuilder(seed=4)
-    rng = np.random.default_rng(4)
-    c = b.op("HardSwish", [b.op("Conv", ["x", b.const(rng.standard_normal((8, 8, 3, 3)) / 8)], pads=[1, 1, 1, 1])])
-    pooled = b.op("GlobalAveragePool", [c])
-    gate = b.op(
-        "Clip",
-        [
-            b.op("Conv", [pooled, b.const(rng.standard_normal((8, 8, 1, 1)) / 4)]),
-            b.const(0.0, dtype=np.float32),
-            b.const(1.0),
-        ],
-    )
-    gated = b.op("Mul", [c, gate])
-    d = b.op("Sub", ["x", gated])
-    wide = b.op("Conv", [d, b.const(rng.standard_normal((16, 8, 1, 1)) / 4)])
-    prelu = b.op("PRelu", [wide, b.const(rng.uniform(-0.5, 1.5, (16, 1, 1)))])  # slopes on both sides of 1
-    e = b.op("Conv", [prelu, b.const(rng.standard_normal((8, 16, 1, 1)) / 4)])
-    relu6 = b.op("Clip", [b.op("Add", [e, b.const(np.array(3.0))]), b.const(np.array(0.0)), b.const(np.array(6.0))])
-    six = b.op("Mul", [e, relu6])
-    m = b.op("Max", [b.op("Mul", [six, b.const(np.array(0.2))]), b.op("Mul", ["x", c])])
-    up = b.const(rng.standard_normal((8, 4, 3, 3)) / 4)
-    z = b.op("ConvTranspose", [b.op("Min", [m, c]), up], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])
-    silu = b.op("Mul", [z, b.op("Sigmoid", [z])])
-    gate = b.op("Sigmoid", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
-    out = b.op("Add", [gate, b.op("Tanh", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])])
-    soft = b.op("Softplus", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)))])])
-    out = b.op("Mish", [b.op("Add", [out, soft])])
-    out = b.op("Add", [out, b.op("Exp", [b.op("Conv", [silu, b.const(rng.standard_normal((4, 4, 1, 1)) / 4)])])])
-    return b.model({"x": [1, 8, 6, 6]}, out, opset=18), (1, 8, 6, 6)
-
-
 @pytest.mark.parametrize(
     "model",
     [
@@ -273,7 +234,7 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
         "small_cnn_calibrated": (zoo.small_cnn(), (1, 3, 16, 16)),
         "small_cnn_two_parts": (zoo.small_cnn(), (1, 3, 16, 16)),
         "resnet20v2": (zoo.resnet20v2(), (1, 3, 32, 32)),
-    }.get(model) or two_maps()
+    }.get(model) or (zoo.elementwise_ops(), (1, 8, 6, 6))
     calibration = np.random.default_rng(1).standard_normal((4, *shape[1:])).astype(np.float32)
     two_parts = model.endswith("two_parts")  # an error target nothing meets: a residue wherever one fits
     calibrated = "calibrated" in model or two_parts
