@@ -106,19 +106,26 @@ def _exp_excess(y: np.ndarray, target: np.ndarray) -> np.ndarray:
     return (np.abs(y - target) - 0.5) / (_EXP_FIT_UNITS + EXP_SHARE * target)
 
 
+def _exp_cubic(a: float, start: int, w: np.ndarray, dt: "DataType") -> tuple[np.ndarray, int, np.ndarray]:
+    """``a * e^w`` at raw w, the finest scale k its largest value fits, and the float cubic in
+    v = (w - start) / one closest to it, weighted by the bound (raw units of the target)."""
+    one = dt.one
+    target = a * np.exp(w / one)
+    k = finest(float(target[-1]) / one, dt)
+    v = (w - start) / one
+    basis = np.stack([v**j for j in range(4)], axis=1)
+    weight = 1.0 / (_EXP_FIT_UNITS + EXP_SHARE * target)
+    return target, k, np.linalg.lstsq(basis * weight[:, None], target * weight, rcond=None)[0]
+
+
 def _exp_fit(a: float, start: int, end: int, dt: "DataType") -> tuple[_ExpPiece, float]:
     """The piece over [start, end] (raw w) for ``a * e^w`` raw: a weighted least-squares cubic at
     the finest scale its values fit, its integer coefficients then moved a unit at a time while the
     largest excess over the grid falls (each a simulation of the device's steps)."""
     one = dt.one
     w = _exp_grid(start, end)
-    target = a * np.exp(w / one)
-    k = finest(float(target[-1]) / one, dt)
-    v = (w - start) / one
-    basis = np.stack([v**j for j in range(4)], axis=1)
-    weight = 1.0 / (_EXP_FIT_UNITS + EXP_SHARE * target)
-    c = np.linalg.lstsq(basis * weight[:, None], target * 2.0**k / one * weight, rcond=None)[0]
-    coefficients = [int(x) for x in dt.from_float(c)]
+    target, k, c = _exp_cubic(a, start, w, dt)
+    coefficients = [int(x) for x in dt.from_float(c * 2.0**k / one)]
     down = tuple(powers_of_two(-k, dt)[::-1])  # the small step first: its rounding shrinks with the next
 
     def score(cs):
@@ -150,14 +157,11 @@ def _exp_breaks(a: float, top: int, dt: "DataType") -> list[int]:
 
         def fits(end: int) -> bool:
             w = np.linspace(start, end, 257)
-            target = a * np.exp(w / one)
-            k = finest(float(target[-1]) / one, dt)
+            target, k, c = _exp_cubic(a, start, w, dt)
             v = (w - start) / one
-            basis = np.stack([v**j for j in range(4)], axis=1)
-            weight = 1.0 / (_EXP_FIT_UNITS + EXP_SHARE * target)
-            c = np.linalg.lstsq(basis * weight[:, None], target * weight, rcond=None)[0]
+            cubic = np.polynomial.polynomial.polyval(v, c)
             rounding = (1 + v + v**2 + v**3) * 2.0 ** -(k + 1)  # the coefficients' and products' roundings (raw)
-            return bool(np.all(np.abs(basis @ c - target) + rounding <= 0.8 * (_EXP_FIT_UNITS + EXP_SHARE * target)))
+            return bool(np.all(np.abs(cubic - target) + rounding <= 0.8 * (_EXP_FIT_UNITS + EXP_SHARE * target)))
 
         if fits(top):
             breaks.append(top)
