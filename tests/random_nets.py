@@ -140,7 +140,7 @@ class _Builder:
         out = T(y, cout, oh, ow, ms, var)
         return self.act(out, act if act is not None else str(rng.choice(ACTIVATIONS)), rng)
 
-    def act(self, x: T, kind: str, rng=None) -> T:
+    def act(self, x: T, kind: str, rng) -> T:
         """``x`` through an activation. Error model: the input's error times the largest slope
         squared, plus the activation's own (its documented bound, in units, squared: it is not a
         uniform rounding)."""
@@ -155,7 +155,7 @@ class _Builder:
         if kind == "hardswish":
             return T(self.op("HardSwish", [x.name]), x.c, x.h, x.w, x.ms, 2.25 * x.var + 1.7**2)
         if kind == "prelu":
-            slopes = (rng or np.random.default_rng(x.c)).uniform(-0.25, 1.5, (x.c, 1, 1))
+            slopes = rng.uniform(-0.25, 1.5, (x.c, 1, 1))
             y = self.op("PRelu", [x.name, self.const(slopes)])
             return T(y, x.c, x.h, x.w, x.ms * max(1.0, float(np.max(slopes**2))), x.var * 2.25 + 1 / 12)
         if kind == "sigmoid":
@@ -179,7 +179,7 @@ class _Builder:
         if rng.random() < 0.5:
             gate = T(self.op("HardSigmoid", [g.name], alpha=1 / 6, beta=0.5), x.c, 1, 1, 1.0, g.var / 36 + 1.0)
         else:
-            gate = self.act(g, "sigmoid")
+            gate = self.act(g, "sigmoid", rng)  # (draws nothing)
         # The product's rounding, the map's error through the gate (at most 1), the gate's times the map.
         return T(self.op("Mul", [x.name, gate.name]), x.c, x.h, x.w, x.ms, x.var + x.ms * 9 * gate.var + 1 / 12)
 
