@@ -264,3 +264,34 @@ def test_the_server_frees_its_core_once_even_if_closed_from_a_signal_handler(tmp
             getattr(server, freeing)()
         assert len(freed) == 1, freeing
         real.tcu_sim_free(freed[0])
+
+
+def test_a_client_that_sees_the_socket_file_can_connect(tmp_path, monkeypatch):
+    """The socket file appears only once the server listens: a client started alongside the server
+    (waiting for the file, as `start_server` does) is never refused, however slow the server is
+    between binding and listening."""
+    import socket as sockets
+    import threading
+
+    from tvm_tensil.runtime.board import serve
+
+    class SlowToListen(sockets.socket):
+        def listen(self, *args):
+            time.sleep(1.0)  # a loaded machine, between bind and listen
+            return super().listen(*args)
+
+    monkeypatch.setattr(serve.socket, "socket", SlowToListen)
+    path = str(tmp_path / "board.sock")
+    server = serve.SimBoardServer(ARCH, path, log=lambda msg: None)
+    # (daemon: a server still waiting for a client that was refused does not hold up pytest's exit)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"max_clients": 1}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+        SimBoardTransport(ARCH, path, connect_timeout=10).close()
+    finally:
+        thread.join(30)
+    assert not thread.is_alive()  # it served its one client
