@@ -317,3 +317,31 @@ def test_the_tensil_pipeline_takes_calibration_data():
     tvm.compile(mod, target="tensil", relax_pipeline=pipeline)
     (part,) = pipeline.report.partitions.values()
     assert part["calibration_samples"] == 4 and part["scales"]
+
+
+def test_a_transposed_conv_takes_weights_in_two_parts():
+    """A ConvTranspose whose coarse input makes its weights coarse (an upsampling head): with the
+    error target demanding it, its phases compute the weights in two parts, and its output is
+    closer to TVM's CPU build than in one part."""
+    from tvm.relax.frontend.onnx import from_onnx
+    from zoo import OnnxBuilder
+
+    from tvm_tensil.compiler import CompileOptions
+
+    rng = np.random.default_rng(7)
+    b = OnnxBuilder(seed=7)
+    up = b.op("ConvTranspose", ["x", b.const(rng.standard_normal((8, 8, 4, 4)) / 12)], strides=[2, 2], pads=[1] * 4)
+    model = b.model({"x": [1, 8, 6, 6]}, up)
+    cal = (rng.standard_normal((16, 8, 6, 6)) * 4).astype(np.float32)
+    x = cal[-1:]
+    mod = from_onnx(model, keep_params_in_input=False)
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    errors = []
+    for target in (None, 0.0):
+        ex = tvm_tensil.build(mod, target="tensil", calibration=cal, options=CompileOptions(error_target=target))
+        y = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        errors.append(float(np.max(np.abs(y - want))))
+        (part,) = ex.tensil_report.partitions.values()
+        (layer,) = [n for n in part["nodes"] if n["op"] == "conv_transpose"]
+        assert bool(layer.get("residue_bits")) == (target == 0.0), layer
+    assert errors[1] < 0.5 * errors[0], errors

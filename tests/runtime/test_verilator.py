@@ -218,6 +218,7 @@ def test_the_build_is_cached_and_keyed_by_the_parameters(capsys):
         "resnet20v2",
         "two_maps",
         "two_maps_calibrated",
+        "two_maps_two_parts",
     ],
 )
 def test_compiled_models_are_bit_identical_on_the_rtl(model):
@@ -245,7 +246,10 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
     if "calibrated" in model:
         assert any(s["shift"] for p in runs.report.partitions.values() for s in p["scales"].values())
     if two_parts:
-        assert any("residue_bits" in n for p in runs.report.partitions.values() for n in p["nodes"])
+        nodes = [n for p in runs.report.partitions.values() for n in p["nodes"]]
+        assert any("residue_bits" in n for n in nodes)
+        if model == "two_maps_two_parts":  # a transposed conv's phases too
+            assert any(n["op"] == "conv_transpose" and n.get("residue_bits") for n in nodes)
     assert np.array_equal(runs.outputs["emulator"], runs.outputs["verilator"])
     stats = runs.stats["verilator"]
     assert set(stats) == set(runs.report.partitions)  # every partition ran, and only this build's

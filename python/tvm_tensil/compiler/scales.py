@@ -249,10 +249,9 @@ def residue_bits(node: Node, graph: Graph, shifts: dict[str, int], stats: dict[s
     """The extra bits of ``node``'s weight residue at ``shifts``: as many (up to 6) as keep its
     result, estimated from the residue and its input's range (each weight's rounding an
     independent error), within the data type with the headroom and the output's own ratio of peak
-    to RMS; 0 when fewer than 2 fit or the layer cannot take one (a transposed conv's phases share
-    its weights)."""
+    to RMS; 0 when fewer than 2 fit."""
     a = node.attrs
-    if node.op != "conv2d" or a.weight is None or a.transposed or a.residue:
+    if node.op != "conv2d" or a.weight is None or a.residue:
         return 0
     if node.inputs[0] not in stats or node.output not in stats or not stats[node.output].mean_square:
         return 0
