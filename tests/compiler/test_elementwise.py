@@ -135,3 +135,30 @@ def test_prelu_within_half_a_unit_of_every_value(slopes):
     alpha = np.round(np.asarray(slopes) * 256) / 256
     assert emu.last_stats.saturated == 0
     assert np.all(np.abs(y - np.where(x > 0, x, np.clip(alpha * x, -128, 127.99609375))) <= 2.0**-9)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.01, 0.2, 0.3, 0.25])
+def test_leaky_relu_keeps_its_slope_off_the_grid(alpha):
+    """LeakyReLU on a conv (an identity 1x1), every FP16BP8 value in [-64, 64): within a unit (the
+    scaled slope's product and its bringing down each round) plus |x| alpha 2^-8 (the scaled slope in
+    [0.5, 1] on the grid) of max(x, alpha x). The slope as the grid holds it would be 0.0117 for
+    0.01: 0.11 off at x = -64."""
+    import numpy as np
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.compiler.elementwise import LeakyRelu
+    from tvm_tensil.runtime import Emulator
+
+    arch = PRESETS["pynqz1"]
+    x = np.repeat((np.arange(-64 * 256, 64 * 256) / 256)[:, None], 8, axis=1).reshape(1, 1, -1, 8)
+    conv = dict(weight=0, bias=None, strides=(1, 1), dilation=(1, 1), groups=1, padding=(0, 0, 0, 0))
+    nodes = [Node("conv2d", ["x"], "t", conv), Node("leaky_relu", ["t"], "y", LeakyRelu(alpha))]
+    tensors = {k: Tensor(k, x.shape) for k in ("x", "t", "y")}
+    g = Graph(tensors, nodes, ["x"], ["y"], [np.eye(8, dtype=np.float32).reshape(8, 8, 1, 1)])
+    part = compile_graph(g, arch, "t")
+    emu = Emulator(arch)
+    y = emu.run_model(part.model(g.constants), {"x": x})["y"]
+    assert emu.last_stats.saturated == 0
+    error = np.abs(y - np.maximum(x, alpha * x))
+    assert np.all(error <= 2.0**-8 + np.abs(x) * alpha * 2.0**-8), float(error.max())

@@ -100,11 +100,28 @@ def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) 
     lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
 
 
+def _scaled_slope(alpha: float, dt: "DataType") -> tuple[float, list[float]]:
+    """``alpha`` as ``slope * prod(factors)``: the slope scaled up into [0.5, 1] where the grid holds
+    more of its bits (times any stored x it stays in range), the factors the powers of two taking it
+    back; no factors for a slope on the grid. On the FP16BP8 grid a slope of 0.1 would be 0.1016 and
+    0.01 would be 0.0117; scaled, 0.1001 and 0.01001."""
+    if alpha <= 0 or fits(alpha, dt):
+        return on_grid(alpha, dt), []
+    k = int(np.floor(np.log2(1.0 / alpha)))
+    return on_grid(alpha * 2.0**k, dt), powers_of_two(-k, dt)
+
+
+def _leaky_relu_constants(a: LeakyRelu, dt: "DataType", lanes: int) -> list:
+    slope, factors = _scaled_slope(a.alpha, dt)
+    return [slope, *factors]
+
+
 def _emit_leaky_relu(lir: "LIR", acc: int, count: int, attrs: LeakyRelu, cvec: dict, block=None) -> None:
-    """max(x, alpha * x), for 0 <= alpha <= 1."""
-    a = cvec[float(attrs.alpha)]
-    steps = [(SIMDOp.MOVE, 1, 0, 0, a, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None), (SIMDOp.MAX, 0, 0, 1, "v", "v")]
-    lir.simd_runs(acc, count, steps)
+    """max(x, alpha * x), for 0 <= alpha <= 1 (alpha times x as the scaled slope times x, brought down)."""
+    slope, factors = _scaled_slope(attrs.alpha, lir.arch.data_type)
+    steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[slope], None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
+    steps += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[f], None) for f in factors]
+    lir.simd_runs(acc, count, steps + [(SIMDOp.MAX, 0, 0, 1, "v", "v")])
 
 
 def _emit_clip(lir: "LIR", acc: int, count: int, attrs: Clip, cvec: dict, block=None) -> None:
@@ -314,7 +331,7 @@ def _emit_rescale(lir: "LIR", acc: int, count: int, a: Rescale, cvec: dict, bloc
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt, n: [], _emit_relu),
     "leaky_relu": Activation(
-        LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), lambda a, dt, n: [a.alpha], _emit_leaky_relu
+        LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), _leaky_relu_constants, _emit_leaky_relu
     ),
     "prelu": Activation(
         PRelu,
