@@ -298,26 +298,47 @@ def _prelu_mixed(a: PRelu) -> bool:
     return min(a.alpha) < 1 < max(a.alpha)
 
 
-def _prelu_blocks(a: PRelu, lanes: int) -> list:
+def _prelu_values(a: PRelu, lanes: int) -> list[list[float]]:
     """The slopes (slopes minus one where they lie on both sides of 1) per channel block, padded
-    with zeros to whole vectors; and zero, for the mixed form."""
+    with zeros to whole vectors."""
     values = [v - 1 for v in a.alpha] if _prelu_mixed(a) else list(a.alpha)
     padded = values + [0.0] * (-len(values) % lanes)
-    return [tuple(padded[i : i + lanes]) for i in range(0, len(padded), lanes)] + ([0.0] if _prelu_mixed(a) else [])
+    return [padded[i : i + lanes] for i in range(0, len(padded), lanes)]
+
+
+def _prelu_scales(values: list[float], dt: "DataType") -> list[int]:
+    """The power of two each lane's slope is scaled up by, into [0.5, 1] where the grid holds more
+    of its bits (0: a slope of 0.5 or more; at most the binary point: its inverse stays on the grid)."""
+    return [min(int(np.floor(np.log2(1.0 / abs(v)))), dt.binary_point) if 0 < abs(v) < 0.5 else 0 for v in values]
+
+
+def _prelu_block(values: list[float], dt: "DataType") -> tuple[tuple, tuple | None]:
+    """A block's scaled slopes, and the factors (one per lane) bringing their products down (None:
+    no slope scaled)."""
+    k = _prelu_scales(values, dt)
+    slopes = tuple(v * 2.0**e for v, e in zip(values, k))
+    return slopes, (tuple(2.0**-e for e in k) if any(k) else None)
+
+
+def _prelu_blocks(a: PRelu, dt: "DataType", lanes: int) -> list:
+    """The vectors of scaled slopes and of factors per channel block; and zero, for the mixed form."""
+    blocks = [_prelu_block(b, dt) for b in _prelu_values(a, lanes)]
+    return [v for pair in blocks for v in pair if v is not None] + ([0.0] if _prelu_mixed(a) else [])
 
 
 def _emit_prelu(lir: "LIR", acc: int, count: int, a: PRelu, cvec: dict, block=None) -> None:
     """max(x, alpha x) (min for slopes above 1; x + (alpha - 1) min(x, 0) for both), alpha the
-    block's vector of slopes."""
+    block's vector of slopes (each scaled up, its product brought down by a vector of factors)."""
     if block is None:
         raise ValueError("prelu: per-channel slopes need vectors of one channel block (fused into a conv)")
-    slopes = cvec[_prelu_blocks(a, lir.arch.array_size)[block]]
+    slopes, factors = _prelu_block(_prelu_values(a, lir.arch.array_size)[block], lir.arch.data_type)
+    down = [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[factors], None)] if factors else []
     if _prelu_mixed(a):
         steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[0.0], None), (SIMDOp.MIN, 1, 0, 1, "v", None)]
-        steps += [(SIMDOp.MULTIPLY, 1, 0, 1, slopes, None), (SIMDOp.ADD, 0, 0, 1, "v", "v")]
+        steps += [(SIMDOp.MULTIPLY, 1, 0, 1, cvec[slopes], None), *down, (SIMDOp.ADD, 0, 0, 1, "v", "v")]
     else:
         pick = SIMDOp.MAX if max(a.alpha) <= 1 else SIMDOp.MIN
-        steps = [(SIMDOp.MOVE, 1, 0, 0, slopes, None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None)]
+        steps = [(SIMDOp.MOVE, 1, 0, 0, cvec[slopes], None), (SIMDOp.MULTIPLY, 1, 0, 1, "v", None), *down]
         steps.append((pick, 0, 0, 1, "v", "v"))
     lir.simd_runs(acc, count, steps)
 
@@ -336,7 +357,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "prelu": Activation(
         PRelu,
         lambda x, a: np.where(x > 0, x, np.asarray(a.alpha) * x),
-        lambda a, dt, n: _prelu_blocks(a, n),
+        _prelu_blocks,
         _emit_prelu,
     ),
     "clip": Activation(
