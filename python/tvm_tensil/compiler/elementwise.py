@@ -100,14 +100,20 @@ def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) 
     lir.simd_run(SIMDOp.MAX, acc, count, left=0, right=1)
 
 
+def _slope_shift(v: float, dt: "DataType") -> int:
+    """The power of two a slope off the data type's grid is scaled up by, into [0.5, 1], where the
+    grid holds more of its bits (times any stored x it stays in range); 0 for a slope on the grid or
+    of 0.5 or more. On the FP16BP8 grid 0.1 would be 0.1016 and 0.01 would be 0.0117; scaled,
+    0.1001 and 0.01001."""
+    if not 0 < abs(v) < 0.5 or fits(v, dt):
+        return 0
+    return int(np.floor(np.log2(1.0 / abs(v))))
+
+
 def _scaled_slope(alpha: float, dt: "DataType") -> tuple[float, list[float]]:
-    """``alpha`` as ``slope * prod(factors)``: the slope scaled up into [0.5, 1] where the grid holds
-    more of its bits (times any stored x it stays in range), the factors the powers of two taking it
-    back; no factors for a slope on the grid. On the FP16BP8 grid a slope of 0.1 would be 0.1016 and
-    0.01 would be 0.0117; scaled, 0.1001 and 0.01001."""
-    if alpha <= 0 or fits(alpha, dt):
-        return on_grid(alpha, dt), []
-    k = int(np.floor(np.log2(1.0 / alpha)))
+    """``alpha`` as ``slope * prod(factors)``: the slope scaled up (``_slope_shift``), the factors the
+    powers of two taking it back."""
+    k = _slope_shift(alpha, dt)
     return on_grid(alpha * 2.0**k, dt), powers_of_two(-k, dt)
 
 
@@ -307,9 +313,8 @@ def _prelu_values(a: PRelu, lanes: int) -> list[list[float]]:
 
 
 def _prelu_scales(values: list[float], dt: "DataType") -> list[int]:
-    """The power of two each lane's slope is scaled up by, into [0.5, 1] where the grid holds more
-    of its bits (0: a slope of 0.5 or more; at most the binary point: its inverse stays on the grid)."""
-    return [min(int(np.floor(np.log2(1.0 / abs(v)))), dt.binary_point) if 0 < abs(v) < 0.5 else 0 for v in values]
+    """Each lane's ``_slope_shift``, at most the binary point (a factor's inverse stays on the grid)."""
+    return [min(_slope_shift(v, dt), dt.binary_point) for v in values]
 
 
 def _prelu_block(values: list[float], dt: "DataType") -> tuple[tuple, tuple | None]:
