@@ -19,7 +19,7 @@ import numpy as np
 from ..isa.instructions import SIMDOp
 from .exp import Exp, emit_exp, exp_constants, exp_meaning
 from .simd import Scratch, finest, fits, into, on_grid, powers_of_two
-from .smooth import SMOOTH, Smooth, emit_smooth, smooth_constants, smooth_meaning
+from .smooth import SMOOTH, Smooth, emit_smooth, smooth_constants, smooth_meaning, smooth_simulated
 
 if TYPE_CHECKING:
     from ..numbers import DataType
@@ -93,6 +93,9 @@ class Activation:
     # Its attrs for inputs stored times 2**k_in and results times 2**k_out (equal but for ops that
     # change the scale).
     scaled: Callable[[Any, int, int], Any] = lambda attrs, k_in, k_out: attrs
+    # Its value as its sequence computes it at a data type, where that differs from ``meaning``
+    # beyond the result's rounding (the simulation's model of the device).
+    simulated: Callable[[np.ndarray, Any, "DataType"], np.ndarray] | None = None
 
 
 def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) -> None:
@@ -400,6 +403,7 @@ ACTIVATIONS: dict[str, Activation] = {
             smooth_constants,
             emit_smooth,
             lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
+            smooth_simulated,
         )
         for name in SMOOTH
     },  # fmt: skip
@@ -424,8 +428,12 @@ def emit(lir: "LIR", acc: int, count: int, epilogue, cvec: dict, block: int | No
         ACTIVATIONS[op].emit(lir, acc, count, attrs, cvec, block)
 
 
-def meaning(op: str, x: np.ndarray, attrs) -> np.ndarray:
-    return ACTIVATIONS[op].meaning(x, attrs)
+def meaning(op: str, x: np.ndarray, attrs, rounding: "DataType | None" = None) -> np.ndarray:
+    """The activation's value; with ``rounding``, as its sequence computes it at that data type."""
+    act = ACTIVATIONS[op]
+    if rounding is not None and act.simulated is not None:
+        return act.simulated(x, attrs, rounding)
+    return act.meaning(x, attrs)
 
 
 def scaled(epilogue, k: int) -> list:

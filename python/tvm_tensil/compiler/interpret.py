@@ -166,7 +166,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
                                  for v, k in zip(args, (a.first, -a.shift - a.first)))  # fmt: skip
                 y = first * second
     elif op in ACTIVATIONS:
-        y = activation_meaning(op, x, a)
+        y = activation_meaning(op, x, a, rounding)
     elif op == "avg_pool2d" and rounding is not None:
         # The TCU sums each value pre-scaled by 2**-s (2**s >= the window), each rounded there.
         s = average_pool_shift(*a.kernel)
@@ -191,7 +191,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
     else:
         raise ValueError(f"no float meaning for graph op {op!r}")
     for ep, ea in node.epilogue:
-        y = activation_meaning(ep, y, ea)
+        y = activation_meaning(ep, y, ea, rounding)
     return y.reshape(out_shape)
 
 

@@ -183,6 +183,21 @@ def smooth_meaning(x: np.ndarray, a: Smooth) -> np.ndarray:
     return SMOOTH[a.function].meaning(x / 2.0**a.shift) * 2.0**a.out_shift
 
 
+def smooth_simulated(x: np.ndarray, a: Smooth, dt: "DataType") -> np.ndarray:
+    """The function as its sequence computes it: a fine input (``shift > 0``) reaches the pieces
+    taken to scale 1, on the data type's grid (``max(x, 0)`` of a ``relu_minus`` form keeps x's bits)."""
+    if a.shift <= 0:
+        return smooth_meaning(x, a)
+    q = dt.from_float(x)
+    for factor in powers_of_two(-a.shift, dt)[::-1]:  # as the sequence takes it down (_smooth_plan)
+        q = dt.times(q, dt.from_float(factor))
+    rounded = dt.to_float(q) * 2.0**a.shift
+    y = smooth_meaning(rounded, a)
+    if SMOOTH[a.function].form != "odd":
+        y = y + (np.maximum(x, 0.0) - np.maximum(rounded, 0.0)) * 2.0 ** (a.out_shift - a.shift)
+    return y
+
+
 def smooth_constants(a: Smooth, dt: "DataType", lanes: int) -> list:
     p = _smooth_plan(a, dt)
     if p.low is not None:
