@@ -103,7 +103,7 @@ def main() -> None:
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
-    for kind in () if args.full_size else ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "wide_range"):
+    for kind in () if args.full_size else trained_nets.CLASSIFIERS:
         mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
         cal, test = data.x_train[:256], data.x_test[:n]
         rows.append(measure(f"digits {kind}", mod, 64, cal, test, arch, data.y_test[:n], options))

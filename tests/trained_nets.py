@@ -5,6 +5,7 @@
 - ``mobilenet``: depthwise-separable blocks (depthwise 3x3 + pointwise, ReLU6), GAP, dense;
 - ``efficientnet``: inverted residual blocks with SiLU and squeeze-and-excitation (sigmoid gates);
 - ``mobilenetv3``: the same blocks as MobileNetV3 has them (HardSwish, HardSigmoid gates);
+- ``prelu``: MTCNN's pattern, convs with a learned slope per channel and a max pool in ceil mode;
 - ``unet``: an encoder-decoder with ConvTranspose upsampling, a skip concat and a sigmoid output,
   trained to mark each digit's ink (the pixels above 0.4): a segmentation map, not logits;
 - ``detector``: a detection head's outputs on a 4x4 grid, YOLO-style: each cell's share of ink (a
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+# The networks that classify the digits (their logits compared with float's).
+CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "wide_range")
 
 
 @dataclass
@@ -98,6 +102,16 @@ def _plain() -> nn.Module:
         nn.Conv2d(1, 16, 3, padding=1, bias=False), *_bn_relu(16),
         nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), *_bn_relu(32),
         nn.Conv2d(32, 32, 3, padding=1, bias=False), *_bn_relu(32), _Head(32),
+    )  # fmt: skip
+
+
+def _prelu_net() -> nn.Module:
+    """MTCNN's pattern (convs with a learned slope per channel, PReLU; a max pool in ceil mode), with
+    batch norms (without them it learns too slowly for the suite)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.PReLU(16), nn.MaxPool2d(3, 2, ceil_mode=True),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.PReLU(32),
+        nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.PReLU(32), _Head(32),
     )  # fmt: skip
 
 
@@ -241,8 +255,8 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 
 @functools.cache
 def trained(kind: str) -> nn.Module:
-    """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "unet",
-    "detector" or "wide_range"."""
+    """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu",
+    "unet", "detector" or "wide_range"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -251,6 +265,8 @@ def trained(kind: str) -> nn.Module:
         return _train(_mobilenet(), data)
     if kind == "efficientnet":
         return _train(_efficientnet(), data, epochs=20)
+    if kind == "prelu":
+        return _train(_prelu_net(), data, epochs=20)
     if kind == "mobilenetv3":
         return _train(_mobilenetv3(), data, epochs=20)
     if kind == "unet":

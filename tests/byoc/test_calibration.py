@@ -32,7 +32,7 @@ def _logits(vm_main, x: np.ndarray) -> np.ndarray:
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("kind", ["resnet", "mobilenet", "mobilenetv3", "efficientnet", "wide_range"])
+@pytest.mark.parametrize("kind", trained_nets.CLASSIFIERS)
 def test_trained_network_keeps_its_answers_with_calibration(kind):
     """Top-1 on the held-back split within 0.5 point of float, no saturation on it after calibrating on
     the training split, logits within 1% of their range."""
