@@ -115,10 +115,11 @@ def vectors_to_tensor(
 
 
 def from_user_layout(x: np.ndarray, user_shape: Sequence[int]) -> np.ndarray:
-    """A tensor in the framework's layout (NCHW, or (batch, features)) -> the model's (n, h, w, c)."""
+    """A tensor in the framework's layout (NCHW, (batch, features) or (batch, steps, features)) ->
+    the model's (n, h, w, c)."""
     if len(user_shape) == 4:
         return np.ascontiguousarray(np.asarray(x).transpose(0, 2, 3, 1))
-    return np.asarray(x).reshape(1, 1, *np.shape(x))
+    return np.asarray(x).reshape((1,) * (4 - np.ndim(x)) + np.shape(x))
 
 
 def to_user_layout(y: np.ndarray, user_shape: Sequence[int]) -> np.ndarray:

@@ -69,3 +69,11 @@ def test_conv_plus_constant_matches_the_cpu(name, conv_bias):
     assert bool(on_cpu) != per_channel, ex.tensil_report.cpu_ops
     for op in on_cpu:  # the reason is numpy's reading of the shape
         assert "not per channel" in op["reason"] or "does not broadcast" in op["reason"], op["reason"]
+
+
+def test_a_sequences_features_are_its_channels():
+    """(B, S, K), a transformer's rows: the per-channel axis is K (the last), not S."""
+    assert broadcast_reason((16,), (2, 5, 16)) is None and broadcast_reason((1, 1, 16), (2, 5, 16)) is None
+    assert "varies along S" in broadcast_reason((5, 1), (2, 5, 16))
+    assert "varies along B" in broadcast_reason((2, 1, 1), (2, 5, 16))
+    np.testing.assert_array_equal(channel_values(np.arange(16.0), (2, 5, 16)), np.arange(16.0))

@@ -621,3 +621,41 @@ def test_onnx_prelu_after_other_ops(compare, producer):
     cpu, tcu, report, _ = compare(m, {k: grid(rng, tuple(v), -4, 4) for k, v in inputs.items()})
     assert cpu_ops(report) == []
     np.testing.assert_allclose(tcu, cpu, rtol=0, atol=2**-8)
+
+
+def test_onnx_dense_layers_on_a_sequence(compare):
+    """ONNX MatMul of a (B, S, K) sequence by a (K, N) constant, its bias (N,) along the features
+    (not along S, though S == N here), a sigmoid, a per-feature scale, a reshape to (B * S, N) and
+    a second layer: one partition, matching TVM's CPU build at FP32BP16."""
+    from dataclasses import replace
+
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.numbers import FP32BP16
+
+    b = OnnxBuilder(seed=4)
+    rng = np.random.default_rng(4)
+    w1, w2 = rng.standard_normal((16, 12)) / 4, rng.standard_normal((12, 8)) / 4
+    y = b.op("Add", [b.op("MatMul", ["x", b.const(w1)]), b.const(np.arange(12.0) / 6 - 1)])
+    y = b.op("Mul", [b.op("Sigmoid", [y]), b.const(rng.uniform(0.5, 2, 12))])
+    y = b.op("Reshape", [y, b.const(np.array([-1, 12]), dtype=np.int64)])
+    m = b.model({"x": [3, 12, 16]}, b.op("MatMul", [y, b.const(w2)]))
+    inputs = {"x": rng.standard_normal((3, 12, 16))}
+    cpu, tcu, report, _ = compare(m, inputs, arch=replace(PRESETS["pynqz1"], data_type=FP32BP16))
+    assert report.cpu_ops == [] and len(report.partitions) == 1, report.cpu_ops
+    assert np.abs(tcu - cpu).max() <= 1e-3 * np.ptp(cpu) + 1e-3  # sigmoid's pieces: within 5e-4
+
+
+def test_a_partition_of_reshapes_alone_stays_on_the_cpu_with_its_reason(compare):
+    """A reshape that keeps the TCU layout ((B, S, K) -> (B * S, K)) between two CPU ops would be a
+    partition computing nothing (its output a view of its input): it stays on the CPU, saying so."""
+    b = OnnxBuilder(seed=5)
+    y = b.op("Reshape", [b.op("Softmax", ["x"], axis=-1), b.const(np.array([-1, 6]), dtype=np.int64)])
+    m = b.model({"x": [2, 4, 6]}, b.op("Softmax", [y], axis=-1))
+    inputs = {"x": np.random.default_rng(5).standard_normal((2, 4, 6))}
+    import tvm_tensil
+
+    with pytest.warns(tvm_tensil.OffloadWarning):
+        cpu, tcu, report, _ = compare(m, inputs)
+    np.testing.assert_allclose(tcu, cpu, rtol=1e-6)
+    (reshape,) = [op for op in report.cpu_ops if op["op"] == "relax.reshape"]
+    assert "nothing for the TCU to compute" in reshape["reason"]

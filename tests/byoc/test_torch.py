@@ -400,3 +400,27 @@ def test_sigmoid_silu_tanh_gelu_run_on_the_tcu_in_one_partition():
         ("conv2d", ["silu"]), ("conv2d", ["silu"]), ("global_avg_pool", []), ("conv2d", ["silu"]),
         ("conv2d", ["sigmoid"]), ("mul", []), ("conv2d", []), ("conv2d", ["tanh"]), ("conv2d", ["gelu"]),
     ]  # fmt: skip
+
+
+class SequenceMLP(torch.nn.Module):
+    """A transformer's feed-forward block on a (B, S, K) sequence: Linear, GELU, Linear, the
+    residual add, then HardSwish, a PReLU and a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.out = torch.nn.Linear(24, 40), torch.nn.Linear(40, 24), torch.nn.Linear(24, 12)
+        self.act = torch.nn.PReLU()
+
+    def forward(self, x):
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(x))) + x
+        return self.out(self.act(torch.nn.functional.hardswish(y)))
+
+
+def test_dense_layers_on_a_sequence_are_one_partition():
+    """torch.export writes Linear on (B, S, K) as reshape to (B * S, K), matmul, reshape back: the
+    dense layers run on the rows themselves (no reshape splits them, each activation fused into its
+    layer), and the outputs match TVM's CPU build at FP32BP16 (GELU's own error added)."""
+    torch.manual_seed(0)
+    report = _at_fp32bp16(SequenceMLP().eval(), torch.randn(2, 10, 24), atol=0.02)
+    assert report.cpu_ops == []
+    assert _nodes(report) == [("dense", ["gelu"]), ("dense", ["hard_sigmoid"]), ("dense", ["prelu"]), ("dense", [])]

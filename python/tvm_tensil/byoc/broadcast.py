@@ -2,12 +2,20 @@
 
 Every decision that a constant is *per channel* (a bias, a batch-norm scale, an affine shift)
 goes through ``per_channel``: shapes are aligned on the right, so a ``(C,)`` vector against an
-NCHW map varies along W, not along channels, even when C == W.
+NCHW map varies along W, not along channels, even when C == W. The channels are the axis the TCU
+lays along its lanes: C of NCHW, K of (B, K) and of a sequence's (B, S, K).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# The ranks the TCU takes, each with its channel axis and the names of its axes.
+LAYOUTS = {2: (1, "NC"), 3: (2, "BSK"), 4: (1, "NCHW")}
+
+
+def channel_axis(rank: int) -> int:
+    return LAYOUTS[rank][0]
 
 
 def _aligned(const_shape: tuple, x_shape: tuple) -> tuple | None:
@@ -18,16 +26,16 @@ def _aligned(const_shape: tuple, x_shape: tuple) -> tuple | None:
 
 
 def broadcast_reason(const_shape: tuple, x_shape: tuple) -> str | None:
-    """None if a constant of ``const_shape`` added to (or multiplying) an NCHW or (N, C) tensor of
-    ``x_shape`` is one value per channel (or one value), else what it is instead."""
+    """None if a constant of ``const_shape`` added to (or multiplying) an NCHW, (N, C) or (B, S, K)
+    tensor of ``x_shape`` is one value per channel (or one value), else what it is instead."""
     const_shape, x_shape = tuple(const_shape), tuple(x_shape)
-    if len(x_shape) not in (2, 4):
-        return f"a rank-{len(x_shape)} tensor (the TCU takes NCHW or 2-D)"
+    if len(x_shape) not in LAYOUTS:
+        return f"a rank-{len(x_shape)} tensor (the TCU takes NCHW, (B, K) or (B, S, K))"
     aligned = _aligned(const_shape, x_shape)
     if aligned is None or any(d not in (1, n) for d, n in zip(aligned, x_shape)):
         return f"a constant of shape {const_shape} does not broadcast to {x_shape}"
-    axes = "NCHW" if len(x_shape) == 4 else "NC"
-    varying = [axes[i] for i, d in enumerate(aligned) if d != 1 and i != 1]
+    channel, axes = LAYOUTS[len(x_shape)]
+    varying = [axes[i] for i, d in enumerate(aligned) if d != 1 and i != channel]
     if varying:
         return f"a constant of shape {const_shape} varies along {', '.join(varying)} of {x_shape}, not per channel"
     return None
@@ -44,9 +52,11 @@ def channel_values(value: np.ndarray, x_shape: tuple) -> np.ndarray | None:
     if not per_channel(value.shape, x_shape):
         return None
     aligned = value.reshape(_aligned(value.shape, x_shape))
-    return np.broadcast_to(aligned, (1, x_shape[1]) + (1,) * (len(x_shape) - 2)).reshape(x_shape[1])
+    shape = canonical_shape(x_shape)
+    return np.broadcast_to(aligned, shape).reshape(max(shape))
 
 
 def canonical_shape(x_shape: tuple) -> tuple:
-    """The shape a per-channel constant takes on the TCU path: (1, C, 1, 1) or (1, C)."""
-    return (1, x_shape[1]) + (1,) * (len(x_shape) - 2)
+    """The shape a per-channel constant takes on the TCU path: (1, C, 1, 1), (1, C) or (1, 1, K)."""
+    axis = channel_axis(len(x_shape))
+    return tuple(x_shape[axis] if i == axis else 1 for i in range(len(x_shape)))

@@ -78,6 +78,8 @@ def compile_partition(
     Raises whatever the frontend or the compiler raises."""
     symbol = str(func.attrs["global_symbol"])
     graph, io_shapes = relax_to_graph(func)
+    if not graph.nodes:
+        raise ValueError("only reshapes (views of its input): nothing for the TCU to compute")
     feeds = [
         {t: from_user_layout(np.asarray(v, dtype=np.float64), io_shapes[t]) for t, v in zip(graph.inputs, args)}
         for args in samples or ()

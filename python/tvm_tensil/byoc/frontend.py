@@ -1,8 +1,9 @@
 """Frontend: a Relax partition function (merged Tensil composites) -> ``compiler.Graph``.
 
-Relax tensors are NCHW (4-D) or (batch, features) (2-D); the graph's feature maps are
-(n, h, w, c), a 2-D tensor (B, K) becoming one row of B pixels: (1, 1, B, K), which lets a
-dense layer run as a single pointwise convolution over the row.
+Relax tensors are NCHW (4-D), (batch, features) (2-D) or a sequence's (batch, steps, features)
+(3-D); the graph's feature maps are (n, h, w, c), a 2-D tensor (B, K) becoming one row of B
+pixels: (1, 1, B, K), and a 3-D (B, S, K) B rows of S pixels: (1, B, S, K). A dense layer then
+runs as a single pointwise convolution over them.
 
 Constants are listed in the order TVM's ``RunCodegen`` delivers them to the runtime module
 (post-order over the function body), so constant indices in the graph match the arrays the
@@ -17,6 +18,7 @@ from tvm import relax
 from tvm.ir.prim.expr import IntImm
 
 from ..compiler.graph import Graph, Node, Tensor
+from .broadcast import LAYOUTS, channel_axis
 
 
 class FrontendError(ValueError):
@@ -63,12 +65,12 @@ def dtype_of(expr) -> str:
 
 
 def to_internal(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """Relax NCHW or (B, K) -> the graph's (n, h, w, c)."""
+    """Relax NCHW, (B, K) or (B, S, K) -> the graph's (n, h, w, c)."""
     if len(shape) == 4:
         n, c, h, w = shape
         return (n, h, w, c)
-    if len(shape) == 2:
-        return (1, 1, shape[0], shape[1])
+    if len(shape) in (2, 3):
+        return (1,) * (4 - len(shape)) + tuple(shape)
     raise FrontendError(f"tensors of rank {len(shape)} are not supported (shape {shape})")
 
 
@@ -258,9 +260,12 @@ def prelu_slopes(call: relax.Call) -> np.ndarray | None:
     if not _is_const(alpha):
         return None
     shape, a = shape_of(x), alpha.value.numpy().reshape(-1)
+    if len(shape) not in LAYOUTS:
+        return None
+    axis = channel_axis(len(shape))
     if a.size == 1:
-        return np.repeat(a, shape[1])
-    return a if int(call.attrs.axis) % len(shape) == 1 and a.size == shape[1] else None
+        return np.repeat(a, shape[axis])
+    return a if int(call.attrs.axis) % len(shape) == axis and a.size == shape[axis] else None
 
 
 # Relax ops computed by the compiler's smooth functions, and the function each is.

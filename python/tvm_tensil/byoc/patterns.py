@@ -57,12 +57,15 @@ def _float32(*exprs) -> str | None:
     return None
 
 
-def _rank(expr, ranks=(2, 4)) -> str | None:
+def _rank(expr, ranks=(2, 3, 4)) -> str | None:
     try:
         s = shape_of(expr)
     except ValueError as e:
         return str(e)
-    return None if len(s) in ranks else f"rank {len(s)} tensor (the TCU takes NCHW or 2-D)"
+    if len(s) in ranks:
+        return None
+    takes = {(4,): "NCHW", (2, 4): "NCHW or (B, K)", (2, 3, 4): "NCHW, (B, K) or (B, S, K)"}[tuple(ranks)]
+    return f"rank {len(s)} tensor (the TCU takes {takes} here)"
 
 
 def _needs_registers(arch: Architecture, what: str) -> str | None:
@@ -123,8 +126,8 @@ def check_matmul(arch: Architecture, call: relax.Call) -> str | None:
     x, w = call.args
     if err := _float32(x, w):
         return err
-    if len(shape_of(x)) != 2 or len(shape_of(w)) != 2:
-        return "matmul of other than a 2-D input and a 2-D constant weight"
+    if len(shape_of(x)) not in (2, 3) or len(shape_of(w)) != 2:
+        return "matmul of other than a (B, K) or (B, S, K) input and a 2-D constant weight"
     return None
 
 
@@ -322,6 +325,8 @@ def check_reshape(arch: Architecture, call: relax.Call) -> str | None:
         src == dst
         or (len(src) == 4 and src[2:] == (1, 1) and dst == src[:2])
         or (len(dst) == 4 and dst[2:] == (1, 1) and src == dst[:2])
+        # Rows of pixels regrouped ((B, S, K) <-> (B * S, K)): the same pixels in the same order.
+        or (len(src) in (2, 3) and len(dst) in (2, 3) and src[-1] == dst[-1])
     )
     return None if ok else f"reshape {src} -> {dst} reorders data in the TCU layout"
 

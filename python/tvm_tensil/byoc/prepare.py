@@ -22,7 +22,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
-from .broadcast import canonical_shape, channel_values
+from .broadcast import LAYOUTS, canonical_shape, channel_axis, channel_values
 from .frontend import dtype_of, shape_of, softplus_reason
 
 
@@ -44,7 +44,7 @@ def _channel_vector(c, x_shape) -> np.ndarray | None:
 
 
 def _broadcast_like(vec: np.ndarray, x_shape) -> np.ndarray:
-    return vec.reshape((1, -1, 1, 1) if len(x_shape) == 4 else (1, -1))
+    return vec.reshape(canonical_shape(tuple(x_shape)))
 
 
 def _rules():
@@ -396,8 +396,10 @@ def _stacked_extremum_to_pairs():
 def _prelu(x, slopes) -> relax.Expr | None:
     """``prelu(x, slopes)`` when the constant ``slopes`` holds one value per channel of x."""
     shape = shape_of(x)
-    alpha = channel_values(_value(slopes), shape) if len(shape) in (2, 4) else None
-    return None if alpha is None else relax.op.nn.prelu(x, _const(alpha.astype(np.float32)), axis=1)
+    alpha = channel_values(_value(slopes), shape) if len(shape) in LAYOUTS else None
+    if alpha is None:
+        return None
+    return relax.op.nn.prelu(x, _const(alpha.astype(np.float32)), axis=channel_axis(len(shape)))
 
 
 def _where_to_prelu():
@@ -512,6 +514,28 @@ def _permute_into_dense():
     return pat, r
 
 
+def _dense_on_rows():
+    """``reshape(matmul(reshape(x, (B * S, K)), W) [+ b], (B, S, N))`` (torch.export's Linear on a
+    (B, S, K) sequence) is the dense layer on x itself: its activation then follows it directly."""
+    x, w, b, s_in, s_out = wildcard(), is_const(), is_const(), wildcard(), wildcard()
+    flat = is_op("relax.reshape")(x, s_in)
+    dense = is_op("relax.matmul")(flat, w)
+    biased = is_op("relax.add")(dense, b)
+    pat = is_op("relax.reshape")(dense | biased, s_out)
+
+    def r(expr, m):
+        shape = shape_of(m[x])
+        rows, cols = shape_of(m[w])
+        if len(shape) != 3 or shape_of(m[flat]) != (shape[0] * shape[1], rows) or shape_of(expr) != shape[:2] + (cols,):
+            return expr
+        y = relax.op.matmul(m[x], m[w])
+        if b in m and len(shape_of(m[b])) <= 2 and shape_of(m[b])[-1] == cols and np.prod(shape_of(m[b])) == cols:
+            return relax.op.add(y, _const(_value(m[b]).reshape(cols)))
+        return expr if b in m else y
+
+    return pat, r
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
@@ -520,7 +544,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
+             _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
