@@ -15,6 +15,9 @@ outputs' range (over the test and calibration inputs; also counted against the t
 ``--error-target SHARE`` gives the calibrated builds that error target (weights in two parts where
 the simulation needs them; docs/compiler.md, "Scales"), written to ``..._target<SHARE>.json``.
 
+``--only PREFIX`` measures the networks whose name starts with PREFIX and replaces their rows in the
+output file (the other rows stay as they were measured).
+
 ``--full-size`` builds the zoo networks at their published input sizes (ResNet-50 v2 224, YOLOv4-tiny
 416, MobileNet-v2 224) instead of ResNet-20 v2 and small MobileNet-v2 / YOLOv4-tiny inputs.
 """
@@ -87,6 +90,10 @@ def main() -> None:
         "--error-target", type=float, metavar="SHARE",
         help="calibrated builds with CompileOptions(error_target=SHARE), e.g. 0.01 (weights in two parts)",
     )  # fmt: skip
+    p.add_argument(
+        "--only", help="measure the networks whose name starts with this (e.g. YOLOv4, 'digits prelu') and "
+        "replace their rows in the output, keeping the others",
+    )  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="random networks measured at once (processes)")
     p.add_argument("-o", "--output", help="default: results/calibration[_<data type>][_full|_random].json")
     args = p.parse_args()
@@ -103,7 +110,10 @@ def main() -> None:
     rows = []
     data = trained_nets.digits()
     n = len(data.x_test) // 64 * 64
+    chosen = lambda name: not args.only or name.startswith(args.only)  # noqa: E731
     for kind in () if args.full_size else trained_nets.CLASSIFIERS:
+        if not chosen(f"digits {kind}"):
+            continue
         mod = trained_nets.relax_module(trained_nets.trained(kind), 64)
         cal, test = data.x_train[:256], data.x_test[:n]
         rows.append(measure(f"digits {kind}", mod, 64, cal, test, arch, data.y_test[:n], options))
@@ -119,9 +129,15 @@ def main() -> None:
         ("MobileNet-v2 (224)", lambda: zoo.mobilenetv2(softmax=False), (3, 224, 224)),
     )
     for name, model, shape in full if args.full_size else small:
+        if not chosen(name):
+            continue
         xs = rng.standard_normal((20, *shape)).astype(np.float32)
         mod = from_onnx(model(), keep_params_in_input=False)
         rows.append(measure(name, mod, 1, xs[:16], xs[16:], arch, None, options))
+    if args.only and output.exists():  # the other networks' rows as they were
+        fresh = {r["network"]: r for r in rows}
+        kept = json.loads(output.read_text())["rows"]
+        rows = [fresh.pop(r["network"], r) for r in kept] + list(fresh.values())
     result = {"arch": arch.name, "data_type": arch.data_type.name, "error_target": options.error_target,
               "machine": describe(), "rows": rows}  # fmt: skip
     output.parent.mkdir(parents=True, exist_ok=True)
