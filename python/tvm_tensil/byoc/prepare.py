@@ -529,9 +529,10 @@ def _dense_on_rows():
         if len(shape) != 3 or shape_of(m[flat]) != (shape[0] * shape[1], rows) or shape_of(expr) != shape[:2] + (cols,):
             return expr
         y = relax.op.matmul(m[x], m[w])
-        if b in m and len(shape_of(m[b])) <= 2 and shape_of(m[b])[-1] == cols and np.prod(shape_of(m[b])) == cols:
-            return relax.op.add(y, _const(_value(m[b]).reshape(cols)))
-        return expr if b in m else y
+        if b not in m:
+            return y
+        bias = _channel_vector(m[b], shape[:2] + (cols,))  # numpy's rule, as for any bias
+        return expr if bias is None else relax.op.add(y, _const(bias))
 
     return pat, r
 
