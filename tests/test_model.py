@@ -180,3 +180,35 @@ def test_tensor_layout_channel_blocks():
     np.testing.assert_array_equal(vectors_to_tensor(v, x.shape, 8), x)
     with pytest.raises(ModelError, match="do not hold a tensor of shape"):
         vectors_to_tensor(v[:-1], x.shape, 8)
+
+
+def test_an_input_written_as_windows_survives_files_and_counts_saturation_once(tmp_path):
+    """A model whose input the host writes as its first conv's windows: saved and loaded (and its
+    partition through JSON) it still takes the input in its own shape; a value beyond the range
+    is counted once, not once per window it falls in."""
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.partition import CompiledPartition
+
+    rng = np.random.default_rng(3)
+    w = rng.integers(-4, 4, (8, 3, 3, 3)) / 16
+    g = Graph(
+        {"x": Tensor("x", (1, 6, 6, 3)), "y": Tensor("y", (1, 6, 6, 8))},
+        [Node("conv2d", ["x"], "y", dict(weight=0, padding=(1, 1, 1, 1)))],
+        ["x"], ["y"], [w],
+    )  # fmt: skip
+    part = compile_graph(g, ARCH, "win")
+    assert part.inputs["x"].patches is not None
+    assert CompiledPartition.from_json(part.to_json()).inputs == part.inputs
+    part.model(g.constants).save(tmp_path)
+    model = TensilModel.load(tmp_path / "win.tmodel")
+    x = rng.integers(-16, 16, (1, 6, 6, 3)) / 16
+    x[0, 2, 2, 0] = 1000.0  # in 9 windows
+    with pytest.warns(SaturationWarning, match="input 'x' has 1 values outside"):
+        y = Emulator(ARCH).run_model(model, {"x": x})["y"]
+    clipped = np.minimum(x, ARCH.data_type.max_float)
+    padded = np.pad(clipped, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(padded[:, ky : ky + 6, kx : kx + 6] @ w[:, :, ky, kx].T for ky in range(3) for kx in range(3))
+    np.testing.assert_allclose(y, want, atol=2**-8 * 27)
+    with pytest.raises(ModelError, match="malformed 'patches'"):
+        model.extras["inputs"]["x"]["patches"] = {"source": [1, 6, 6, 3]}
+        model.patches("x")

@@ -25,6 +25,7 @@ import numpy as np
 from .arch import Architecture, ArchitectureError
 from .isa.layout import InstructionLayout, layout_of
 from .isa.program import Program, ProgramError
+from .placement import Patches
 
 __all__ = [
     "ModelError",
@@ -182,6 +183,16 @@ class TensilModel:
     def block_major(self, name: str, outputs: bool = False) -> bool:
         """Whether the tensor is stored block by block (our extension; Tensil's models are not)."""
         return self._tensor_info(name, outputs).get("layout") == "block-major"
+
+    def patches(self, name: str) -> Patches | None:
+        """How the host writes an input as a conv's windows (our extension), if it does."""
+        info = self._tensor_info(name, False).get("patches")
+        if not isinstance(info, dict):
+            return None
+        try:
+            return Patches.from_json(info)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"model '{self.name}': input '{name}' has a malformed 'patches' entry ({e})") from None
 
     def user_shape(self, name: str, outputs: bool = False) -> tuple[int, ...] | None:
         """The tensor's shape in the framework's layout (NCHW or (batch, features)) if the model

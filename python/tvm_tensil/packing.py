@@ -52,6 +52,13 @@ def group_blocks(out_channels: int, in_channels: int, groups: int, n: int) -> li
     return out
 
 
+def patch_kernel(w: np.ndarray) -> np.ndarray:
+    """A conv's weight (O, I, KH, KW) as the 1x1 conv over its windows: (O, KH * KW * I, 1, 1),
+    input channel ``(ky * KW + kx) * I + i`` (``placement.Patches``' order)."""
+    o, i, kh, kw = np.shape(w)
+    return np.asarray(w).transpose(0, 2, 3, 1).reshape(o, kh * kw * i, 1, 1)
+
+
 @packer("conv_weights")
 def pack_conv_weights(
     consts,
@@ -64,6 +71,7 @@ def pack_conv_weights(
     bias_tap: Sequence[int] | None = None,
     phase: Sequence[int] | None = None,
     residue: Sequence[int] | None = None,
+    patches: bool = False,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
@@ -79,8 +87,11 @@ def pack_conv_weights(
     are permuted to match. (C, H, W, blocks per pixel): a library built before the block-major
     layout, whose program reads the map as (h, w, c padded to that many blocks) lanes.
     ``phase``: the weight is a transposed conv's; its phase's kernel is packed (``phase_kernel``).
+    ``patches``: the conv reads its input as its windows; packed as a 1x1 conv (``patch_kernel``).
     """
     w = np.asarray(consts[weight], dtype=np.float64)
+    if patches:
+        w = patch_kernel(w)
     if phase is not None:
         w = phase_kernel(w, phase)
     if flatten is not None:

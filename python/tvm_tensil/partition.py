@@ -52,7 +52,12 @@ class CompiledPartition:
             consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
         extras = {
             kind: {
-                name: {"shape": list(p.shape), "channels_padded": p.channels_padded, "layout": "block-major"}
+                name: {
+                    "shape": list(p.patches.source if p.patches else p.shape),
+                    "channels_padded": p.channels_padded,
+                    "layout": "block-major",
+                }
+                | ({"patches": p.patches.to_json()} if p.patches else {})
                 | ({"user_shape": list(self.user_shapes[name])} if name in self.user_shapes else {})
                 | ({"shift": self.shifts[name]} if self.shifts.get(name) else {})
                 | ({"source": self.sources[name]} if kind == "inputs" and name in self.sources else {})
@@ -100,8 +105,8 @@ class CompiledPartition:
             arch=arch,
             program=Program(base64.b64decode(d["program"]), layout_of(arch), d["name"]),
             recipes=[ConstRecipe.from_json(r) for r in d["recipes"]],
-            inputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["inputs"].items()},
-            outputs={k: TensorPlacement(p["base"], tuple(p["shape"]), n) for k, p in d["outputs"].items()},
+            inputs={k: TensorPlacement.from_json(p, n) for k, p in d["inputs"].items()},
+            outputs={k: TensorPlacement.from_json(p, n) for k, p in d["outputs"].items()},
             report=d.get("report", {}),
             user_shapes={k: tuple(v) for k, v in d.get("user_shapes", {}).items()},
             shifts={k: int(v) for k, v in d.get("shifts", {}).items()},

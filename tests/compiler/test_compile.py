@@ -655,3 +655,48 @@ def test_every_weight_placed_in_dram1_is_read(preset):
             read[first : first + (int(size) + 1) * (1 << int(stride)) : 1 << int(stride)] = True
     unread = [r for r in part.recipes if not read[r.base : r.base + r.size].any()]
     assert not unread, f"{len(unread)} DRAM1 recipes no instruction reads: {unread[:3]}"
+
+
+def matmul_vectors_of(part) -> int:
+    return sum(i.size + 1 for i in part.program.instructions() if i.opcode == Opcode.MATMUL)
+
+
+@pytest.mark.parametrize("arch", ["pynqz1", "ultra96v2_300mhz"])
+def test_an_rgb_input_is_written_as_its_first_convs_windows(arch):
+    """ResNet's stem (7x7, stride 2, 3 channels): the host writes the input as the conv's windows,
+    147 channels in a few blocks, and the conv is a 1x1 conv over them: exact, and far fewer
+    MatMul vectors than one nearly empty block per tap."""
+    arch = PRESETS[arch]
+    rng = np.random.default_rng(7)
+    w, bias, x = grid(rng, (8, 3, 7, 7), -4, 4), grid(rng, 8), grid(rng, (2, 13, 12, 3))
+    g, out = conv_graph(x.shape, w, bias, (2, 2), (3, 3, 3, 3), epilogue=[("relu", {})])
+    ref = np.maximum(conv2d_nhwc(x, w, bias, (2, 2), (3, 3, 3, 3), (1, 1)), 0)
+    y, part, emu = run(g, {"x": x}, arch)
+    y_plain, plain, _ = run(g, {"x": x}, arch, CompileOptions(input_patches=False))
+    np.testing.assert_array_equal(y[out], ref)
+    np.testing.assert_array_equal(y_plain[out], ref)
+    patches = part.inputs["x"].patches
+    assert patches is not None and plain.inputs["x"].patches is None
+    assert patches.kernel == (7, 7) and part.inputs["x"].shape == (2, 7, 6, 147)
+    assert matmul_vectors_of(part) * 2 < matmul_vectors_of(plain)
+    # The model file says how the host writes it; the input keeps its own shape.
+    model = part.model(g.constants)
+    assert model.patches("x") == patches and model.tensor_shape("x") == (2, 13, 12, 3)
+
+
+@pytest.mark.parametrize("case", ["wide input", "read twice", "depthwise", "pointwise"])
+def test_an_input_stays_a_map_where_windows_do_not_pay(case):
+    from tvm_tensil.compiler.compile import with_input_patches
+
+    rng = np.random.default_rng(1)
+    c = 16 if case == "wide input" else 3
+    k = 1 if case == "pointwise" else 3
+    groups = 3 if case == "depthwise" else 1
+    w = grid(rng, (3 if groups == 3 else 8, c // groups, k, k))
+    g, _ = conv_graph((1, 8, 8, c), w, None, padding=(k // 2,) * 4, groups=groups)
+    if case == "read twice":
+        g.nodes.append(Node("conv2d", ["x"], "z", dict(weight=0, padding=(1, 1, 1, 1))))
+        g.tensors["z"] = Tensor("z", g.tensors["y"].shape)
+        g.outputs.append("z")
+    graph, stored = with_input_patches(g, PRESETS["ultra96v2_300mhz"])
+    assert stored == {} and graph is g

@@ -12,7 +12,7 @@ from ..isa.instructions import Direction, InvalidInstruction, MatMulFlag, Opcode
 from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
-from ..placement import TensorPlacement
+from ..placement import Patches, TensorPlacement
 from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
@@ -394,14 +394,19 @@ def calibrate(
     return choose_scales(graph, stats, arch, held, inputs, error_target), stats
 
 
-def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPlacement], Dram0Allocator]:
+def place_tensors(
+    graph: Graph, arch: Architecture, patches: dict[str, Patches] | None = None
+) -> tuple[dict[str, TensorPlacement], Dram0Allocator]:
     """Every tensor's DRAM0 placement (inputs and outputs first, intermediates by lifetime, views
-    on their sources' storage) and the allocator, which places the scheduler's temporaries above."""
+    on their sources' storage) and the allocator, which places the scheduler's temporaries above.
+    ``patches``: the inputs the host writes as a conv's windows (``with_input_patches``)."""
     dram0 = Dram0Allocator(arch)
     place: dict[str, TensorPlacement] = {}
     for t in list(graph.inputs) + list(graph.outputs):
         if t not in place and t not in graph.views:
             place[t] = dram0.alloc(graph.tensors[t].shape, f"tensor '{t}'", check=False)
+            if patches and t in patches:
+                place[t] = replace(place[t], patches=patches[t])
     place.update(dram0.plan({t: graph.tensors[t].shape for t in graph.tensors}, _lifetimes(graph, set(place))))
     for view, (src, kind) in _views_in_order(graph):
         if kind == "flatten":
@@ -417,6 +422,50 @@ def place_tensors(graph: Graph, arch: Architecture) -> tuple[dict[str, TensorPla
                 raise ScheduleError(f"reshape {sp.shape} -> {vp.shape} changes the storage")
             place[view] = vp
     return place, dram0
+
+
+# An input is written as windows where that takes at most this share of the conv's MatMuls, and
+# at most this many times its own DRAM0 vectors (what the host writes).
+PATCHES_MATMUL_SHARE = 2 / 3
+PATCHES_GROWTH = 8
+
+
+def with_input_patches(graph: Graph, arch: Architecture) -> tuple[Graph, dict[str, Patches]]:
+    """Each partition input read only by a conv whose windows fill far fewer channel blocks than
+    its taps take one by one (an RGB image's first conv: 27 channels are 2 blocks of 16, its 9 taps
+    9 blocks), stored as those windows: the conv becomes a 1x1 conv over them (``Conv.patches``).
+    Returns the graph and the inputs so stored (the caller's graph is left as it was)."""
+    n = arch.array_size
+    shared = set(graph.outputs) | set(graph.views) | {src for src, _ in graph.views.values()}
+    tensors, nodes, stored = dict(graph.tensors), list(graph.nodes), {}
+    for t in graph.inputs:
+        users = graph.consumers(t)
+        if t in shared or len(users) != 1 or users[0].op != "conv2d" or users[0].inputs.count(t) != 1:
+            continue
+        node = users[0]
+        a = node.attrs
+        if (
+            node.inputs[0] != t or a.weight is None or a.layout != "OIHW" or a.groups != 1 or a.transposed
+            or a.phase is not None or a.flatten is not None or a.patches
+        ):  # fmt: skip
+            continue
+        kh, kw = kernel_size(graph.constants, a)
+        source = graph.tensors[t].shape
+        c = source[3]
+        window = Patches(tuple(source), (kh, kw), tuple(a.strides), tuple(a.padding), tuple(a.dilation))
+        blocks, before = -(-kh * kw * c // n), kh * kw * -(-c // n)
+        shape = window.shape
+        grows = (shape[1] * shape[2] * blocks) / (source[1] * source[2] * -(-c // n))
+        if blocks > PATCHES_MATMUL_SHARE * before or grows > PATCHES_GROWTH:
+            continue
+        tensors[t] = Tensor(t, shape)
+        nodes[nodes.index(node)] = replace(
+            node, attrs=replace(a, patches=True, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
+        )
+        stored[t] = window
+    if not stored:
+        return graph, {}
+    return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, graph.views), stored
 
 
 def compile_graph(
@@ -459,7 +508,8 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     graph, scaling = apply_shifts(graph, choice.shifts if choice else {}, stats)
     graph = fuse(without_identity_rescales(graph))
     graph = expand_transposed(mark_flattened(graph))
-    place, dram0 = place_tensors(graph, arch)
+    graph, patches = with_input_patches(graph, arch) if options.input_patches else (graph, {})
+    place, dram0 = place_tensors(graph, arch, patches)
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options)

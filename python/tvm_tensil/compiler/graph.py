@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..packing import phase_kernel
+from ..packing import patch_kernel, phase_kernel
 from .elementwise import ACTIVATIONS, NoAttrs
 
 
@@ -60,6 +60,8 @@ class Conv:
     ``weight``/``bias``: constant indices (the weight (O, I/groups, KH, KW), or (K, M) for a dense
     layer's matmul: ``layout == "KM"``). ``residual``: a second input added to the result (a fused
     residual add). ``flatten``: (c, h, w) of an NCHW map the dense layer reads flattened in place.
+    ``patches``: the input is stored as this conv's windows (``placement.Patches``): a 1x1 conv
+    over ``kh * kw * c`` channels, its weight's rows in that order (``packing.patch_kernel``).
 
     ``transposed``: a transposed conv: the weight is (I, O, KH, KW) and output pixel ``y`` receives
     input pixel ``i`` through tap ``ky`` where ``y = i * stride - pad_top + ky``. Before scheduling it
@@ -84,12 +86,15 @@ class Conv:
     transposed: bool = False
     phase: tuple[int, int, int, int] | None = None
     residue: int = 0
+    patches: bool = False
 
 
 def conv_kernel(constants, attrs: Conv) -> np.ndarray:
     """The weight a conv multiplies by: (O, I/groups, KH, KW), or (K, M) for a dense layer; a
     transposed conv's phase picks its taps from the transposed weight."""
     w = np.asarray(constants[attrs.weight])
+    if attrs.patches:
+        return patch_kernel(w)
     return phase_kernel(w, attrs.phase) if attrs.phase is not None else w
 
 
@@ -103,7 +108,7 @@ def grouped(constants, attrs: Conv) -> bool:
 
 def kernel_size(constants, attrs: Conv) -> tuple[int, int]:
     """(KH, KW) of the conv's window (a dense layer's: 1x1)."""
-    if attrs.layout == "KM":
+    if attrs.layout == "KM" or attrs.patches:
         return 1, 1
     kh, kw = np.shape(constants[attrs.weight])[2:]
     if attrs.phase is not None:
@@ -119,6 +124,8 @@ def kernel_terms(constants, attrs: Conv) -> float:
         return float(w[0])
     if attrs.transposed:
         return float(w[0] * w[2] * w[3]) / (attrs.strides[0] * attrs.strides[1])
+    if attrs.patches:
+        return float(w[1] * w[2] * w[3])
     kh, kw = kernel_size(constants, attrs)
     return float(w[1] * kh * kw)
 
@@ -135,7 +142,7 @@ def weight_vectors(constants, attrs: Conv, n: int) -> int:
     per output block and tap); a grouped conv's are a dense conv's (zeroes between groups)."""
     if attrs.weight is None:
         return 0
-    w = np.shape(constants[attrs.weight])
+    w = np.shape(conv_kernel(constants, attrs) if attrs.patches else constants[attrs.weight])
     if attrs.layout == "KM":  # (K, M): a 1x1 conv of K inputs and M outputs
         return math.ceil(w[1] / n) * math.ceil(w[0] / n) * (n + 1)
     if attrs.transposed:  # (I, O, KH, KW); its phases share the taps out

@@ -203,7 +203,9 @@ class Device(ABC):
             if shape is not None and tuple(x.shape) != shape:
                 raise ModelError(f"input '{name}' has shape {tuple(x.shape)}; the model expects {shape}")
             cpad = model.channels_padded(name)
-            need = vectors_for_shape(x.shape, n, cpad)
+            patches = model.patches(name)
+            stored = patches.shape if patches else x.shape
+            need = vectors_for_shape(stored, n, cpad)
             if need != total:
                 raise ModelError(
                     f"input '{name}' of shape {tuple(x.shape)} takes {need} "
@@ -213,7 +215,8 @@ class Device(ABC):
                 raise ModelError(f"input '{name}' holds NaN values; the TCU's fixed-point numbers have no NaN")
             clipped = SaturationCounter()
             scale = 2.0 ** model.shift(name)
-            vec = tensor_to_vectors(dt.from_float(x * scale, clipped), n, cpad, model.block_major(name))
+            q = dt.from_float(x * scale, clipped)  # (saturation counted once per value, before the windows)
+            vec = tensor_to_vectors(patches.gather(q) if patches else q, n, cpad, model.block_major(name))
             if warn_saturation and clipped.count:
                 warnings.warn(
                     SaturationWarning(

@@ -34,6 +34,10 @@ class CompileOptions:
     # for. Where the simulation on calibration samples finds more, layers compute their weights in
     # two parts (a second MatMul each: their MACs doubled) until it is met. None: never.
     error_target: float | None = 0.01
+    # A partition input read only by a conv whose windows hold few channels (an RGB image's first
+    # conv) is written by the host as those windows (``placement.Patches``): the conv becomes a 1x1
+    # conv over a few channel blocks in place of one nearly empty block per tap.
+    input_patches: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

@@ -136,6 +136,7 @@ def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, short
     else:
         extra = {"flatten": list(a.flatten)} if a.flatten else {}
         extra |= {"phase": list(a.phase)} if a.phase else {}
+        extra |= {"patches": True} if a.patches else {}
         extra |= {"residue": [a.residue, ctx.arch.data_type.binary_point]} if a.residue else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
