@@ -700,3 +700,30 @@ def test_an_input_stays_a_map_where_windows_do_not_pay(case):
         g.outputs.append("z")
     graph, stored = with_input_patches(g, PRESETS["ultra96v2_300mhz"])
     assert stored == {} and graph is g
+
+
+def test_a_tiles_last_epilogue_runs_beside_the_next_tiles_matmuls():
+    """One output block, many tiles, a ReLU6: with banks and two buffers each tile's epilogue and
+    gather wait for the next tile's MatMuls (the array is not idle while the SIMD unit works) and
+    the tile's stores go out once its gather has: exact either way."""
+    rng = np.random.default_rng(9)
+    x_shape = (1, 40, 40, 16)
+    w, bias, x = grid(rng, (8, 16, 1, 1), -2, 2), grid(rng, 8), grid(rng, x_shape)
+    clip = [("clip", {"lo": 0.0, "hi": 6.0})]
+    g, out = conv_graph(x_shape, w, bias, epilogue=clip)
+    ref = np.clip(conv2d_nhwc(x, w, bias), 0, 6)
+    y, part, _ = run(g, {"x": x}, options=CompileOptions(pipeline_tiles=True))
+    y_plain, plain, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y[out], ref)
+    np.testing.assert_array_equal(y_plain[out], ref)
+    f = part.program.fields()
+    ops = f.opcode.tolist()
+    # Some SIMD (an epilogue) comes after a MatMul that starts a later tile than its own: the
+    # MatMuls' accumulator addresses restart at a bank's base while SIMDs of the other bank follow.
+    half = ARCH.accumulator_depth // 2
+    banks = [(op, (a1 if op == int(Opcode.MATMUL) else a0) >= half) for op, a0, a1 in zip(ops, f.addr0, f.addr1)]
+    switches = [
+        i for i in range(1, len(banks))
+        if banks[i][0] == int(Opcode.SIMD) and banks[i - 1][0] == int(Opcode.MATMUL) and banks[i][1] != banks[i - 1][1]
+    ]  # fmt: skip
+    assert switches, "no epilogue ran beside another bank's MatMuls"

@@ -38,6 +38,10 @@ class CompileOptions:
     # conv) is written by the host as those windows (``placement.Patches``): the conv becomes a 1x1
     # conv over a few channel blocks in place of one nearly empty block per tap.
     input_patches: bool = True
+    # A banked, double-buffered conv's last epilogue of a tile runs beside the next tile's MatMuls
+    # (off: measured faster on MobileNet-v2 and YOLOv4-tiny, slower on ResNet-50 v2 and on a
+    # DRAM-bound 1x1 conv; to become a choice of the plan search).
+    pipeline_tiles: bool = False
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

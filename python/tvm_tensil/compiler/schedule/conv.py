@@ -461,7 +461,7 @@ class _Stream:
     backlog that the next block's MatMuls release (a MatMul of k vectors keeps the array busy while
     up to k instructions dispatch beside it)."""
 
-    def __init__(self, ctx: Context, out: Out, p: ConvPlan):
+    def __init__(self, ctx: Context, out: Out, p: ConvPlan, residual: bool):
         self.ctx, self.lir, self.p = ctx, out.lir, p
         self.overlap = Overlap(out.lir, ctx.arch)
         self.backlog = no_rows()
@@ -471,6 +471,11 @@ class _Stream:
             for g in range(len(p.weights.groups[ob]))
         ]  # fmt: skip
         self.seq = 0  # the next group to use
+        # Banked and double-buffered, without a shortcut to load into the store buffers: a tile's
+        # last epilogue and gather wait in the backlog for the next tile's first MatMuls, and its
+        # stores (``waiting``) are deferred once that gather is out.
+        self.pipelined = ctx.options.pipeline_tiles and p.banked and p.buffers == 2 and not residual
+        self.waiting: list = []
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -486,6 +491,12 @@ class _Stream:
     def load_weights(self, local: int, size: int) -> None:
         self.lir.load_weights(local, size)
         self.overlap.compute(size + 4)
+
+    def defer_waiting(self) -> None:
+        """The stores of the tile whose last gather the backlog just released."""
+        for move in self.waiting:
+            self.overlap.defer(*move)
+        self.waiting = []
 
     def later(self, emit) -> None:
         """``emit(lir)`` now or, banked, into the end of the backlog."""
@@ -523,10 +534,10 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> Ha
         cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
-    s = _Stream(ctx, out, p)
+    s = _Stream(ctx, out, p, bool(node.attrs.residual))
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
-            s.overlap.pending.extend(moves)
+            s.overlap.defer_moves(moves)
     full_rows = p.cols == result.shape[2]
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
     geometry = m.geometry
@@ -548,10 +559,13 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> Ha
             left = _keep_in_local(node, ctx, p, tile)
             continue
         move = s.overlap.defer if p.buffers == 2 else lir.datamove
+        if s.pipelined:
+            move = lambda *run: s.waiting.append(run)  # noqa: E731
         flush(result, tile, m.stores[i % p.buffers], move)
         if node.attrs.second:
             flush(ctx.place[node.attrs.second.output], tile, m.stores2[i % p.buffers], move)
     s.release()
+    s.defer_waiting()
     s.overlap.drain()
     return left
 
@@ -583,6 +597,12 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
         bank = (i * len(p.weights.groups) + ob) % len(cvecs)  # the accumulator bank of this output block
         acc0 = bank * (ctx.arch.accumulator_depth // 2)
         _emit_block(node, ctx, s, p, i, ob, acc0, cvecs[bank], plane, runs, streamed)
+    if s.pipelined and i + 1 < len(p.tiles):
+        # The tile's last epilogue and gather go out beside the next tile's MatMuls, which read
+        # the next slab: its loads are issued; stores still deferred may wait.
+        lo = m.slabs[(i + 1) % 2]
+        s.overlap.settle(lo, lo + abs(m.slabs[1] - m.slabs[0]))
+        return geometry
     s.release()  # the tile's last epilogue and gather, before its stores
     s.overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
     return geometry
@@ -644,6 +664,12 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         if slots == 1 and s.seq < len(s.sequence):
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
     s.release()  # what the block before still had to do
+    s.defer_waiting()
+    if s.pipelined:  # the stores of the tile before last that read the buffer this gather writes
+        s.overlap.settle(store + ob * count, store + (ob + 1) * count)
+        if second:
+            store2 = p.memory.stores2[i % p.buffers]
+            s.overlap.settle(store2 + ob * count, store2 + (ob + 1) * count)
 
     def finish(lir: LIR) -> None:
         emit_epilogue(lir, acc0, count, node.epilogue, cvec, ob)

@@ -17,14 +17,22 @@ from ..lir import LIR
 
 
 class Overlap:
+    """Deferred moves in three queues: the urgent ones (the next weights) and the other reads
+    pace by the DRAM readers' clock, the writes by the writers' (separate engines). A move is
+    never issued before an earlier-deferred one that touches the same local memory."""
+
     PIECE = 128  # vectors per deferred move
 
     def __init__(self, lir: LIR, arch: Architecture):
         self.lir = lir
         self.arch = arch
-        self.pending: deque = deque()
+        # Entries (seq, move, local lo, local hi): ``seq`` orders moves across the queues.
         self.urgent: deque = deque()
-        self.busy = 0  # cycles the DRAM engine is still expected to be busy
+        self.reads: deque = deque()
+        self.writes: deque = deque()
+        self.read_busy = 0  # cycles the DRAM readers are still expected to be busy
+        self.write_busy = 0  # and the writers
+        self._seq = 0
         self._cost: dict[tuple, int] = {}
 
     def defer(
@@ -38,33 +46,81 @@ class Overlap:
         urgent: bool = False,
     ) -> None:
         """A run, queued in pieces (a strided one whole)."""
-        queue = self.urgent if urgent else self.pending
+        queue = self.urgent if urgent else self.writes if _writes(direction) else self.reads
         if (local_step, step) != (1, 1):
-            queue.append((direction, local, address, size, local_step, step))
+            self._queue(queue, (direction, local, address, size, local_step, step))
             return
         for off in range(0, size, self.PIECE):
-            queue.append((direction, local + off, address + off, min(self.PIECE, size - off)))
+            self._queue(queue, (direction, local + off, address + off, min(self.PIECE, size - off)))
+
+    def defer_moves(self, moves) -> None:
+        """Moves as ``LIR.datamove`` takes them, each whole."""
+        for move in moves:
+            self._queue(self.writes if _writes(move[0]) else self.reads, tuple(move))
+
+    def _queue(self, queue: deque, move: tuple) -> None:
+        local, size = move[1], move[3]
+        local_step = move[4] if len(move) > 4 else 1
+        queue.append((self._seq, move, local, local + (size - 1) * local_step + 1))
+        self._seq += 1
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.urgent or self.reads or self.writes)
 
     def compute(self, cycles: int) -> None:
         """``cycles`` of compute were issued: issue the deferred moves that fit beside them."""
-        self.busy -= cycles
-        while (self.urgent or self.pending) and self.busy <= 0:
-            self._issue()
+        self.read_busy -= cycles
+        self.write_busy -= cycles
+        while self.read_busy <= 0 and (self.urgent or self.reads):
+            self._issue(self.urgent or self.reads)
+        while self.write_busy <= 0 and self.writes:
+            self._issue(self.writes)
 
     def need_urgent(self) -> None:
         """What comes next reads the urgent moves' data: issue them all now."""
         while self.urgent:
-            self._issue()
+            self._issue(self.urgent)
+
+    def settle(self, lo: int, hi: int) -> None:
+        """What comes next uses local memory ``[lo, hi)``: issue the deferred moves that touch it
+        (and what they wait for)."""
+        for queue in (self.urgent, self.reads, self.writes):
+            last = max((k for k, e in enumerate(queue) if e[2] < hi and lo < e[3]), default=-1)
+            for _ in range(last + 1):
+                if queue:  # (issuing another queue's move may have issued this one's first)
+                    self._issue(queue)
 
     def drain(self) -> None:
-        while self.urgent or self.pending:
-            self._issue()
-        self.busy = 0
+        while self.pending:
+            self._issue(min((q for q in (self.urgent, self.reads, self.writes) if q), key=lambda q: q[0][0]))
+        self.read_busy = self.write_busy = 0
 
-    def _issue(self) -> None:
-        move = (self.urgent or self.pending).popleft()
+    def _issue(self, queue: deque) -> None:
+        seq, move, lo, hi = queue[0]
+        for other in (self.urgent, self.reads, self.writes):  # earlier moves on the same local memory
+            while other and other is not queue and other[0][0] < seq and _earlier(other, seq, lo, hi):
+                self._issue(other)
+        queue.popleft()
         self.lir.datamove(*move)
         key = (move[0], move[3])
         if key not in self._cost:
             self._cost[key] = dram_move_cycles(self.arch, move[0], move[3])
-        self.busy = max(self.busy, 0) + self._cost[key]
+        if _writes(move[0]):
+            self.write_busy = max(self.write_busy, 0) + self._cost[key]
+        else:
+            self.read_busy = max(self.read_busy, 0) + self._cost[key]
+
+
+def _earlier(queue: deque, seq: int, lo: int, hi: int) -> bool:
+    """Whether a move deferred before ``seq`` in ``queue`` touches ``[lo, hi)``."""
+    for s, _, a, b in queue:
+        if s > seq:
+            return False
+        if a < hi and lo < b:
+            return True
+    return False
+
+
+def _writes(direction: Direction) -> bool:
+    return direction in (Direction.LOCAL_TO_DRAM0, Direction.LOCAL_TO_DRAM1)
