@@ -39,9 +39,8 @@ class CompileOptions:
     # conv over a few channel blocks in place of one nearly empty block per tap.
     input_patches: bool = True
     # A banked, double-buffered conv's last epilogue of a tile runs beside the next tile's MatMuls
-    # (off: measured faster on MobileNet-v2 and YOLOv4-tiny, slower on ResNet-50 v2 and on a
-    # DRAM-bound 1x1 conv; to become a choice of the plan search).
-    pipeline_tiles: bool = False
+    # (True), never (False), or where the latency model finds it faster (None).
+    pipeline_tiles: bool | None = None
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

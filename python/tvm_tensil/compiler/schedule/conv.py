@@ -229,8 +229,15 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
         plans.setdefault(p.key, p)
     # Narrower bands overlap more but reload weights more often: stop at the first band count that
     # loses to the one before it.
-    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p) for p in plans.values()]
-    return cheapest(ways, ctx, given, out, stop_when_worse=True)
+    choice = ctx.options.pipeline_tiles
+
+    def way(p: ConvPlan):
+        if not pipelines(node, p) or choice is not None:
+            return lambda c, g, o: emit(node, c, g, o, p, bool(choice))
+        both = [lambda c, g, o, pipelined=b: emit(node, c, g, o, p, pipelined) for b in (False, True)]
+        return lambda c, g, o: cheapest(both, c, g, o)
+
+    return cheapest([way(p) for p in plans.values()], ctx, given, out, stop_when_worse=True)
 
 
 def weight_plan(
@@ -461,7 +468,7 @@ class _Stream:
     backlog that the next block's MatMuls release (a MatMul of k vectors keeps the array busy while
     up to k instructions dispatch beside it)."""
 
-    def __init__(self, ctx: Context, out: Out, p: ConvPlan, residual: bool):
+    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool):
         self.ctx, self.lir, self.p = ctx, out.lir, p
         self.overlap = Overlap(out.lir, ctx.arch)
         self.backlog = no_rows()
@@ -471,10 +478,9 @@ class _Stream:
             for g in range(len(p.weights.groups[ob]))
         ]  # fmt: skip
         self.seq = 0  # the next group to use
-        # Banked and double-buffered, without a shortcut to load into the store buffers: a tile's
-        # last epilogue and gather wait in the backlog for the next tile's first MatMuls, and its
-        # stores (``waiting``) are deferred once that gather is out.
-        self.pipelined = ctx.options.pipeline_tiles and p.banked and p.buffers == 2 and not residual
+        # A tile's last epilogue and gather wait in the backlog for the next tile's first MatMuls,
+        # and its stores (``waiting``) are deferred once that gather is out (``pipelines``).
+        self.pipelined = pipelined
         self.waiting: list = []
 
     def release(self, limit: int | None = None) -> None:
@@ -521,8 +527,15 @@ class _Stream:
             self.overlap.defer(Direction.DRAM1_TO_LOCAL, base + local, dram1, size, urgent=True)
 
 
-def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> HandOver:
-    """The instructions of plan ``p``; returns what the conv leaves the next node."""
+def pipelines(node: Node, p: ConvPlan) -> bool:
+    """Whether a tile's last epilogue can run beside the next tile's MatMuls: banked, two slabs
+    and store buffers, and no shortcut to load into a store buffer still being stored."""
+    return p.banked and p.buffers == 2 and not node.attrs.residual
+
+
+def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipelined: bool = False) -> HandOver:
+    """The instructions of plan ``p`` (``pipelined``: see ``pipelines``); returns what the conv
+    leaves the next node."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir, m = out.lir, p.memory
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
@@ -534,7 +547,7 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan) -> Ha
         cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
-    s = _Stream(ctx, out, p, bool(node.attrs.residual))
+    s = _Stream(ctx, out, p, pipelined and pipelines(node, p))
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.defer_moves(moves)

@@ -78,9 +78,13 @@ class Overlap:
             self._issue(self.writes)
 
     def need_urgent(self) -> None:
-        """What comes next reads the urgent moves' data: issue them all now."""
+        """What comes next reads the urgent moves' data: issue them all now (what comes next
+        then starts when they have landed: the readers are free by then)."""
+        if not self.urgent:
+            return
         while self.urgent:
             self._issue(self.urgent)
+        self.read_busy = 0
 
     def settle(self, lo: int, hi: int) -> None:
         """What comes next uses local memory ``[lo, hi)``: issue the deferred moves that touch it
