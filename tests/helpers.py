@@ -150,7 +150,9 @@ def model_matmul_vectors(mod, array_size: int) -> tuple[int, int]:
     """What a Relax module's convs and dense layers need of an array of ``array_size``: the MatMul
     vectors of their products (output pixel x tap pairs that read a real input pixel, per pair of
     channel blocks; a depthwise conv's blocks pair with themselves), and the output vectors (at most
-    one MatMul each more starts the accumulators from the bias)."""
+    one MatMul each more starts the accumulators from the bias). A conv that alone reads a model
+    input it pays to write as its windows (``compile.with_input_patches``' rule) is a 1x1 conv over
+    them: every output pixel times its windows' blocks."""
     import tvm
     from tvm import relax
 
@@ -162,7 +164,28 @@ def model_matmul_vectors(mod, array_size: int) -> tuple[int, int]:
     def reach(size, out, kernel, stride, pad, dilation) -> int:
         return sum(0 <= o * stride - pad + k * dilation < size for o in range(out) for k in range(kernel))
 
+    from tvm_tensil.compiler.compile import PATCHES_GROWTH, PATCHES_MATMUL_SHARE
+
     needed = outputs = 0
+    params = {v for v in mod["main"].params}
+    reads: dict = {}
+
+    def count(e):
+        if isinstance(e, relax.Call):
+            for a in e.args:
+                if a in params:
+                    reads[a] = reads.get(a, 0) + 1
+
+    relax.analysis.post_order_visit(mod["main"], count)
+
+    def windows(e, c, kh, kw, h, w, oh, ow) -> bool:
+        by_block, by_tap = blocks(kh * kw * c), kh * kw * blocks(c)
+        grows = oh * ow * by_block / (h * w * blocks(c))
+        return (
+            e.args[0] in params
+            and reads[e.args[0]] == 1
+            and (by_block <= PATCHES_MATMUL_SHARE * by_tap and grows <= PATCHES_GROWTH)
+        )
 
     def visit(e):
         nonlocal needed, outputs
@@ -177,6 +200,8 @@ def model_matmul_vectors(mod, array_size: int) -> tuple[int, int]:
             depthwise = int(a.groups) == c > 1
             assert int(a.groups) == 1 or depthwise and cg == 1 and co == c, "grouped: not counted"
             pairs = blocks(c) if depthwise else blocks(c) * blocks(co)
+            if int(a.groups) == 1 and windows(e, c, kh, kw, h, w, oh, ow):
+                taps, pairs = oh * ow, blocks(kh * kw * c) * blocks(co)
             needed += n * taps * pairs
             outputs += n * oh * ow * blocks(co)
         elif e.op.name == "relax.matmul":

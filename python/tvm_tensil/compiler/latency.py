@@ -19,8 +19,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   waits until the load has landed (``swap`` cycles after the weights engine's end);
 - LoadWeights ``size + lw`` on the weights engine, beside MatMuls; a load that follows a MatMul
   which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector.
-  Its reads share local memory's second port with DRAM -> local responses (one per vector, at the
-  DRAM rate), which take their share of the port while they stream;
+  Its reads go first on local memory's second port: DRAM -> local responses (one per vector, at
+  the DRAM rate) wait in their reader's queue and take their share of the port only once it holds
+  ``RESPONSES_WAITING`` (the queues drain a vector a cycle between loads);
 - local <-> accumulators ``size + move``; while MatMuls stream the move uses local memory's second
   port, after the weights and DRAM engines, including those dispatched after it: each of their
   accesses in the meantime delays the move's end a cycle;
@@ -215,11 +216,17 @@ _ENGINES = len(Engine)
     _M_BANKS,
     _S_BANKS,
     _O_PORT_B_END,
-) = range(15)
-(_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO, _DRAM_HI) = (
-    15 + k * _ENGINES for k in range(11)
+    _LW_END,
+) = range(16)
+(_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO, _DRAM_HI, _RQ) = (
+    16 + k * _ENGINES for k in range(12)
 )
-_STATE_SIZE = 15 + 11 * _ENGINES
+_STATE_SIZE = 16 + 12 * _ENGINES
+# A reader's response queue level is kept in 1/_RQ_UNIT vectors (the state is integers).
+_RQ_UNIT = 1024
+# DRAM -> local responses a reader's queue holds before they take port B from LoadWeights reads
+# (tcu_dram_reader's RQ / 2: the queue is then urgent).
+RESPONSES_WAITING = 4
 _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
@@ -250,6 +257,9 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     stream_period = state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES].copy()
     # Each DRAM engine's last DRAM range.
     dram_lo, dram_hi = state[_DRAM_LO : _DRAM_LO + _ENGINES].copy(), state[_DRAM_HI : _DRAM_HI + _ENGINES].copy()
+    # Each reader's responses waiting for port B after the last LoadWeights, which ended at lw_end.
+    rq = state[_RQ : _RQ + _ENGINES].astype(np.float64) / _RQ_UNIT
+    lw_end = state[_LW_END]
     dispatch, finish = state[_DISPATCH], state[_FINISH]
     simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
     last_simd_write, last_simd_time = state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME]
@@ -373,7 +383,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 first = start
                 if mm_since_lw:
                     first = max(start, swap_at + lw_after_swap)
-                reads_end = _shared_port_reads(first, k, stream_lo, stream_hi, stream_period, _READERS)
+                reads_end = _weight_reads(first, k, stream_lo, stream_hi, stream_period, rq, lw_end)
+                lw_end = reads_end
                 done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
@@ -430,6 +441,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     state[_BUFFERED] = buffered
     state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
     state[_O_PORT_B_END] = o_port_b_end
+    state[_RQ : _RQ + _ENGINES] = (rq * _RQ_UNIT).astype(np.int64)
+    state[_LW_END] = lw_end
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -439,6 +452,37 @@ def _acc_banks(addr, stride, size, half):
     if end >= 2 * half:
         return 3
     return (1 if addr < half else 0) | (2 if end >= half else 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _weight_reads(first, k, lo, hi, period, rq, since):
+    """When a LoadWeights' ``k`` reads from cycle ``first`` are done on port B. Its reads go first
+    while each DRAM reader's responses (streams ``lo``..``hi``, one per ``period`` cycles) wait in
+    its queue; once a queue holds ``RESPONSES_WAITING`` its responses take their share of the port
+    (``_shared_port_reads``). Between loads (from ``since``) the queues drain a vector a cycle.
+    Updates the queue levels ``rq``."""
+    level = np.zeros(rq.shape[0])
+    fill = float(k)  # reads at the full rate before some queue is urgent
+    for e in range(rq.shape[0]):
+        if (_READERS >> e) & 1 and period[e] != 0:
+            gap = max(0.0, float(first - since))
+            came = max(0.0, min(float(first), float(hi[e])) - max(float(since), float(lo[e]))) / period[e]
+            level[e] = max(0.0, rq[e] + came - gap)
+            # When the queue fills while the load reads (responses arrive from lo on, until hi).
+            at = max(float(first), float(lo[e])) + (RESPONSES_WAITING - level[e]) * period[e]
+            if at < float(hi[e]):
+                fill = min(fill, max(0.0, at - first))
+    if fill >= k:
+        end = first + k
+    else:
+        start = int(np.floor(first + fill))
+        end = _shared_port_reads(start, k - (start - first), lo, hi, period, _READERS)
+    for e in range(rq.shape[0]):
+        rq[e] = 0.0
+        if (_READERS >> e) & 1 and period[e] != 0:
+            came = max(0.0, min(float(end), float(hi[e])) - max(float(first), float(lo[e]))) / period[e]
+            rq[e] = min(level[e] + came, float(RESPONSES_WAITING))
+    return int(np.ceil(end))
 
 
 @numba.njit(cache=True, nogil=True)

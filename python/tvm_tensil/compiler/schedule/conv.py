@@ -664,6 +664,12 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
                 s.load_weights(base + local, 1)
                 s.matmul(0, acc0, count, zeroes=True, accumulate=bool(short or residue))
                 continue
+            if not streamed and not runs[t]:  # the tap reads only padding in this tile: nothing to load
+                if zero_first:  # (the accumulators are still cleared)
+                    s.load_weights(base + local, block)
+                    s.matmul(0, acc0, count, zeroes=True)
+                    zero_first = False
+                continue
             s.load_weights(base + local, block)
             if zero_first:  # (a residue block's bias row is zero)
                 s.matmul(0, acc0, count, zeroes=True)

@@ -12,7 +12,7 @@ from collections import deque
 
 from ...arch import Architecture
 from ...isa.instructions import Direction
-from ..latency import dram_move_cycles
+from ..latency import beats_per_vector, dram_move_cycles
 from ..lir import LIR
 
 
@@ -34,6 +34,9 @@ class Overlap:
         self.write_busy = 0  # and the writers
         self._seq = 0
         self._cost: dict[tuple, int] = {}
+        # A vector a bus beat: a read's responses and a write's local reads would each want local
+        # memory's port B every cycle, so reads and writes pace by one clock.
+        self.shared = beats_per_vector(arch) == 1
 
     def defer(
         self,
@@ -70,8 +73,14 @@ class Overlap:
 
     def compute(self, cycles: int) -> None:
         """``cycles`` of compute were issued: issue the deferred moves that fit beside them."""
+        if self.shared:  # one clock: reads and writes take turns
+            self.read_busy = self.write_busy = max(self.read_busy, self.write_busy)
         self.read_busy -= cycles
         self.write_busy -= cycles
+        if self.shared:  # in the order they were deferred, the urgent ones first
+            while self.read_busy <= 0 and self.pending:
+                self._issue(self.urgent or min((q for q in (self.reads, self.writes) if q), key=lambda q: q[0][0]))
+            return
         while self.read_busy <= 0 and (self.urgent or self.reads):
             self._issue(self.urgent or self.reads)
         while self.write_busy <= 0 and self.writes:
@@ -84,7 +93,8 @@ class Overlap:
             return
         while self.urgent:
             self._issue(self.urgent)
-        self.read_busy = 0
+        if not self.shared:  # (with one clock, the writes it also counts may still be running)
+            self.read_busy = 0
 
     def settle(self, lo: int, hi: int) -> None:
         """What comes next uses local memory ``[lo, hi)``: issue the deferred moves that touch it
@@ -110,7 +120,9 @@ class Overlap:
         key = (move[0], move[3])
         if key not in self._cost:
             self._cost[key] = dram_move_cycles(self.arch, move[0], move[3])
-        if _writes(move[0]):
+        if self.shared:
+            self.read_busy = self.write_busy = max(self.read_busy, self.write_busy, 0) + self._cost[key]
+        elif _writes(move[0]):
             self.write_busy = max(self.write_busy, 0) + self._cost[key]
         else:
             self.read_busy = max(self.read_busy, 0) + self._cost[key]

@@ -37,15 +37,18 @@ def plan_tiles(
     store_blocks: int = 1,
     max_rows: int | None = None,
     in_w: int | None = None,
+    acc_plane: bool = False,
 ) -> tuple[int, int]:
-    """The largest tile (rows, cols) whose accumulator vectors, store buffer and input slab fit."""
+    """The largest tile (rows, cols) whose accumulator vectors, store buffer and input slab fit
+    (``acc_plane``: one channel block of the slab in the accumulators too)."""
     _, oh, ow, _ = out_shape
     cols = ow
     while cols >= 1:
         for rows in range(min(oh, max_rows or oh), 0, -1):
             vectors = rows * cols
             slab = slab_size(rows, cols, window, in_blocks, in_w if cols == ow else None)
-            if vectors + extra_acc_per_col * cols <= acc_free and vectors * store_blocks + slab <= local_free:
+            acc = vectors + extra_acc_per_col * cols + (slab // in_blocks if acc_plane else 0)
+            if acc <= acc_free and vectors * store_blocks + slab <= local_free:
                 return rows, cols
         cols = cols // 2 if cols > 1 else 0
     raise ScheduleError(
