@@ -62,6 +62,7 @@ COSTS = {
     "write": 7,
     "swap": -1,
     "lw_after_swap": 3,
+    "set_free": 2,
 }
 DEFAULT_AXI_BITS = 64
 
@@ -142,7 +143,7 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     core = (arch.array_size, bpv, arch.local_depth, ib, bb, arch.accumulator_depth // 2)
     memory = (t["read_latency"], t["write_latency"], t["max_reads"])
     costs = (c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"], c["read"], c["write"], c["swap"],
-             c["lw_after_swap"])  # fmt: skip
+             c["lw_after_swap"], c["set_free"])  # fmt: skip
     for start, f in program.chunks():  # a huge program is never decoded whole
         if node_starts is None:
             node = np.zeros(0, dtype=np.int64)
@@ -186,8 +187,8 @@ def dram_move_cycles(arch: Architecture, direction: Direction, size: int) -> int
 def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
     """A DataMove of ``k`` vectors: a write is one burst; a read is one burst at stride 1, else every
     vector is its own burst with at most ``max_reads`` in flight."""
-    if to_dram:
-        return k * bpv + wl + write
+    if to_dram:  # a strided write is a burst per vector: its address and data take 2 cycles
+        return k * (bpv if dram_stride == 0 else max(bpv, 2)) + wl + write
     if dram_stride == 0:
         return rl + k * bpv + read
     return rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
@@ -217,11 +218,12 @@ _ENGINES = len(Engine)
     _S_BANKS,
     _O_PORT_B_END,
     _LW_END,
-) = range(16)
+    _SET_FREE,
+) = range(17)
 (_END, _OWNER, _HAS, _LO, _HI, _WRITES, _STREAM_LO, _STREAM_HI, _STREAM_PERIOD, _DRAM_LO, _DRAM_HI, _RQ) = (
-    16 + k * _ENGINES for k in range(12)
+    17 + k * _ENGINES for k in range(12)
 )
-_STATE_SIZE = 16 + 12 * _ENGINES
+_STATE_SIZE = 17 + 12 * _ENGINES
 # A reader's response queue level is kept in 1/_RQ_UNIT vectors (the state is integers).
 _RQ_UNIT = 1024
 # DRAM -> local responses a reader's queue holds before they take port B from LoadWeights reads
@@ -240,7 +242,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     ops, flags, size, lw_size, a0, s0, a1, s1 = fields
     n, bpv, depth, ib, bb, half = core
     rl, wl, max_reads = memory
-    mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap = costs
+    mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, set_free = costs
     track = node.shape[0] > 0
     nk = blame.shape[1]
     end, owner = state[_END : _END + _ENGINES].copy(), state[_OWNER : _OWNER + _ENGINES].copy()
@@ -268,6 +270,9 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     # Weight sets: a load since the last MatMul (the next MatMul swaps), a MatMul since the last load
     # (the next load is a new one), when the last swapping vector issued.
     lw_since_mm, mm_since_lw, swap_at = state[_LW_SINCE_MM] != 0, state[_MM_SINCE_LW] != 0, state[_SWAP_AT]
+    # When the last vector using the inactive weight set (the MatMul before the last swap) has left
+    # the array: a load into that set waits for it.
+    inactive_free = state[_SET_FREE]
     # Bytes of the instruction stream buffered after the last dispatch (capacity: one instruction
     # and one beat; a beat a cycle while it fits).
     buffered, capacity = state[_BUFFERED], ib + bb
@@ -374,6 +379,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 if lw_since_mm:
                     first = max(start, end[_W] + swap)
                     swap_at = first
+                    inactive_free = c_issued + n + set_free
                 cost = k + n + mm
                 done = first + cost
                 c_issued = first + k  # the next MatMul dispatches as this one issues its last vector
@@ -382,9 +388,17 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
             elif op == _LOADWEIGHTS:
                 first = start
                 if mm_since_lw:
-                    first = max(start, swap_at + lw_after_swap)
+                    first = max(start, swap_at + lw_after_swap, inactive_free)
                 reads_end = _weight_reads(first, k, stream_lo, stream_hi, stream_period, rq, lw_end)
                 lw_end = reads_end
+                for e in (_D0R, _D1R):
+                    # A reader whose responses end while the load reads: the last ones, below the
+                    # urgent level, wait in its queue for the load's reads.
+                    if stream_period[e] != 0 and end[e] > first and stream_hi[e] <= reads_end:
+                        came = (stream_hi[e] - max(first, stream_lo[e])) // stream_period[e]
+                        if came > 0:
+                            end[e] = max(end[e], reads_end + min(came, RESPONSES_WAITING - 1) + read)
+                            finish = max(finish, end[e])
                 done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
@@ -407,7 +421,24 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + 2) // max_reads)
                 else:  # a writer: local reads at the bus rate
                     stream_lo[eng], stream_hi[eng] = start, done - wl - write
-                    stream_period[eng] = bpv
+                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, 2)
+                if bpv == 1:
+                    # A vector a cycle each: this move's port-B accesses and another DRAM engine's
+                    # share the port, and both streams stretch by what they demand beyond it.
+                    for e in range(_D0R, _ENGINES):
+                        if e == eng or stream_period[e] == 0:
+                            continue
+                        window = min(stream_hi[e], stream_hi[eng]) - max(stream_lo[e], stream_lo[eng])
+                        if window <= 0:
+                            continue
+                        extra = int(window / stream_period[e] + window / stream_period[eng]) - window
+                        if extra > 0:
+                            stream_hi[eng] += extra
+                            done += extra
+                            cost += extra
+                            stream_hi[e] += extra
+                            end[e] += extra
+                            finish = max(finish, end[e])
             if eng != _C and eng != _O and not zeros and o_port_b_end > start and end[_O] > start:
                 if eng == _W:
                     t0, per = first, 1
@@ -443,6 +474,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     state[_O_PORT_B_END] = o_port_b_end
     state[_RQ : _RQ + _ENGINES] = (rq * _RQ_UNIT).astype(np.int64)
     state[_LW_END] = lw_end
+    state[_SET_FREE] = inactive_free
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -30,7 +30,7 @@ from .context import Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
 from .search import cheapest
-from .tiles import ceil_div, covering_tap, plan_tiles, slab_moves, slab_size, tap_runs, tiles
+from .tiles import ceil_div, covering_tap, merge_runs, plan_tiles, slab_moves, slab_size, tap_runs, tiles
 
 OPS = ("conv2d", "bias_add")
 
@@ -466,7 +466,9 @@ class _Stream:
     overlap's clock (deferred DRAM moves go out beside them), weight groups are fetched into their
     slots ahead of use, and with accumulator banks one output block's epilogue and gather wait in a
     backlog that the next block's MatMuls release (a MatMul of k vectors keeps the array busy while
-    up to k instructions dispatch beside it)."""
+    up to k instructions dispatch beside it). They go out after the LoadWeights that follows the
+    MatMul, if one does: in order, the load would otherwise wait behind them and the next MatMul
+    for the load."""
 
     def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool):
         self.ctx, self.lir, self.p = ctx, out.lir, p
@@ -482,21 +484,31 @@ class _Stream:
         # and its stores (``waiting``) are deferred once that gather is out (``pipelines``).
         self.pipelined = pipelined
         self.waiting: list = []
+        self.earned = 0  # backlog rows the last MatMul earned, not yet released
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
         self.lir.emit_rows(self.backlog[:take])
         self.backlog = self.backlog[take:]
+        self.earned = 0
 
-    def matmul(self, local: int, acc: int, size: int, local_step: int = 1, **flags) -> None:
+    def _release_earned(self) -> None:
+        if self.earned and len(self.backlog):
+            self.release(self.earned)
+        self.earned = 0
+
+    def matmul(self, local: int, acc: int, size: int, local_step: int = 1, runs: int = 1, **flags) -> None:
+        """``runs``: rows joined into this MatMul; the DRAM moves beside it are paced as if each
+        were its own MatMul."""
+        self._release_earned()
         self.lir.matmul(local, acc, size, local_step, 1, **flags)
-        self.overlap.compute(size + 1)
-        if len(self.backlog):
-            self.release(size)
+        self.overlap.compute(size + runs)
+        self.earned = size
 
     def load_weights(self, local: int, size: int) -> None:
         self.lir.load_weights(local, size)
         self.overlap.compute(size + 4)
+        self._release_earned()
 
     def defer_waiting(self) -> None:
         """The stores of the tile whose last gather the backlog just released."""
@@ -592,8 +604,8 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     y_lo, x_lo, scols, plane = geometry
     # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
     runs = [
-        [((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
-         tap_runs(tile, inp.shape, p.window, p.padding, tap)]
+        merge_runs([((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
+                    tap_runs(tile, inp.shape, p.window, p.padding, tap)], p.window.sw)
         for tap in p.taps
     ]  # fmt: skip
     if p.buffers == 2 and i + 1 < len(p.tiles):  # the next tile's slab, beside this tile's MatMuls
@@ -677,8 +689,8 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             if streamed:
                 s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
             else:
-                for offset, acc, cnt in runs[t]:
-                    s.matmul(slab + ib * plane + offset, acc0 + acc, cnt, p.window.sw, accumulate=not first)
+                for offset, acc, cnt, rows in runs[t]:
+                    s.matmul(slab + ib * plane + offset, acc0 + acc, cnt, p.window.sw, rows, accumulate=not first)
             first = False
         if slots == 1 and s.seq < len(s.sequence):
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights

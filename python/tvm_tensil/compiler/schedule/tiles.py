@@ -137,6 +137,19 @@ def tap_runs(tile: Tile, inp_shape, window: Window, padding, tap):
         yield r, y, first - tile.x0, first * window.sw + off, last - first + 1
 
 
+def merge_runs(runs, local_step: int) -> list[tuple[int, int, int, int]]:
+    """(local, acc, count) runs as (local, acc, count, runs joined): each run that continues the one
+    before in both memories is joined to it, one MatMul instead of one per row (a "same" conv's
+    taps without a column shift on a slab of whole rows)."""
+    out: list[tuple[int, int, int, int]] = []
+    for local, acc, count in runs:
+        if out and out[-1][0] + out[-1][2] * local_step == local and out[-1][1] + out[-1][2] == acc:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + count, out[-1][3] + 1)
+        else:
+            out.append((local, acc, count, 1))
+    return out
+
+
 def covering_tap(in_shape, out_shape, window: Window, padding, taps) -> int | None:
     """Index of a tap that reads an input pixel for every output pixel (the centre first)."""
     _, h, w, _ = in_shape
