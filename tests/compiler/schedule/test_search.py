@@ -74,3 +74,20 @@ def test_a_hand_over_is_looked_through_the_next_node():
     alone = Out(LIR(ARCH), ConstTable(ARCH))
     ctx_greedy = Context(ARCH, graph, place, frozenset({"y"}), dram0, following=None)
     assert cheapest([alternative(16, 1.0), alternative(30, 2.0, keeps)], ctx_greedy, NOTHING, alone) is NOTHING
+
+
+def test_the_winner_is_named_and_replays_into_another_fork():
+    """``won`` names the alternative kept; ``lowered`` replays one already lowered into a fork as an
+    alternative of a second search (the pipelined tiles are tried for the fastest tiling only)."""
+    from tvm_tensil.compiler.schedule.search import lowered
+
+    out = Out(LIR(ARCH), ConstTable(ARCH))
+    first, won = out.fork(), []
+    left = cheapest([alternative(400, 1.0), alternative(20, 2.0), alternative(300, 3.0)], context(), NOTHING, first,
+                    won=won)  # fmt: skip
+    assert won == [1]
+    won = []
+    cheapest([alternative(100, 4.0), lowered(first, left)], context(), NOTHING, out, won=won)
+    assert won == [1]
+    assert [r.args["values"] for r in out.consts.recipes] == [[2.0]]
+    assert out.lir.program().fields().operand2[0] + 1 == 20

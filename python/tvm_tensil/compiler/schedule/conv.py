@@ -29,7 +29,7 @@ from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
-from .search import cheapest
+from .search import cheapest, lowered
 from .tiles import ceil_div, covering_tap, merge_runs, plan_tiles, slab_moves, slab_size, tap_runs, tiles
 
 OPS = ("conv2d", "bias_add")
@@ -228,16 +228,19 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
             continue
         plans.setdefault(p.key, p)
     # Narrower bands overlap more but reload weights more often: stop at the first band count that
-    # loses to the one before it.
+    # loses to the one before it. Then the winner with its tiles pipelined, where it can be.
     choice = ctx.options.pipeline_tiles
-
-    def way(p: ConvPlan):
-        if not pipelines(node, p) or choice is not None:
-            return lambda c, g, o: emit(node, c, g, o, p, bool(choice))
-        both = [lambda c, g, o, pipelined=b: emit(node, c, g, o, p, pipelined) for b in (False, True)]
-        return lambda c, g, o: cheapest(both, c, g, o)
-
-    return cheapest([way(p) for p in plans.values()], ctx, given, out, stop_when_worse=True)
+    plans_ = list(plans.values())
+    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice)) for p in plans_]
+    if choice is not None or not any(pipelines(node, p) for p in plans_):
+        return cheapest(ways, ctx, given, out, stop_when_worse=True)
+    first, won = out.fork(), []
+    left = cheapest(ways, ctx, given, first, stop_when_worse=True, won=won)
+    p = plans_[won[0]]
+    if not pipelines(node, p):
+        return lowered(first, left)(ctx, given, out)
+    pipelined = lambda c, g, o: emit(node, c, g, o, p, True)  # noqa: E731
+    return cheapest([lowered(first, left), pipelined], ctx, given, out)
 
 
 def weight_plan(

@@ -49,11 +49,16 @@ def cycles_through(ctx: Context, tried: Tried) -> int:
 
 
 def cheapest(
-    alternatives: list[Alternative], ctx: Context, given: HandOver, out: Out, stop_when_worse: bool = False
+    alternatives: list[Alternative],
+    ctx: Context,
+    given: HandOver,
+    out: Out,
+    stop_when_worse: bool = False,
+    won: list[int] | None = None,
 ) -> HandOver:
     """Lower the alternative the latency model finds fastest into ``out`` (each is lowered once to
     measure it; with ``stop_when_worse``, from the third on, the search stops at the first one
-    slower than the one before it).
+    slower than the one before it). ``won`` gets the index of the one kept.
 
     What a node leaves to the next one counts too: the stores it carries, and, when the fastest
     alternative does not leave the next conv's input in local memory but another does, that conv
@@ -61,6 +66,8 @@ def cheapest(
     keep the faster tiling of this node and pay a DRAM round trip of its whole output in the
     next). A hand-over that is fastest on its own is kept without looking."""
     if len(alternatives) == 1:
+        if won is not None:
+            won.append(0)
         return alternatives[0](ctx, given, out)
     tried: list[Tried] = []
     for i, alternative in enumerate(alternatives):
@@ -79,6 +86,7 @@ def cheapest(
     nxt = ctx.following
     hands = [nxt is not None and nxt.inputs[0] in t.left.in_local for t in tried]
     fastest = min(range(len(tried)), key=lambda i: tried[i].cycles)
+    index = list(range(len(tried)))
     if (
         ctx.options.look_ahead
         and ctx.lower_next is not None
@@ -89,9 +97,23 @@ def cheapest(
     ):
         # The next node costs about the same after any alternative that does not hand over: only
         # the fastest (of all) is looked through, beside each one that does.
-        tried = [tried[fastest]] + [t for t, h in zip(tried, hands) if h]
-        tried = [replace(t, cycles=cycles_through(ctx, t)) for t in tried]
-    best = min(tried, key=lambda t: t.cycles)
+        index = [fastest] + [i for i, h in enumerate(hands) if h]
+        tried = [replace(tried[i], cycles=cycles_through(ctx, tried[i])) for i in index]
+    pick = min(range(len(tried)), key=lambda i: tried[i].cycles)
+    best = tried[pick]
+    if won is not None:
+        won.append(index[pick])
     out.lir.extend(best.out.lir)
     out.consts.commit(best.out.consts)
     return best.left
+
+
+def lowered(done: Out, left: HandOver) -> Alternative:
+    """An alternative already lowered into ``done`` (a fork of the same ``Out``): replayed."""
+
+    def replay(ctx: Context, given: HandOver, out: Out) -> HandOver:
+        out.lir.extend(done.lir)
+        out.consts.commit(done.consts)
+        return left
+
+    return replay
