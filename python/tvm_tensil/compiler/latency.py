@@ -18,7 +18,10 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   vectors (``size + 1``). The first MatMul after a LoadWeights swaps weight sets: its first vector
   waits until the load has landed (``swap`` cycles after the weights engine's end);
 - LoadWeights ``size + lw`` on the weights engine, beside MatMuls; a load that follows a MatMul
-  which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector.
+  which followed the previous load starts ``lw_after_swap`` cycles after that MatMul's first vector,
+  and not before the weight set it overwrites has left the array (``N + set_free`` cycles after the
+  last vector of the MatMul before the previous swap). A reader's responses that end while a load
+  reads leave their last ones (below the urgent level) queued until the load's reads are done.
   Its reads go first on local memory's second port: DRAM -> local responses (one per vector, at
   the DRAM rate) wait in their reader's queue and take their share of the port only once it holds
   ``RESPONSES_WAITING`` (the queues drain a vector a cycle between loads);
@@ -31,7 +34,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   is its own burst and at most ``max_reads`` are in flight: ``read_latency + size * max(B,
   (read_latency + 2) / max_reads) + read``; with B = 1, DRAM -> local moves of the two banks take
   turns;
-- local -> DRAM: ``size * B + write_latency + write``;
+- local -> DRAM: ``size * B + write_latency + write``; with a DRAM stride, a burst per vector of at
+  least 2 cycles; DRAM streams that together want local port B more than once a cycle (one bus
+  beat per vector) share it, and both stretch;
 - Configure waits for everything to finish; NoOp costs its dispatch cycle;
 - instructions arrive as a byte stream of the AXI width into a buffer of one instruction plus one
   beat: where an instruction is wider than a beat, dispatch runs at most at the stream's rate.
@@ -422,23 +427,22 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 else:  # a writer: local reads at the bus rate
                     stream_lo[eng], stream_hi[eng] = start, done - wl - write
                     stream_period[eng] = bpv if s1[i] == 0 else max(bpv, 2)
-                if bpv == 1:
-                    # A vector a cycle each: this move's port-B accesses and another DRAM engine's
-                    # share the port, and both streams stretch by what they demand beyond it.
-                    for e in range(_D0R, _ENGINES):
-                        if e == eng or stream_period[e] == 0:
-                            continue
-                        window = min(stream_hi[e], stream_hi[eng]) - max(stream_lo[e], stream_lo[eng])
-                        if window <= 0:
-                            continue
-                        extra = int(window / stream_period[e] + window / stream_period[eng]) - window
-                        if extra > 0:
-                            stream_hi[eng] += extra
-                            done += extra
-                            cost += extra
-                            stream_hi[e] += extra
-                            end[e] += extra
-                            finish = max(finish, end[e])
+                # This move's port-B accesses and another DRAM engine's share the port: where they
+                # want more than one a cycle (only with one bus beat per vector), both streams stretch.
+                for e in range(_D0R, _ENGINES):
+                    if e == eng or stream_period[e] == 0:
+                        continue
+                    window = min(stream_hi[e], stream_hi[eng]) - max(stream_lo[e], stream_lo[eng])
+                    if window <= 0:
+                        continue
+                    extra = int(window / stream_period[e] + window / stream_period[eng]) - window
+                    if extra > 0:
+                        stream_hi[eng] += extra
+                        done += extra
+                        cost += extra
+                        stream_hi[e] += extra
+                        end[e] += extra
+                        finish = max(finish, end[e])
             if eng != _C and eng != _O and not zeros and o_port_b_end > start and end[_O] > start:
                 if eng == _W:
                     t0, per = first, 1

@@ -30,9 +30,11 @@ def test_rows_of_a_slab_wider_than_the_tile_are_not_joined():
     assert len(runs) == 4 and all(run[3] == 1 for run in runs)
 
 
-def test_strided_rows_join_when_the_slab_step_matches():
-    """A 1x1 conv with stride 2 reads every other pixel: a row of 4 outputs reads 8 slab columns, so
-    with a slab of whole rows the next output row starts 2 slab rows on and does not continue it."""
-    tile, window, shape = Tile(0, 0, 4, 0, 4), Window(1, 1, 2, 2), (1, 8, 8, 16)
-    runs = _runs(tile, shape, window, (0, 0, 0, 0), (0, 0), 8)
+def test_strided_rows_join_only_where_the_slab_continues_them():
+    """Stride 2 both ways: output row r reads slab row 2r, so the next row's run starts 2 slab rows
+    on and is not joined; stride 2 along rows only (a slab of whole rows, 4 outputs reading 8
+    columns): each row's run ends where the next one starts, and the tap is one MatMul."""
+    tile, shape, pad = Tile(0, 0, 4, 0, 4), (1, 8, 8, 16), (0, 0, 0, 0)
+    runs = _runs(tile, shape, Window(1, 1, 2, 2), pad, (0, 0), 8)
     assert [run[:3] for run in runs] == [(0, 0, 4), (16, 4, 4), (32, 8, 4), (48, 12, 4)]
+    assert _runs(tile, shape, Window(1, 1, 1, 2), pad, (0, 0), 8) == [(0, 0, 16, 4)]

@@ -230,13 +230,13 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     # Narrower bands overlap more but reload weights more often: stop at the first band count that
     # loses to the one before it. Then the winner with its tiles pipelined, where it can be.
     choice = ctx.options.pipeline_tiles
-    plans_ = list(plans.values())
-    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice)) for p in plans_]
-    if choice is not None or not any(pipelines(node, p) for p in plans_):
+    candidates = list(plans.values())
+    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice)) for p in candidates]
+    if choice is not None or not any(pipelines(node, p) for p in candidates):
         return cheapest(ways, ctx, given, out, stop_when_worse=True)
     first, won = out.fork(), []
     left = cheapest(ways, ctx, given, first, stop_when_worse=True, won=won)
-    p = plans_[won[0]]
+    p = candidates[won[0]]
     if not pipelines(node, p):
         return lowered(first, left)(ctx, given, out)
     pipelined = lambda c, g, o: emit(node, c, g, o, p, True)  # noqa: E731
