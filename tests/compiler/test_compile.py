@@ -229,6 +229,94 @@ def test_pools(kind, kernel, strides, padding):
         assert np.max(np.abs(y["y"] - ref)) <= np.max(np.abs(x)) * 2**-9 * 9 + 2**-8
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_strided_1x1_pool_read_only_by_convs_is_a_view(batch):
+    """A ResNet v2 shortcut's 1x1/2 subsampling: the conv reading it as its input and the conv
+    adding it as a residual read every other pixel of its source in place; the pool emits nothing."""
+    rng = np.random.default_rng(5)
+    x_shape, sub = (batch, 9, 10, 12), (batch, 5, 5, 12)
+    w1, w2 = grid(rng, (12, 12, 3, 3), -2, 2), grid(rng, (12, 12, 1, 1), -2, 2)
+    x = grid(rng, x_shape)
+    tensors = {t: Tensor(t, sub) for t in ("p", "c", "s", "d")} | {"x": Tensor("x", x_shape)}
+    g = Graph(
+        tensors,
+        [
+            Node("max_pool2d", ["x"], "p", dict(kernel=(1, 1), strides=(2, 2), padding=(0, 0, 0, 0))),
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, strides=(2, 2), padding=(1, 1, 1, 1))),
+            Node("add", ["c", "p"], "s"),
+            Node("conv2d", ["p"], "d", dict(weight=1, bias=None)),
+        ],
+        ["x"],
+        ["s", "d"],
+        [w1, w2],
+    )
+    y, part, _ = run(g, {"x": x})
+    p = x[:, ::2, ::2]
+    np.testing.assert_array_equal(y["s"], conv2d_nhwc(x, w1, None, (2, 2), (1, 1, 1, 1)) + p)
+    np.testing.assert_array_equal(y["d"], conv2d_nhwc(p, w2, None))
+    pool = part.report["nodes"][0]
+    assert pool["op"] == "max_pool2d" and pool["in_place"] and pool["instructions"] == 0
+
+
+def test_a_strided_1x1_pool_another_op_reads_stays_a_node():
+    rng = np.random.default_rng(6)
+    x = grid(rng, (1, 8, 8, 8))
+    g = Graph(
+        {"x": Tensor("x", x.shape), "p": Tensor("p", (1, 4, 4, 8)), "r": Tensor("r", (1, 4, 4, 8))},
+        [
+            Node("max_pool2d", ["x"], "p", dict(kernel=(1, 1), strides=(2, 2), padding=(0, 0, 0, 0))),
+            Node("add", ["p", "p"], "r"),
+        ],
+        ["x"],
+        ["r"],
+        [],
+    )
+    y, part, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y["r"], 2 * x[:, ::2, ::2])
+    assert part.report["nodes"][0]["instructions"] > 0 and "in_place" not in part.report["nodes"][0]
+
+
+def test_block_aligned_slices_and_concats_are_views():
+    """A CSP block (darknet's route groups=2 and route layers): the slice is read in place, each
+    concat's inputs are written into it by their convs (a concat inside a concat too); the unaligned
+    slice stays a copy. Exact on a 1/16 grid."""
+    rng = np.random.default_rng(7)
+    n = ARCH.array_size
+    x_shape = (1, 6, 7, 5)
+    # Later layers' weights sparse -1/0/1: every value stays on the 1/256 grid, inside the range.
+    sparse = lambda s: rng.choice([-1.0, 0.0, 1.0], s, p=[0.05, 0.9, 0.05])  # noqa: E731
+    ws = [grid(rng, (2 * n, 5, 3, 3), -2, 2)] + [sparse(s) for s in [(n, n, 3, 3), (n, n, 3, 3), (2 * n, 2 * n, 1, 1),
+                                                                     (3, 4 * n, 1, 1)]]  # fmt: skip
+    x = grid(rng, x_shape)
+    shape = lambda c: (1, 6, 7, c)  # noqa: E731
+    conv = lambda w, i, o, k: Node("conv2d", [i], o, dict(weight=w, bias=None, padding=(k,) * 4))  # noqa: E731
+    g = Graph(
+        {t: Tensor(t, shape(c)) for t, c in
+         [("x", 5), ("a", 2 * n), ("h", n), ("b", n), ("c", n), ("bc", 2 * n), ("d", 2 * n), ("e", 4 * n),
+          ("f", 3), ("u", 3)]},  # fmt: skip
+        [
+            conv(0, "x", "a", 1), Node("slice", ["a"], "h", dict(begin=n, end=2 * n)),
+            conv(1, "h", "b", 1), conv(2, "b", "c", 1), Node("concat", ["c", "b"], "bc"),
+            conv(3, "bc", "d", 0), Node("concat", ["a", "d"], "e"), conv(4, "e", "f", 0),
+            Node("slice", ["e"], "u", dict(begin=1, end=4)),
+        ],
+        ["x"],
+        ["f", "u"],
+        ws,
+    )  # fmt: skip
+    y, part, _ = run(g, {"x": x})
+    a = conv2d_nhwc(x, ws[0], None, padding=(1,) * 4)
+    b = conv2d_nhwc(a[..., n:], ws[1], None, padding=(1,) * 4)
+    c = conv2d_nhwc(b, ws[2], None, padding=(1,) * 4)
+    e = np.concatenate([a, conv2d_nhwc(np.concatenate([c, b], -1), ws[3], None)], -1)
+    np.testing.assert_array_equal(y["f"], conv2d_nhwc(e, ws[4], None))
+    assert np.abs(y["f"]).max() > 1 and np.abs(e[..., 2 * n :]).max() > 1
+    np.testing.assert_array_equal(y["u"], e[..., 1:4])
+    nodes = {entry["output"]: entry for entry in part.report["nodes"]}
+    assert all(nodes[t].get("in_place") and nodes[t]["instructions"] == 0 for t in ("h", "bc", "e"))
+    assert not nodes["u"].get("in_place") and nodes["u"]["instructions"] > 0
+
+
 def test_global_avg_pool():
     rng = np.random.default_rng(5)
     x = grid(rng, (2, 8, 8, 20))

@@ -14,7 +14,7 @@ from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import Patches, TensorPlacement
 from .elementwise import HardSigmoid, changes_scale
-from .graph import EPILOGUE_OPS, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
+from .graph import EPILOGUE_OPS, Channels, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path
 from .lir import LIR
@@ -411,6 +411,10 @@ def place_tensors(
     for view, (src, kind) in _views_in_order(graph):
         if kind == "flatten":
             place[view] = _flatten_view(place[src], arch)
+        elif isinstance(kind, Channels):
+            sp = place[src]
+            place[view] = TensorPlacement(sp.base + kind.first // arch.array_size * sp.pixels,
+                                          graph.tensors[view].shape, arch.array_size)  # fmt: skip
         elif isinstance(kind, Interleave):
             sp = place[src]
             whole = (kind.sy, kind.sx, kind.py, kind.px, sp.shape[1], sp.shape[2])
@@ -507,7 +511,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     # another (a HardSwish), so each op is scaled for its own input and output first.
     graph, scaling = apply_shifts(graph, choice.shifts if choice else {}, stats)
     graph = fuse(without_identity_rescales(graph))
-    graph = expand_transposed(mark_flattened(graph))
+    graph = channel_views(subsample_views(expand_transposed(mark_flattened(graph))), arch.array_size)
     graph, patches = with_input_patches(graph, arch) if options.input_patches else (graph, {})
     place, dram0 = place_tensors(graph, arch, patches)
     consts = ConstTable(arch)
@@ -538,6 +542,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
                 "relax_ops": node.source_ops,
                 "instructions": len(lir) - start,
             }
+            | ({"in_place": True} if graph.in_place(node) else {})
             | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
             | _output_error(node, scaling, choice)
         )
@@ -736,6 +741,61 @@ def expand_transposed(graph: Graph) -> Graph:
                 sub = replace(a, strides=(1, 1), padding=padding, transposed=False, phase=phase)
                 nodes.append(Node("conv2d", list(node.inputs), name, sub, list(node.epilogue), list(node.source_ops)))
     return Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, views)
+
+
+def subsample_views(graph: Graph) -> Graph:
+    """Each 1x1 pool with strides and no padding (a ResNet v2 shortcut's subsampling) that only
+    convs read, as a view of its input (an ``Interleave``: every sy-th row and sx-th column): the
+    convs read the pixels they need in place; the pool's node emits nothing (``Graph.in_place``)."""
+    pinned = set(graph.outputs) | set(graph.inputs) | set(graph.views) | {s for s, _ in graph.views.values()}
+    views = dict(graph.views)
+    for node in graph.nodes:
+        a = node.attrs
+        if (
+            node.op in ("max_pool2d", "avg_pool2d") and a.kernel == (1, 1) and not any(a.padding)
+            and not node.epilogue and node.output not in pinned and node.inputs[0] not in graph.views
+            and all(user.op == "conv2d" for user in graph.consumers(node.output))
+        ):  # fmt: skip
+            sy, sx = a.strides
+            views[node.output] = (node.inputs[0], Interleave(sy, sx, 0, 0))
+    return Graph(graph.tensors, graph.nodes, graph.inputs, graph.outputs, graph.constants, views)
+
+
+def channel_views(graph: Graph, lanes: int) -> Graph:
+    """Channel slices and concats that start and end on channel blocks as views: a slice is read in
+    place from its source; a concat's inputs are written in place into it by the nodes that make
+    them. Each channel block is a contiguous plane of a map's storage, so neither moves a vector.
+    (A tensor has one storage: an input that is already a view, or that another concat takes,
+    keeps the concat a copy; so do graph inputs, which the host places.) Their nodes then emit
+    nothing (``Graph.in_place``)."""
+    views = dict(graph.views)
+    made = {node.output for node in graph.nodes}
+    channels = {t: tensor.shape[3] for t, tensor in graph.tensors.items()}
+    for node in graph.nodes:
+        if node.op == "slice" and not node.epilogue and node.output not in graph.outputs:
+            src, first, end = node.inputs[0], node.attrs.begin, node.attrs.end
+            if _plain(src, views) and first % lanes == 0 and (end % lanes == 0 or end == channels[src]):
+                views[node.output] = (src, Channels(first))
+        if node.op == "concat" and not node.epilogue:
+            parts = node.inputs
+            firsts = np.cumsum([0] + [channels[t] for t in parts])[:-1]
+            if (
+                len(set(parts)) == len(parts) and node.output not in views
+                and all(t in made and t not in views and t not in graph.outputs for t in parts)
+                and all(int(f) % lanes == 0 for f in firsts)
+            ):  # fmt: skip
+                for t, f in zip(parts, firsts):
+                    views[t] = (node.output, Channels(int(f)))
+    return Graph(graph.tensors, graph.nodes, graph.inputs, graph.outputs, graph.constants, views)
+
+
+def _plain(t: str, views: dict) -> bool:
+    """Whether ``t``'s storage is a plain map: its own, or a channel range of a plain map."""
+    while t in views:
+        t, kind = views[t]
+        if not isinstance(kind, Channels):
+            return False
+    return True
 
 
 def mark_flattened(graph: Graph) -> Graph:

@@ -157,12 +157,20 @@ def weight_vectors(constants, attrs: Conv, n: int) -> int:
 class Interleave:
     """A view: one phase of a larger map, pixel (y, x) of the view being pixel
     (sy * y + py, sx * x + px) of its source (a transposed conv's phases write their results in
-    place)."""
+    place; a strided 1x1 pool's readers read its input in place)."""
 
     sy: int
     sx: int
     py: int
     px: int
+
+
+@dataclass(frozen=True)
+class Channels:
+    """A view: channels ``first`` on of its source, starting on a channel block (a slice read in
+    place, or a concat's input written in place)."""
+
+    first: int
 
 
 @dataclass(frozen=True)
@@ -315,8 +323,18 @@ class Graph:
     # Views: tensor -> (the tensor whose DRAM0 storage it shares, "reshape" or "flatten").
     # "reshape": the same pixels and channels under another shape ((n,1,1,c) <-> (1,1,n,c)).
     # "flatten": an NCHW feature map flattened for a dense layer (see compile._flatten_view).
-    # An ``Interleave``: one phase of its source, written in place by the conv that makes it.
+    # An ``Interleave``: one phase of its source (written in place by the conv that makes it, or
+    # read in place). ``Channels``: a channel range of its source (likewise).
     views: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     def consumers(self, name: str) -> list[Node]:
         return [n for n in self.nodes if name in n.inputs]
+
+    def in_place(self, node: Node) -> bool:
+        """Whether ``node``'s result is a view and it has nothing to compute: a slice or a strided
+        1x1 pool read in place from its input, a concat whose inputs were written into it."""
+        if node.op in ("slice", "max_pool2d", "avg_pool2d"):
+            return self.views.get(node.output, (None,))[0] == node.inputs[0]
+        if node.op == "concat":
+            return all(self.views.get(t, (None,))[0] == node.output for t in node.inputs)
+        return False

@@ -12,7 +12,7 @@ import numpy as np
 
 from .elementwise import ACTIVATIONS
 from .elementwise import meaning as activation_meaning
-from .graph import Conv, Graph, Interleave, Node, average_pool_shift, conv_kernel, grouped, kernel_terms
+from .graph import Channels, Conv, Graph, Interleave, Node, average_pool_shift, conv_kernel, grouped, kernel_terms
 
 
 def _window(x: np.ndarray, pad: tuple, fill: float, out_hw: tuple, kernel, strides, dilation):
@@ -201,6 +201,10 @@ def _view(graph: Graph, values: dict[str, np.ndarray], view: str) -> np.ndarray:
     shape = graph.tensors[view].shape
     if kind == "flatten":  # NCHW flatten of an (n, h, w, c) map: (n, c*h*w) as one row of n pixels
         return x.transpose(0, 3, 1, 2).reshape(shape)
+    if isinstance(kind, Interleave):
+        return x[:, kind.py :: kind.sy, kind.px :: kind.sx][:, : shape[1], : shape[2]]
+    if isinstance(kind, Channels):
+        return x[..., kind.first : kind.first + shape[3]]
     return x.reshape(shape)
 
 
@@ -236,16 +240,28 @@ def interpret(graph: Graph, inputs: dict[str, np.ndarray], rounding=None) -> dic
             values[name] = _view(graph, values, name)
         return values[name]
 
-    phases = {v: (src, kind) for v, (src, kind) in graph.views.items() if isinstance(kind, Interleave)}
+    # Views a node writes (a phase, a concat's input): computed in place, into their source.
+    in_place = {v: (src, k) for v, (src, k) in graph.views.items() if isinstance(k, (Interleave, Channels))}
+    written = {node.output for node in graph.nodes}
+    while True:  # and a view whose own views are written (a concat within a concat)
+        more = {src for v, (src, _) in in_place.items() if v in written and src in in_place} - written
+        if not more:
+            break
+        written |= more
+    phases = {v: view for v, view in in_place.items() if v in written}
     for v in phases:
         pending_views.pop(v)
 
     def write_phase(name: str) -> None:
-        """A phase computed in place: into its source's pixels."""
         src, k = phases[name]
         if src not in values:
             values[src] = np.zeros(graph.tensors[src].shape)
-        values[src][:, k.py :: k.sy, k.px :: k.sx] = values[name]
+        if isinstance(k, Channels):
+            values[src][..., k.first : k.first + values[name].shape[3]] = values[name]
+        else:
+            values[src][:, k.py :: k.sy, k.px :: k.sx] = values[name]
+        if src in phases:  # a view of a view: on into its source
+            write_phase(src)
 
     for node in graph.nodes:
         args = [resolve(t) for t in node.inputs]

@@ -31,8 +31,9 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
 - SIMD: one per cycle after the accumulator engine's moves; a SIMD reading what the previous one
   wrote waits for it (``simd_dependent`` cycles);
 - DRAM -> local, DRAM stride 1: ``read_latency + size * B + read``; with a larger stride every vector
-  is its own burst and at most ``max_reads`` are in flight: ``read_latency + size * max(B,
-  (read_latency + 2) / max_reads) + read``; with B = 1, DRAM -> local moves of the two banks take
+  is its own burst and at most ``max_reads`` are in flight: groups of ``max_reads`` bursts an address
+  every ``max(B, 2)`` cycles apart, each group a round trip (``read_latency + B``) after the one
+  before; with B = 1, DRAM -> local moves of the two banks take
   turns;
 - local -> DRAM: ``size * B + write_latency + write``; with a DRAM stride, a burst per vector of at
   least 2 cycles; DRAM streams that together want local port B more than once a cycle (one bus
@@ -196,7 +197,9 @@ def _dram_cycles(k, to_dram, dram_stride, bpv, rl, wl, max_reads, read, write):
         return k * (bpv if dram_stride == 0 else max(bpv, 2)) + wl + write
     if dram_stride == 0:
         return rl + k * bpv + read
-    return rl + int(k * max(bpv, (rl + 2) / max_reads)) + read
+    # Up to ``max_reads`` bursts go out back to back (an address every max(B, 2) cycles); the next
+    # group waits for the first group's responses (one round trip, read_latency + B, per group).
+    return rl + bpv + read + (k - 1) // max_reads * (rl + bpv) + (k - 1) % max_reads * max(bpv, 2)
 
 
 # The simulation's state between chunks of a program: indices into one int64 array. Per engine
@@ -423,7 +426,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 done = start + cost
                 if writes:  # a reader: responses into local memory
                     stream_lo[eng], stream_hi[eng] = start + rl, done - read
-                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + 2) // max_reads)
+                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + bpv) // max_reads)
                 else:  # a writer: local reads at the bus rate
                     stream_lo[eng], stream_hi[eng] = start, done - wl - write
                     stream_period[eng] = bpv if s1[i] == 0 else max(bpv, 2)

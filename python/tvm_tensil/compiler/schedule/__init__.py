@@ -34,6 +34,8 @@ LOWERINGS: dict[str, Lowering] = {
 
 def lower_node(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     """Lower one node after the hand-over ``given``; returns what it leaves the next node."""
+    if ctx.graph.in_place(node):  # a view: nothing to compute, and what was handed over passes on
+        return given
     if node.op not in TAKES_HAND_OVER:
         given = given.issue(out.lir)
     lowering = LOWERINGS.get(node.op)
