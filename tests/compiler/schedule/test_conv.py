@@ -85,3 +85,28 @@ def test_a_residual_whose_shortcut_is_still_carried_is_not_handed_over():
     g = conv((1, 6, 5, 8), 8, residual=True)
     p = conv_plan(g, ARCH, given=HandOver({"x": (1000, 30)}, (("x", ()),)))
     assert p.memory.handed is False
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_with_one_store_buffer_a_blocks_stores_follow_its_gather(early):
+    """Early: an output block's stores go out beside the next blocks' MatMuls, before the tile's
+    last block; otherwise all of a tile's stores follow its last block."""
+    from helpers import schedule_context
+    from tvm_tensil.compiler.lir import LIR
+    from tvm_tensil.compiler.memory import ConstTable
+    from tvm_tensil.compiler.schedule import NOTHING, Out
+    from tvm_tensil.compiler.schedule import conv as lowering
+    from tvm_tensil.isa.asm import disassemble
+
+    arch = Architecture("FP16BP8", 8, 1024, 1024, 1024, 512)
+    graph = conv((1, 16, 16, 8), 24, k=1, padding=0)
+    ctx, fused = schedule_context(graph, arch)
+    out = Out(LIR(arch), ConstTable(arch))
+    p = lowering.plan(fused.nodes[0], ctx, NOTHING, out.consts, 1)
+    assert p.buffers == 1 and len(p.tiles) > 1 and len(p.weights.groups) == 3
+    lowering.emit(fused.nodes[0], ctx, NOTHING, out, p, early=early)
+    lines = [ln.split()[:2] for ln in disassemble(out.lir.program("t")).splitlines()]
+    matmuls = [i for i, ln in enumerate(lines) if ln[0] == "matmul"]
+    first_store = next(i for i, ln in enumerate(lines) if ln[1:] == ["local_to_dram0"])
+    last_of_first_tile = matmuls[len(matmuls) // len(p.tiles) - 1]
+    assert (first_store < last_of_first_tile) == early

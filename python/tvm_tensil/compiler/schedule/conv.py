@@ -232,6 +232,13 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     choice = ctx.options.pipeline_tiles
     candidates = list(plans.values())
     ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice)) for p in candidates]
+    if len(candidates) > 1 and _stores_early(node, ctx, candidates[0]):
+        # (a layer of few tiles) the single-buffered plan's stores block by block or after each
+        # tile's last block, whichever is faster: now and then the first hold the next slab up.
+        stores = [
+            lambda c, g, o, early=e: emit(node, c, g, o, candidates[0], bool(choice), early) for e in (True, False)
+        ]
+        ways[0] = lambda c, g, o: cheapest(stores, c, g, o)
     if choice is not None or not any(pipelines(node, p) for p in candidates):
         return cheapest(ways, ctx, given, out, stop_when_worse=True)
     first, won = out.fork(), []
@@ -486,6 +493,9 @@ class _Stream:
         # A tile's last epilogue and gather wait in the backlog for the next tile's first MatMuls,
         # and its stores (``waiting``) are deferred once that gather is out (``pipelines``).
         self.pipelined = pipelined
+        # Otherwise, with one store buffer, each output block's stores wait only for its gather
+        # (they go out beside the next blocks' MatMuls, not after the tile's last block).
+        self.early = False
         self.waiting: list = []
         self.earned = 0  # backlog rows the last MatMul earned, not yet released
 
@@ -504,6 +514,8 @@ class _Stream:
         """``runs``: rows joined into this MatMul; the DRAM moves beside it are paced as if each
         were its own MatMul."""
         self._release_earned()
+        if self.early and self.waiting and not len(self.backlog):  # their gather is out: beside this
+            self.defer_waiting()
         self.lir.matmul(local, acc, size, local_step, 1, **flags)
         self.overlap.compute(size + runs)
         self.earned = size
@@ -548,9 +560,19 @@ def pipelines(node: Node, p: ConvPlan) -> bool:
     return p.banked and p.buffers == 2 and not node.attrs.residual
 
 
-def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipelined: bool = False) -> HandOver:
-    """The instructions of plan ``p`` (``pipelined``: see ``pipelines``); returns what the conv
-    leaves the next node."""
+def _stores_early(node: Node, ctx: Context, p: ConvPlan) -> bool:
+    """Whether each output block's stores can go out once its gather has (one store buffer, no
+    second output, not a whole map kept in local memory for the next node)."""
+    t, shape = p.tiles[0], ctx.place[node.output].shape
+    whole = len(p.tiles) == 1 and (t.rows, t.cols) == shape[1:3] and shape[0] == 1
+    return p.buffers == 1 and not node.attrs.second and not whole
+
+
+def emit(
+    node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipelined: bool = False, early: bool = True
+) -> HandOver:
+    """The instructions of plan ``p`` (``pipelined``: see ``pipelines``; ``early``: stores block by
+    block where ``_stores_early``); returns what the conv leaves the next node."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir, m = out.lir, p.memory
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
@@ -563,6 +585,7 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipel
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
     s = _Stream(ctx, out, p, pipelined and pipelines(node, p))
+    s.early = early and not s.pipelined and _stores_early(node, ctx, p)
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.defer_moves(moves)
@@ -586,6 +609,8 @@ def emit(node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipel
         if len(p.tiles) == 1 and (tile.rows, tile.cols) == result.shape[1:3] and result.shape[0] == 1:
             left = _keep_in_local(node, ctx, p, tile)
             continue
+        if s.early:
+            continue  # its stores went out block by block
         move = s.overlap.defer if p.buffers == 2 else lir.datamove
         if s.pipelined:
             move = lambda *run: s.waiting.append(run)  # noqa: E731
@@ -632,6 +657,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
         s.overlap.settle(lo, lo + abs(m.slabs[1] - m.slabs[0]))
         return geometry
     s.release()  # the tile's last epilogue and gather, before its stores
+    s.defer_waiting()
     s.overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
     return geometry
 
@@ -713,6 +739,8 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         finish(s.lir)
     else:
         s.later(finish)
+        if s.early:
+            flush(ctx.place[node.output], tile, store, lambda *run: s.waiting.append(run), blocks=[ob])
     s.overlap.compute(count * (1 + len(node.epilogue)))
     if second:
         if i == ob == 0:

@@ -39,9 +39,10 @@ def gather(lir: LIR, tile: Tile, block: int, acc: int, buf: int) -> None:
     lir.datamove(Direction.ACC_TO_LOCAL, buf + block * tile.pixels, acc, tile.pixels)
 
 
-def flush(place: TensorPlacement, tile: Tile, buf: int, move) -> None:
-    """The store buffer -> DRAM0; ``move`` issues each run (``LIR.datamove`` or a deferral)."""
-    for run in tile_runs(place, tile, buf):
+def flush(place: TensorPlacement, tile: Tile, buf: int, move, blocks=None) -> None:
+    """The store buffer (its channel blocks ``blocks``, else all) -> DRAM0; ``move`` issues each
+    run (``LIR.datamove`` or a deferral)."""
+    for run in tile_runs(place, tile, buf, blocks):
         move(Direction.LOCAL_TO_DRAM0, *run)
 
 

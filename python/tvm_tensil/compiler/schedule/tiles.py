@@ -68,15 +68,17 @@ def tiles(out_shape, rows: int, cols: int) -> list[Tile]:
     ]
 
 
-def tile_runs(place: TensorPlacement, tile: Tile, buf: int) -> Iterator[tuple]:
+def tile_runs(place: TensorPlacement, tile: Tile, buf: int, blocks=None) -> Iterator[tuple]:
     """DataMove arguments after the direction, (local, DRAM0 address, vectors[, local step, DRAM0
-    step]), between a tile of ``place`` (all its channel blocks, block-major) and a local buffer:
-    per block, whole rows are one run, else one per row (a phase of a map: its pixels strided)."""
+    step]), between a tile of ``place`` (its channel blocks ``blocks``, else all, block-major) and a
+    local buffer: per block, whole rows are one run, else one per row (a phase of a map: its pixels
+    strided)."""
     count = tile.pixels
-    if count == place.pixels and place.pixel_step == 1 and not place.interleave:  # the whole (single) map: one run
+    whole = count == place.pixels and place.pixel_step == 1 and not place.interleave
+    if whole and blocks is None:  # the whole (single) map: one run
         yield buf, place.base, count * place.blocks
         return
-    for b in range(place.blocks):
+    for b in range(place.blocks) if blocks is None else blocks:
         if tile.cols == place.shape[2] and not place.interleave:
             yield buf + b * count, place.address(tile.image, tile.y0, 0, b), count
             continue
