@@ -480,7 +480,7 @@ class _Stream:
     MatMul, if one does: in order, the load would otherwise wait behind them and the next MatMul
     for the load."""
 
-    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool):
+    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool, early: bool):
         self.ctx, self.lir, self.p = ctx, out.lir, p
         self.overlap = Overlap(out.lir, ctx.arch)
         self.backlog = no_rows()
@@ -493,9 +493,9 @@ class _Stream:
         # A tile's last epilogue and gather wait in the backlog for the next tile's first MatMuls,
         # and its stores (``waiting``) are deferred once that gather is out (``pipelines``).
         self.pipelined = pipelined
-        # Otherwise, with one store buffer, each output block's stores wait only for its gather
+        # Otherwise, with one store buffer, each output block's stores may wait only for its gather
         # (they go out beside the next blocks' MatMuls, not after the tile's last block).
-        self.early = False
+        self.early = early
         self.waiting: list = []
         self.earned = 0  # backlog rows the last MatMul earned, not yet released
 
@@ -584,8 +584,8 @@ def emit(
         cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
-    s = _Stream(ctx, out, p, pipelined and pipelines(node, p))
-    s.early = early and not s.pipelined and _stores_early(node, ctx, p)
+    pipelined = pipelined and pipelines(node, p)
+    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p))
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.defer_moves(moves)
