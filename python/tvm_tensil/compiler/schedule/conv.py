@@ -424,7 +424,7 @@ def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffer
     full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
     slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
     own = weights.staging + resident + (2 if second else 1) * buffers * store_size
-    whole = len(cut) == 1 and (rows, cols) == out.shape[1:3] and out.shape[0] == 1
+    whole = _one_whole_map(cut, out.shape)
     handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts) if whole else None
     lo, geometry = (0, None) if handed is None else (handed[0], handed[2])
     second_weights = lo + weights.staging
@@ -563,9 +563,12 @@ def pipelines(node: Node, p: ConvPlan) -> bool:
 def _stores_early(node: Node, ctx: Context, p: ConvPlan) -> bool:
     """Whether each output block's stores can go out once its gather has (one store buffer, no
     second output, not a whole map kept in local memory for the next node)."""
-    t, shape = p.tiles[0], ctx.place[node.output].shape
-    whole = len(p.tiles) == 1 and (t.rows, t.cols) == shape[1:3] and shape[0] == 1
-    return p.buffers == 1 and not node.attrs.second and not whole
+    return p.buffers == 1 and not node.attrs.second and not _one_whole_map(p.tiles, ctx.place[node.output].shape)
+
+
+def _one_whole_map(cut, out_shape) -> bool:
+    """One tile, the whole map of one image: the conv keeps it in local memory for the next node."""
+    return len(cut) == 1 and (cut[0].rows, cut[0].cols) == tuple(out_shape[1:3]) and out_shape[0] == 1
 
 
 def emit(
@@ -606,7 +609,7 @@ def emit(
             if short:
                 load_tile(short, tile, m.stores[0], lir.datamove)
         geometry = _emit_tile(node, ctx, s, p, i, geometry, cvecs)
-        if len(p.tiles) == 1 and (tile.rows, tile.cols) == result.shape[1:3] and result.shape[0] == 1:
+        if _one_whole_map(p.tiles, result.shape):
             left = _keep_in_local(node, ctx, p, tile)
             continue
         if s.early:
