@@ -10,6 +10,9 @@
   trained to mark each digit's ink (the pixels above 0.4): a segmentation map, not logits;
 - ``detector``: a detection head's outputs on a 4x4 grid, YOLO-style: each cell's share of ink (a
   sigmoid) and the digit's box size in cells (the exp of the head's values);
+- ``csp``: darknet's cross-stage-partial block (a channel half sliced off, two convs, nested concats),
+  a 1x1 mix, a stride-2 conv whose residual shortcut is a 1x1 max pool with stride 2, and a head that
+  means over H and W without keepdims;
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -28,7 +31,7 @@ import torch
 from torch import nn
 
 # The networks that classify the digits (their logits compared with float's).
-CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "wide_range")
+CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "csp", "wide_range")
 
 
 @dataclass
@@ -151,6 +154,29 @@ def _efficientnet() -> nn.Module:
     )  # fmt: skip
 
 
+def _conv_bn_relu(cin: int, cout: int, k: int = 3) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2, bias=False), *_bn_relu(cout))
+
+
+class _CSP(nn.Module):
+    """YOLOv4-tiny's route/route-groups block, then a stride-2 conv with a subsampled shortcut."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.conv1, self.conv2 = _conv_bn_relu(1, 32), _conv_bn_relu(16, 16), _conv_bn_relu(16, 16)
+        self.mix = _conv_bn_relu(64, 32, 1)
+        self.down = nn.Sequential(nn.Conv2d(32, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32))
+        self.shortcut = nn.MaxPool2d(1, 2)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        a = self.stem(x)
+        c = self.conv1(a.chunk(2, 1)[1])
+        m = self.mix(torch.cat([a, torch.cat([self.conv2(c), c], 1)], 1))
+        y = torch.relu(self.down(m) + self.shortcut(m))
+        return self.fc(y.mean((2, 3)))
+
+
 class _UNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -256,7 +282,7 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 @functools.cache
 def trained(kind: str) -> nn.Module:
     """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu",
-    "unet", "detector" or "wide_range"."""
+    "csp", "unet", "detector" or "wide_range"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -269,6 +295,8 @@ def trained(kind: str) -> nn.Module:
         return _train(_prelu_net(), data, epochs=20)
     if kind == "mobilenetv3":
         return _train(_mobilenetv3(), data, epochs=20)
+    if kind == "csp":
+        return _train(_CSP(), data)
     if kind == "unet":
         return _train(_UNet(), data, epochs=6, segment=True)
     if kind == "detector":

@@ -144,13 +144,19 @@ def test_average_pool_in_ceil_mode_stays_on_the_cpu_with_its_reason(compare):
     assert reasons == ["ceil_mode average pooling (its last windows count fewer values)"]
 
 
-@pytest.mark.parametrize("op", ["GlobalAveragePool", "ReduceMean"])
-def test_global_average(compare, op):
+@pytest.mark.parametrize(
+    "op, keepdims, batch",
+    [("GlobalAveragePool", 1, 1), ("ReduceMean", 1, 1), ("ReduceMean", 0, 1), ("ReduceMean", 0, 2)],
+)
+def test_global_average(compare, op, keepdims, batch):
+    """Without keepdims the mean is (n, c), the layout dense layers read."""
     b = OnnxBuilder(seed=7, grid=True)
     rng = np.random.default_rng(7)
-    attrs = {"axes": [2, 3], "keepdims": 1} if op == "ReduceMean" else {}
+    attrs = {"axes": [2, 3], "keepdims": keepdims} if op == "ReduceMean" else {}
     y = b.op(op, ["x"], **attrs)
-    cpu, tcu, report, _ = compare(b.model({"x": [1, 12, 8, 8]}, y), {"x": grid(rng, (1, 12, 8, 8))})
+    shape = [batch, 12, 8, 8]
+    cpu, tcu, report, _ = compare(b.model({"x": shape}, y), {"x": grid(rng, shape)})
+    assert cpu.shape == ((batch, 12, 1, 1) if keepdims else (batch, 12))
     # 64 pixels: six halving levels, at most one unit in the last place (1/256) each.
     assert np.max(np.abs(tcu - cpu)) <= 6 / 256
     assert cpu_ops(report) == []

@@ -391,7 +391,13 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node(kind, [_operand(scope, call.args[0])], kernel=kernel, strides=strides, dilation=dilation,
                     padding=tuple(padding), count_include_pad=bool(a.count_include_pad))  # fmt: skip
     if op in ("relax.nn.adaptive_avg_pool2d", "relax.mean"):
-        return node("global_avg_pool", [_operand(scope, call.args[0])])
+        if len(out_shape) == 4:
+            return node("global_avg_pool", [_operand(scope, call.args[0])])
+        # A mean without keepdims, (n, c): the pool's (n, c, 1, 1) under the dense layers' shape.
+        pooled = b.new_tensor(tuple(out_shape) + (1, 1))
+        b.nodes.append(Node("global_avg_pool", [_operand(scope, call.args[0])], pooled, {}, source_ops=[op]))
+        b.views[out] = (pooled, "reshape")
+        return out
     if op in ("relax.reshape", "relax.flatten"):
         src = _operand(scope, call.args[0])
         src_shape = b.relax_shapes[src]

@@ -312,8 +312,8 @@ def check_global_pool(arch: Architecture, call: relax.Call) -> str | None:
             return f"adaptive average pool to {out[2:]} (only 1x1, NCHW)"
     else:  # mean
         axes = sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None else []
-        if axes != [2, 3] or not call.attrs.keepdims:
-            return f"mean over axes {axes} (only H and W with keepdims)"
+        if axes != [2, 3]:
+            return f"mean over axes {axes} (only H and W)"
     return _needs_registers(arch, "average pooling")
 
 
