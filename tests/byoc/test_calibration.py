@@ -21,7 +21,8 @@ import tvm_tensil
 from tvm_tensil.runtime.device import SaturationWarning
 
 trained_nets = pytest.importorskip("trained_nets")
-BATCH = 64
+BATCH = 16  # the build's batch (its compile time grows with it); the test images run in batches
+CALIBRATION = 256  # training images to calibrate on
 
 
 def _logits(vm_main, x: np.ndarray) -> np.ndarray:
@@ -41,7 +42,7 @@ def test_trained_network_keeps_its_answers_with_calibration(kind):
     x, y = data.x_test[:n], data.y_test[:n]
     mod = trained_nets.relax_module(net, BATCH)
     cpu = _logits(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], x)
-    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[: 4 * BATCH])
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:CALIBRATION])
     assert ex.tensil_report.cpu_ops == []
     with warnings.catch_warnings():
         warnings.simplefilter("error", SaturationWarning)
@@ -87,7 +88,7 @@ def test_a_trained_detection_head_keeps_its_boxes():
     cpu = outputs(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"])
     # The network really learned: the ink's share per cell and the box's size in cells (1 to 4).
     assert np.abs(cpu[0] - share).mean() < 0.06 and np.abs(cpu[1].mean((2, 3)) - size).mean() < 0.3
-    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[: 4 * BATCH])
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:CALIBRATION])
     report = ex.tensil_report
     assert len(report.partitions) == 1 and report.cpu_ops == []
     needed, output_vectors = model_matmul_vectors(mod, report.arch.array_size)
