@@ -225,6 +225,56 @@ def test_a_permute_before_a_dense_layer_folds_into_its_weights():
     assert report.cpu_ops == [] and len(report.partitions) == 1
 
 
+def _channel_shuffle(x, groups: int):
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+
+
+class ShuffleUnit(torch.nn.Module):
+    """ShuffleNet v2's unit: half the channels through a branch, concatenated, shuffled."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+        self.stem, self.branch, self.head = (torch.nn.Conv2d(*a) for a in ((3, 24, 3), (12, 12, 1), (24, 8, 1)))
+
+    def forward(self, x):
+        a, b = torch.relu(self.stem(x)).chunk(2, 1)
+        y = _channel_shuffle(torch.cat([a, torch.relu(self.branch(b))], 1), self.groups)
+        return self.head(y), y
+
+
+@pytest.mark.parametrize("groups", [2, 3])
+def test_a_channel_shuffle_is_a_conv_that_picks_channels(groups):
+    """torch's view-transpose-view of the channel axis (one op per shuffle on the CPU, a partition
+    cut each time) is a 1x1 conv with weights of 1: one partition; the shuffled map is exact."""
+    from tvm_tensil.arch import PRESETS
+
+    torch.manual_seed(4)
+    model, x = ShuffleUnit(groups).eval(), torch.randn(1, 3, 8, 8)
+    report = _at_fp32bp16(model, x)
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    assert [op for op, _ in _nodes(report)].count("conv2d") == 4  # stem, branch, the shuffle, head
+    # At the boards' data type: the shuffle moves values, rounding none (grid inputs, 1x1 pick).
+    grid = np.round(np.random.default_rng(4).uniform(-4, 4, (1, 24, 5, 5)) * 256) / 256
+    shuffle = from_exported_program(
+        torch.export.export(_Shuffle(groups), (torch.zeros(1, 24, 5, 5),)), keep_params_as_input=False
+    )
+    ex = tvm_tensil.build(shuffle, target="tensil", arch=PRESETS["pynqz1"])
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(grid.astype(np.float32)))[0].numpy()
+    np.testing.assert_array_equal(got, _channel_shuffle(torch.from_numpy(grid.astype(np.float32)), groups).numpy())
+    assert ex.tensil_report.cpu_ops == []
+
+
+class _Shuffle(torch.nn.Module):
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, x):
+        return _channel_shuffle(x, self.groups)
+
+
 class PReluNet(torch.nn.Module):
     """MTCNN's pattern: conv, PReLU (one slope per channel), conv."""
 

@@ -7,6 +7,8 @@
   batch-norm folding whether or not the conv has a bias.
 - A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
   matmul), which the TCU runs exactly like any other conv.
+- A channel shuffle (reshape, permute, reshape of the channel axis alone) becomes a 1x1 conv whose
+  weights pick each output channel's input channel.
 - Each used part of a ``split`` becomes a ``strided_slice``: an op with one tensor result, which
   the patterns take like any other (a tuple-valued split would cut the partition).
 
@@ -514,6 +516,38 @@ def _permute_into_dense():
     return pat, r
 
 
+def _channel_shuffle():
+    """``reshape(permute_dims(reshape(x, (n, g, c/g, h, w)), (0, 2, 1, 3, 4)), (n, c, h, w))``
+    (ShuffleNet's channel shuffle; any split, permutation and merge of the channel axis alone) is
+    a 1x1 conv whose weights pick each output channel's input channel: exact (weights of 1)."""
+    x, s1, s2 = wildcard(), wildcard(), wildcard()
+    split = is_op("relax.reshape")(x, s1)
+    perm = is_op("relax.permute_dims")(split)
+    pat = is_op("relax.reshape")(perm, s2)
+
+    def r(expr, m):
+        shape, mid = shape_of(m[x]), shape_of(m[split])
+        axes = [int(a) for a in m[perm].attrs.axes]
+        n, c = shape[0], shape[1]
+        channels = mid[1:-2]  # the channel axis split into these
+        if (
+            len(shape) != 4
+            or shape_of(expr) != shape
+            or mid[:1] + mid[-2:] != (n,) + shape[2:]
+            or int(np.prod(channels)) != c
+            or axes[0] != 0
+            or axes[-2:] != [len(mid) - 2, len(mid) - 1]
+        ):
+            return expr
+        # Output channel j is input channel order[j].
+        order = np.arange(c).reshape(channels).transpose([a - 1 for a in axes[1:-2]]).reshape(-1)
+        pick = np.zeros((c, c, 1, 1), np.float32)
+        pick[np.arange(c), order] = 1.0
+        return relax.op.nn.conv2d(m[x], _const(pick))
+
+    return pat, r
+
+
 def _dense_on_rows():
     """``reshape(matmul(reshape(x, (B * S, K)), W) [+ b], (B, S, N))`` (torch.export's Linear on a
     (B, S, K) sequence) is the dense layer on x itself: its activation then follows it directly."""
@@ -545,7 +579,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
+             _channel_shuffle(), _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)

@@ -35,7 +35,8 @@ class Dram0Allocator:
         if need > self.arch.dram0_depth:
             raise MemoryError(
                 f"the partition needs {need} vectors of DRAM0, the architecture has "
-                f"{self.arch.dram0_depth} (dram0_depth)"
+                f"{self.arch.dram0_depth} (dram0_depth): a smaller input or batch fits, or an "
+                f"architecture with dram0_depth >= {need}"
             )
 
     def alloc(self, shape: tuple[int, int, int, int], what: str, check: bool = True) -> TensorPlacement:
@@ -132,5 +133,6 @@ class ConstTable:
         if self.top > self.arch.dram1_depth:
             raise MemoryError(
                 f"the partition needs {self.top} vectors of DRAM1 for its weights, the "
-                f"architecture has {self.arch.dram1_depth} (dram1_depth)"
+                f"architecture has {self.arch.dram1_depth} (dram1_depth): an architecture with "
+                f"dram1_depth >= {self.top} holds them"
             )
