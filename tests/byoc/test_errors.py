@@ -56,11 +56,11 @@ def test_conv_weights_too_big_for_dram1_say_so_even_when_tilings_are_compared():
     tiny = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=64, name="tiny")
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
     cpu, tcu, report = _cpu_and_tcu(mod, tiny, x)
-    assert report.partitions == {}
+    # The partition is cut into pieces (byoc/split.py); the convs that still do not fit say so.
     reasons = {o["reason"] for o in report.cpu_ops if o["op"] == "relax.nn.conv2d"}
     need = "vectors of DRAM1 for its weights, the architecture has 64 (dram1_depth)"
     assert reasons and all(need in r for r in reasons)
-    np.testing.assert_allclose(tcu, cpu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tcu, cpu, atol=0.01)  # probabilities; the first conv at FP16BP8
 
 
 def test_wrong_arch_name():

@@ -31,11 +31,13 @@ from tvm import relax
 
 from ..arch import Architecture, load_arch
 from ..compiler import CompiledPartition, CompileOptions
+from ..compiler.memory import CapacityError
 from . import codegen
 from .calibrate import partition_inputs, samples_for
 from .frontend import shape_of
 from .patterns import Rejections, partition_for_tensil
 from .shapes import bind_input_shapes
+from .split import split_partition
 
 TARGET = "tensil"
 ARCH_ENV = "TVM_TENSIL_ARCH"
@@ -398,27 +400,42 @@ def _compile_partitions(
     mod: tvm.IRModule,
     arch: Architecture,
     rejections: Rejections,
-    samples: dict[str, list] | None = None,
+    samples: list | None = None,
     options: CompileOptions = CompileOptions(),
 ) -> tuple[tvm.IRModule, dict[str, CompiledPartition]]:
-    """Compile every partition now (each function then carries its description for the codegen);
-    one that fails (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU with
-    the reason recorded for each of its ops. ``samples``: each partition's calibration inputs."""
+    """Compile every partition now (each function then carries its description for the codegen).
+    One whose weights do not fit DRAM1 is cut into consecutive pieces that do (byoc/split.py); one
+    that fails otherwise (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU
+    with the reason recorded for each of its ops. ``samples``: the model's calibration samples."""
     compiled = {}
     sources = _argument_sources(mod)
-    for gv, func in _partitions(mod):
+    seen = _partition_samples(mod, samples)
+    queue = _partitions(mod)
+    while queue:
+        gv, func = queue.pop(0)
         try:
-            part = codegen.compile_partition(
-                func, arch, (samples or {}).get(gv.name_hint), sources.get(gv.name_hint), options
-            )
+            part = codegen.compile_partition(func, arch, seen.get(gv.name_hint), sources.get(gv.name_hint), options)
         except Exception as e:  # noqa: BLE001 - reported; the partition runs on the CPU instead
             _raise_if_interrupted(e)
+            if isinstance(e, CapacityError) and e.bank == 1:
+                mod, pieces = split_partition(mod, gv, arch, e.need)
+                if pieces:
+                    sources, seen = _argument_sources(mod), _partition_samples(mod, samples)
+                    queue = [(g, mod[g]) for g in pieces] + queue
+                    continue
             mod[gv] = _back_to_cpu(func)
             _reject_all(rejections, mod[gv], f"its partition could not be compiled for the TCU: {e}")
             continue
         compiled[part.name] = part
         mod[gv] = codegen.with_description(func, part)
     return mod, compiled
+
+
+def _partition_samples(mod: tvm.IRModule, samples: list | None) -> dict[str, list]:
+    """Each partition's arguments for every calibration sample, by global var name."""
+    if not samples or not _partitions(mod):
+        return {}
+    return partition_inputs(mod, dict(_partitions(mod)), samples, _back_to_cpu)
 
 
 def offload(
@@ -443,10 +460,7 @@ def offload(
             if isinstance(func, relax.Function):
                 _reject_all(rejections, func, reason)
     mod = _namespace_symbols(mod, arch, samples, options)
-    seen = (
-        partition_inputs(mod, dict(_partitions(mod)), samples, _back_to_cpu) if samples and _partitions(mod) else None
-    )
-    mod, compiled = _compile_partitions(mod, arch, rejections, seen, options)
+    mod, compiled = _compile_partitions(mod, arch, rejections, samples, options)
     report = BuildReport(arch, cpu_ops=_cpu_ops(mod, rejections), compiled=compiled)
     report.partitions = {sym: part.report for sym, part in compiled.items()}
     for line in weight_losses(report):

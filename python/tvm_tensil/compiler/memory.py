@@ -17,6 +17,15 @@ from ..packing import PACKERS, ConstRecipe
 from ..placement import TensorPlacement
 
 
+class CapacityError(MemoryError):
+    """A partition needs more vectors of DRAM ``bank`` (0: feature maps, 1: weights) than the
+    architecture has: ``need`` of them."""
+
+    def __init__(self, bank: int, need: int, message: str):
+        super().__init__(message)
+        self.bank, self.need = bank, need
+
+
 class Dram0Allocator:
     """Feature maps in DRAM0.
 
@@ -33,10 +42,12 @@ class Dram0Allocator:
 
     def _check(self, need: int) -> None:
         if need > self.arch.dram0_depth:
-            raise MemoryError(
+            raise CapacityError(
+                0,
+                need,
                 f"the partition needs {need} vectors of DRAM0, the architecture has "
                 f"{self.arch.dram0_depth} (dram0_depth): a smaller input or batch fits, or an "
-                f"architecture with dram0_depth >= {need}"
+                f"architecture with dram0_depth >= {need}",
             )
 
     def alloc(self, shape: tuple[int, int, int, int], what: str, check: bool = True) -> TensorPlacement:
@@ -131,8 +142,10 @@ class ConstTable:
 
     def check(self) -> None:
         if self.top > self.arch.dram1_depth:
-            raise MemoryError(
+            raise CapacityError(
+                1,
+                self.top,
                 f"the partition needs {self.top} vectors of DRAM1 for its weights, the "
                 f"architecture has {self.arch.dram1_depth} (dram1_depth): an architecture with "
-                f"dram1_depth >= {self.top} holds them"
+                f"dram1_depth >= {self.top} holds them",
             )

@@ -1,0 +1,172 @@
+"""A partition whose weights do not fit DRAM1 cut into consecutive partitions that each fit.
+
+A partition's body is a sequence of calls to composite functions (one per fused op). The cut keeps
+that order: each piece is a partition function of its own, called from ``main`` with the values the
+pieces before it computed. At run time the device holds the weights of the pieces it ran last and
+writes the others again when their turn comes (runtime/weights.py): slower than one resident
+partition, but on the TCU rather than on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..arch import Architecture
+
+__all__ = ["weight_vectors", "split_partition"]
+
+FILL = 0.9  # a piece's estimated weights at most this share of DRAM1 (the estimate ignores small tables)
+
+
+def _constants(func: relax.Function) -> list[np.ndarray]:
+    found: list = []
+    relax.analysis.post_order_visit(
+        func.body, lambda e: found.append(e) if isinstance(e, tvm.ir.GenericConst) else None
+    )
+    return [c.value.numpy() for c in found]
+
+
+def weight_vectors(func: relax.Function, arch: Architecture) -> int:
+    """DRAM1 vectors a composite function's constants take, estimated as the compiler packs them:
+    a conv's weights in N x N blocks per tap, a dense layer's in N x N blocks, anything else in
+    vectors of N."""
+    n, total = arch.array_size, 0
+    for c in _constants(func):
+        if c.ndim == 4:  # conv (O, I, kh, kw); a depthwise conv (C, 1, kh, kw): diagonal blocks
+            o, i, kh, kw = c.shape
+            total += math.ceil(o / n) * math.ceil(i / n) * kh * kw * n
+        elif c.ndim == 2:
+            total += math.ceil(c.shape[0] / n) * math.ceil(c.shape[1] / n) * n
+        else:
+            total += math.ceil(c.size / n)
+    return total
+
+
+def _body(func: relax.Function) -> tuple[dict, list, relax.Expr]:
+    """The partition's local composite functions (by var), its call bindings in order, its result."""
+    seq = func.body
+    functions, calls = {}, []
+    for block in seq.blocks:
+        for b in block.bindings:
+            if isinstance(b.value, relax.Function):
+                functions[b.var] = b
+            else:
+                calls.append(b)
+    return functions, calls, seq.body
+
+
+def _uses(expr) -> list:
+    return list(relax.analysis.free_vars(expr))
+
+
+def _piece(name: str, attrs, params: list, functions: dict, calls: list, result) -> relax.Function:
+    """A partition function of ``calls`` (with the composite functions they call), taking ``params``
+    and returning ``result``."""
+    used = {v for b in calls for v in _uses(b.value)}
+    bindings = [b for v, b in functions.items() if v in used] + list(calls)
+    body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
+    if isinstance(result, relax.Tuple):
+        result = relax.Tuple(list(result.fields))  # typed from its fields
+        body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
+    func = relax.Function(params, body, result.ty, attrs=attrs)
+    return relax.utils.copy_with_new_vars(func).with_attr("global_symbol", name)
+
+
+def split_partition(
+    mod: tvm.IRModule, gv: relax.GlobalVar, arch: Architecture, need: int
+) -> tuple[tvm.IRModule, list[relax.GlobalVar]]:
+    """Cut partition ``gv`` (its weights ``need`` vectors of DRAM1, more than the architecture has)
+    into pieces whose estimated weights fit. Returns the module with the pieces in its place (``main``
+    calling them in turn) and the pieces' global vars; the module as it was and [] when the
+    partition has a single op (nothing to cut)."""
+    func = mod[gv]
+    functions, calls, result = _body(func)
+    if len(calls) < 2:
+        return mod, []
+    sizes = [weight_vectors(functions[b.value.op].value, arch) if b.value.op in functions else 0 for b in calls]
+    # The estimate is scaled to the compiler's own count, so the cut lands where the bytes are.
+    scale = need / max(sum(sizes), 1)
+    limit = FILL * arch.dram1_depth
+    groups, current, filled = [], [], 0.0
+    for b, size in zip(calls, sizes):
+        if current and filled + size * scale > limit:
+            groups.append(current)
+            current, filled = [], 0.0
+        current.append(b)
+        filled += size * scale
+    groups.append(current)
+    if len(groups) < 2:  # one op's weights alone are the need: halve, the compile says what fits
+        half = len(calls) // 2
+        groups = [calls[:half], calls[half:]]
+
+    symbol = str(func.attrs["global_symbol"])
+    params = list(func.params)
+    bound_in = {}  # var -> index of the group that binds it
+    for i, group in enumerate(groups):
+        for b in group:
+            bound_in[b.var] = i
+    # What each group reads from earlier groups (or the result needs), in binding order.
+    later_uses = [set() for _ in groups]
+    for i, group in enumerate(groups):
+        for b in group:
+            for v in _uses(b.value):
+                if v in bound_in and bound_in[v] < i:
+                    later_uses[bound_in[v]].add(v)
+    for v in _uses(result):
+        if v in bound_in:
+            later_uses[bound_in[v]].add(v)
+    exported = [[b.var for b in group if b.var in later_uses[i]] for i, group in enumerate(groups)]
+
+    pieces = []
+    for i, group in enumerate(groups):
+        reads = []  # the piece's inputs: the partition's params and earlier pieces' values it uses
+        for b in group:
+            for v in _uses(b.value):
+                if v not in reads and v not in functions and (v in params or bound_in.get(v, i) < i):
+                    reads.append(v)
+        if i == len(groups) - 1:
+            for v in _uses(result):
+                if v not in reads and (v in params or bound_in.get(v, i) < i):
+                    reads.append(v)
+            out = result
+        else:
+            out = exported[i][0] if len(exported[i]) == 1 else relax.Tuple(exported[i])
+        piece = _piece(f"{symbol}_{i}", func.attrs, reads, functions, group, out)
+        pieces.append((reads, piece, exported[i]))
+
+    mod = mod.clone() if hasattr(mod, "clone") else mod
+    bb = relax.BlockBuilder(mod)
+    new_gvs = [bb.add_func(piece, f"{gv.name_hint}_part{i}") for i, (_, piece, _) in enumerate(pieces)]
+    mod.update(bb.get())
+    mod["main"] = _call_pieces(mod["main"], gv, params, pieces, new_gvs)
+    return tvm.IRModule({g: f for g, f in mod.functions.items() if not g.same_as(gv)}, attrs=mod.attrs), new_gvs
+
+
+def _call_pieces(main: relax.Function, gv, params: list, pieces: list, gvs: list) -> relax.Function:
+    """``main`` with its call of ``gv`` replaced by calls of the pieces in turn."""
+
+    @relax.expr_functor.mutator
+    class Calls(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(gv):
+                return call
+            values = dict(zip(params, call.args))
+            last = None
+            for i, ((reads, _, exported), g) in enumerate(zip(pieces, gvs)):
+                out = self.builder_.emit(relax.Call(g, [values[v] for v in reads]))
+                if i == len(pieces) - 1:
+                    last = out
+                elif len(exported) == 1:
+                    values[exported[0]] = out
+                else:
+                    for j, v in enumerate(exported):
+                        values[v] = self.builder_.emit(relax.TupleGetItem(out, j))
+            return last
+
+    mutator = Calls()
+    return mutator.visit_expr(main)
