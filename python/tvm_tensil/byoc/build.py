@@ -59,6 +59,10 @@ class PrecisionWarning(UserWarning):
     """A build whose numbers will be wrong: weights that the data type rounds away."""
 
 
+class ReloadWarning(UserWarning):
+    """A build whose partitions' weights do not fit DRAM1 together: each run writes some again."""
+
+
 def weight_losses(report: "BuildReport") -> list[str]:
     """One line per layer that loses more than ``WEIGHT_LOSS_LIMIT`` to rounding: of its weights,
     or, for weights calibration rounded for their outputs, of its outputs (rms); and one per
@@ -465,6 +469,15 @@ def offload(
     report.partitions = {sym: part.report for sym, part in compiled.items()}
     for line in weight_losses(report):
         warnings.warn(PrecisionWarning(line), stacklevel=3)
+    resident = sum(p["memory"]["dram1_vectors"] for p in report.partitions.values())
+    if resident > arch.dram1_depth:
+        warnings.warn(
+            ReloadWarning(
+                f"the {len(report.partitions)} TCU partitions' weights need {resident} vectors of DRAM1 together, the "
+                f"architecture has {arch.dram1_depth} (dram1_depth): each run writes some of them again"
+            ),
+            stacklevel=3,
+        )
     if not report.partitions:
         first = report.cpu_ops[0]["reason"] if report.cpu_ops else "the model has no ops"
         warnings.warn(OffloadWarning(f"nothing of this model runs on the TCU ({first})"), stacklevel=3)
