@@ -19,25 +19,25 @@ def _run(ex, x):
 
 
 def test_weights_too_big_for_dram1_run_in_pieces_that_fit():
-    mod = from_onnx(zoo.small_cnn(size=16), keep_params_in_input=False)
+    mod = from_onnx(zoo.small_cnn(size=16, softmax=False), keep_params_in_input=False)
     arch = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=DEPTH, data_type=FP32BP16, name="small_dram1")
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
     cpu = _run(tvm.compile(mod, target="llvm"), x)
     with pytest.warns(tvm_tensil.ReloadWarning, match=r"need \d+ vectors of DRAM1 together, the architecture has 600"):
         ex = tvm_tensil.build(mod, target="tensil", arch=arch)
     report = ex.tensil_report
-    assert [o["op"] for o in report.cpu_ops] == ["relax.nn.softmax"]
+    assert report.cpu_ops == []
     assert len(report.partitions) >= 2
     ops = [n["op"] for p in report.partitions.values() for n in p["nodes"]]
     assert ops.count("conv2d") == 2 and ops.count("dense") == 1  # every layer once, in order
     assert all(p["memory"]["dram1_vectors"] <= DEPTH for p in report.partitions.values())
-    # Each run writes the pieces' weights again (they do not fit together): still the same numbers.
+    # Each run writes the pieces' weights again (they do not fit together): the CPU's logits each time.
     for _ in range(2):
         assert np.abs(_run(ex, x) - cpu).max() <= 1e-3 * np.ptp(cpu)
 
 
 def test_pieces_are_calibrated_on_what_reaches_them():
-    mod = from_onnx(zoo.small_cnn(size=16), keep_params_in_input=False)
+    mod = from_onnx(zoo.small_cnn(size=16, softmax=False), keep_params_in_input=False)
     arch = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=DEPTH, name="small_dram1")
     rng = np.random.default_rng(1)
     ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=rng.standard_normal((4, 3, 16, 16)))

@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import tvm
 from tvm import relax
 
 from ..arch import Architecture
+from .frontend import collect_constants
 
 __all__ = ["weight_vectors", "split_partition"]
 
 FILL = 0.9  # a piece's estimated weights at most this share of DRAM1 (the estimate ignores small tables)
-
-
-def _constants(func: relax.Function) -> list[np.ndarray]:
-    found: list = []
-    relax.analysis.post_order_visit(
-        func.body, lambda e: found.append(e) if isinstance(e, tvm.ir.GenericConst) else None
-    )
-    return [c.value.numpy() for c in found]
 
 
 def weight_vectors(func: relax.Function, arch: Architecture) -> int:
@@ -35,7 +27,7 @@ def weight_vectors(func: relax.Function, arch: Architecture) -> int:
     a conv's weights in N x N blocks per tap, a dense layer's in N x N blocks, anything else in
     vectors of N."""
     n, total = arch.array_size, 0
-    for c in _constants(func):
+    for c in (const.value.numpy() for const in collect_constants(func)):
         if c.ndim == 4:  # conv (O, I, kh, kw); a depthwise conv (C, 1, kh, kw): diagonal blocks
             o, i, kh, kw = c.shape
             total += math.ceil(o / n) * math.ceil(i / n) * kh * kw * n
@@ -68,10 +60,9 @@ def _piece(name: str, attrs, params: list, functions: dict, calls: list, result)
     and returning ``result``."""
     used = {v for b in calls for v in _uses(b.value)}
     bindings = [b for v, b in functions.items() if v in used] + list(calls)
-    body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
     if isinstance(result, relax.Tuple):
         result = relax.Tuple(list(result.fields))  # typed from its fields
-        body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
+    body = relax.SeqExpr([relax.BindingBlock(bindings)], result)
     func = relax.Function(params, body, result.ty, attrs=attrs)
     return relax.utils.copy_with_new_vars(func).with_attr("global_symbol", name)
 
@@ -138,7 +129,7 @@ def split_partition(
         piece = _piece(f"{symbol}_{i}", func.attrs, reads, functions, group, out)
         pieces.append((reads, piece, exported[i]))
 
-    mod = mod.clone() if hasattr(mod, "clone") else mod
+    mod = mod.clone()
     bb = relax.BlockBuilder(mod)
     new_gvs = [bb.add_func(piece, f"{gv.name_hint}_part{i}") for i, (_, piece, _) in enumerate(pieces)]
     mod.update(bb.get())
