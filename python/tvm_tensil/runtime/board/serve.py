@@ -22,10 +22,12 @@ import json
 import mmap
 import os
 import select
+import signal
 import socket
 import struct
 import sys
 import tempfile
+import threading
 import uuid
 from typing import Callable
 
@@ -64,8 +66,12 @@ def send_message(conn: socket.socket, obj: dict) -> None:
     conn.sendall((json.dumps(obj) + "\n").encode())
 
 
-def recv_line(conn: socket.socket, buf: bytearray, limit: int = 1 << 16) -> bytes | None:
+def recv_line(
+    conn: socket.socket, buf: bytearray, limit: int = 1 << 16, wait: Callable[[socket.socket], None] | None = None
+) -> bytes | None:
     while b"\n" not in buf:
+        if wait:
+            wait(conn)
         chunk = conn.recv(4096)
         if not chunk:
             return None
@@ -77,8 +83,12 @@ def recv_line(conn: socket.socket, buf: bytearray, limit: int = 1 << 16) -> byte
     return line
 
 
-def recv_exact(conn: socket.socket, buf: bytearray, n: int) -> bytes | None:
+def recv_exact(
+    conn: socket.socket, buf: bytearray, n: int, wait: Callable[[socket.socket], None] | None = None
+) -> bytes | None:
     while len(buf) < n:
+        if wait:
+            wait(conn)
         chunk = conn.recv(max(65536, n - len(buf)))
         if not chunk:
             return None
@@ -123,6 +133,7 @@ class SimBoardServer:
         self.memory = np.frombuffer(self._map, dtype=np.uint8)
         self.core = None
         self.sock = None
+        self._wakeup = None  # (read end, write end) of the signal wake-up pair, while serving
         self.runs, self.cycles = 0, 0  # the current client's
 
     def new_core(self) -> None:
@@ -151,8 +162,10 @@ class SimBoardServer:
         if ready:
             ready()
         served = 0
+        previous_wakeup = self._watch_signals()
         try:
             while max_clients is None or served < max_clients:
+                self.wait_readable(self.sock)
                 conn, _ = self.sock.accept()
                 served += 1
                 self.runs, self.cycles = 0, 0
@@ -165,14 +178,48 @@ class SimBoardServer:
                     conn.close()
                 self.log(f"client {served} left after {self.runs} run(s), {self.cycles} cycles")
         finally:
+            self._unwatch_signals(previous_wakeup)
             self.close()
+
+    def _watch_signals(self) -> int | None:
+        """Wake the blocking waits on any signal. A process-directed signal may be delivered to
+        another thread (numpy's BLAS pool): the main thread, blocked in accept() or recv(), would
+        not run the Python handler (SIGTERM's: clean up and exit) until a client came."""
+        if threading.current_thread() is not threading.main_thread():
+            return None  # (only the main thread runs signal handlers)
+        self._wakeup = socket.socketpair()
+        for end in self._wakeup:
+            end.setblocking(False)
+        return signal.set_wakeup_fd(self._wakeup[1].fileno(), warn_on_full_buffer=False)
+
+    def _unwatch_signals(self, previous: int | None) -> None:
+        pair, self._wakeup = self._wakeup, None
+        if pair:
+            signal.set_wakeup_fd(previous if previous is not None else -1)
+            for end in pair:
+                end.close()
+
+    def wait_readable(self, sock: socket.socket) -> None:
+        """Block until `sock` has data (or a connection); a signal ends the wait, so its handler runs."""
+        wakeup = self._wakeup
+        if wakeup is None:
+            return
+        while True:
+            readable, _, _ = select.select([sock, wakeup[0]], [], [])
+            if wakeup[0] in readable:
+                try:
+                    wakeup[0].recv(64)  # (the handler runs on the way back to Python)
+                except BlockingIOError:
+                    pass
+            if sock in readable:
+                return
 
     def handle(self, conn: socket.socket) -> None:
         self.new_core()  # every client starts on a fresh core
         socket.send_fds(conn, [(json.dumps(self.hello()) + "\n").encode()], [self._file.fileno()])
         buf = bytearray()
         while True:
-            line = recv_line(conn, buf)
+            line = recv_line(conn, buf, wait=self.wait_readable)
             if line is None:
                 return
             try:
@@ -196,7 +243,7 @@ class SimBoardServer:
                         },
                     )
                     return  # the byte stream is out of step: drop the client
-                data = recv_exact(conn, buf, n)
+                data = recv_exact(conn, buf, n, wait=self.wait_readable)
                 if data is None:
                     return
                 reply = self.run(conn, data)
