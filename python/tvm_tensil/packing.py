@@ -77,7 +77,8 @@ def pack_conv_weights(
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
     block then carry the bias, so the MatMul that starts each output block adds it.
 
-    Dense conv: blocks ordered (output block, part, input block, kh, kw).
+    Dense conv: blocks ordered (output block, part, input block, kh, kw); a grouped conv packs only
+    the input blocks each output block reads (``group_blocks``), in the same order.
     Depthwise (groups = channels): blocks (block, part, kh, kw) with diagonal weights.
     ``residue`` = (bits, binary point): two parts (``split_residue``), the residue first; the bias
     is in the second. Without it, one part.
@@ -107,9 +108,9 @@ def pack_conv_weights(
         w = w.T[:, :, None, None]
     co, ci_g, kh, kw = w.shape
     cbo = math.ceil(co / n)
-    first_blocks = None
+    reads = None  # a grouped conv's input blocks per output block: only their blocks are packed
     if groups != 1 and not (ci_g == 1 and groups == co):  # grouped: as a dense conv, zeros between groups
-        first_blocks = [blocks[0] for blocks in group_blocks(co, ci_g * groups, groups, n)]
+        reads = group_blocks(co, ci_g * groups, groups, n)
         full = np.zeros((co, ci_g * groups, kh, kw))
         for o in range(co):
             g = o // (co // groups)
@@ -126,8 +127,10 @@ def pack_conv_weights(
             out[:, k, ..., 1:, :] = wp.reshape(cbo, n, cbi, n, kh, kw).transpose(0, 2, 4, 5, 3, 1)
         if bias is not None:  # in the first input block each output block reads
             rows = _bias_rows(consts, bias, cbo, n)
-            for ob, ib in enumerate(first_blocks or [0] * cbo):
-                out[ob, -1, ib, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
+            for ob in range(cbo):
+                out[ob, -1, reads[ob][0] if reads else 0, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
+        if reads:  # (output block, part, its input blocks, kh, kw)
+            return np.concatenate([out[ob][:, ibs].reshape(-1, n) for ob, ibs in enumerate(reads)])
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")

@@ -131,8 +131,8 @@ def test_transposed_conv_exact(x_shape, co, k, strides, padding, out_pad):
 @pytest.mark.parametrize("channels, out, groups", [(16, 16, 2), (32, 32, 4), (24, 24, 3), (8, 16, 8)])
 def test_grouped_conv_exact_and_only_the_blocks_its_groups_read(channels, out, groups):
     """A grouped conv as a dense conv over zero-padded groups, but the array sees only the input
-    blocks each output block's groups read: exact, and its MatMul vectors are those of the blocks
-    (pixels x taps x block pairs read), not of every block pair."""
+    blocks each output block's groups read: exact, and its MatMul vectors and weights are those of
+    the blocks (pixels x taps x block pairs read), not of every block pair."""
     from tvm_tensil.packing import group_blocks
 
     rng = np.random.default_rng(channels + groups)
@@ -147,6 +147,10 @@ def test_grouped_conv_exact_and_only_the_blocks_its_groups_read(channels, out, g
     # Output pixel x tap pairs that read a real input pixel (padding 1): 2 taps on each edge, else 3.
     products = (2 * 2 + 3 * (6 - 2)) * (2 * 2 + 3 * (5 - 2))
     assert int(part.program.check().vectors[Opcode.MATMUL]) == pairs * products
+    # DRAM1 holds the weight blocks of those pairs only (RegNet's and ResNeXt's many narrow groups
+    # packed densely would not fit it).
+    (weights,) = [r for r in part.recipes if r.packer == "conv_weights"]
+    assert weights.size == pairs * 9 * (ARCH.array_size + 1)
 
 
 def test_depthwise_and_relu_epilogue():
@@ -384,6 +388,7 @@ def _half_even_sixteenths(v):
 KINDS = [
     ("dense", 1),
     ("dense", 3),
+    ("grouped", 1),
     ("depthwise", 1),
     ("depthwise", 3),
     ("pointwise", 0),
@@ -392,9 +397,16 @@ KINDS = [
 ]
 # The local memory (vectors) that makes each kind's weights take each mode (fewer weights, less memory).
 TWO_PART_MODES = {
-    "resident": dict.fromkeys(("dense", "depthwise", "pointwise", "residual", "clipped"), 4096),
-    "input blocks": {"dense": 800, "depthwise": 400, "pointwise": 200, "residual": 800, "clipped": 200},
-    "blocks": {"dense": 120, "depthwise": 120, "pointwise": 40, "residual": 120, "clipped": 40},
+    "resident": dict.fromkeys(("dense", "grouped", "depthwise", "pointwise", "residual", "clipped"), 4096),
+    "input blocks": {
+        "dense": 800,
+        "grouped": 800,
+        "depthwise": 400,
+        "pointwise": 200,
+        "residual": 800,
+        "clipped": 200,
+    },  # fmt: skip
+    "blocks": {"dense": 120, "grouped": 120, "depthwise": 120, "pointwise": 40, "residual": 120, "clipped": 40},
     "one block": {"dense": 46, "depthwise": 46},  # (a residual conv does not fit one block at all)
 }
 
@@ -406,11 +418,12 @@ def _two_part_conv(kind: str, padding: int, rng):
     c = 16
     x_shape = (1, 5, 6, c)
     k = 1 if kind in ("pointwise", "clipped") else 3
-    shape = (c, 1, k, k) if kind == "depthwise" else (12 if kind != "residual" else c, c, k, k)
+    # (grouped: two groups of 8 channels, each output block reading two of the four input blocks)
+    groups = {"depthwise": c, "grouped": 2}.get(kind, 1)
+    shape = (12 if kind in ("dense", "pointwise", "clipped") else c, c // groups, k, k)
     hi, m = rng.integers(-64, 64, shape), rng.integers(-8, 8, shape)  # (a residue of +8 rounds up)
     b = rng.integers(-64, 64, shape[0]) / 256
     x = rng.integers(-3, 4, x_shape).astype(float)
-    groups = c if kind == "depthwise" else 1
     pad = (padding,) * 4
     g, out = conv_graph(x_shape, hi / 256 + m / 4096, b, padding=pad, groups=groups)
     g.nodes[0].attrs = replace(g.nodes[0].attrs, residue=4)

@@ -268,12 +268,18 @@ def weight_plan(
     total = wrec.size + (brec.size if brec else 0)
     last = parts - 1  # the part whose loads start with the bias row (without a covering tap)
 
-    def idx(ob, part, ib, t):
-        first = ob * parts + part
-        return (first if depthwise else first * cbi + ib) * len(taps) + t
-
     def ibs(ob):
         return [ob] if depthwise else reads[ob] if reads else list(range(cbi))
+
+    # Block order (output block, part, its input blocks, tap): a grouped conv's output blocks hold
+    # only the input blocks they read (packing.pack_conv_weights).
+    starts = [int(v) * parts for v in np.cumsum([0] + [len(ibs(ob)) for ob in range(cbo)])]
+
+    def idx(ob, part, ib, t):
+        if depthwise:
+            return (ob * parts + part) * len(taps) + t
+        ob_ibs = ibs(ob)
+        return (starts[ob] + part * len(ob_ibs) + ib - ob_ibs[0]) * len(taps) + t
 
     groups = []
     if mode == "resident":
