@@ -37,7 +37,7 @@ from .calibrate import partition_inputs, samples_for
 from .frontend import shape_of
 from .patterns import Rejections, partition_for_tensil
 from .shapes import bind_input_shapes
-from .split import split_partition
+from .split import partition_weight_vectors, split_partition
 
 TARGET = "tensil"
 ARCH_ENV = "TVM_TENSIL_ARCH"
@@ -412,6 +412,7 @@ def _compile_partitions(
     that fails otherwise (too big for DRAM0, an op the scheduler cannot place) goes back to the CPU
     with the reason recorded for each of its ops. ``samples``: the model's calibration samples."""
     compiled = {}
+    mod = _split_by_estimate(mod, arch)
     sources = _argument_sources(mod)
     seen = _partition_samples(mod, samples)
     queue = _partitions(mod)
@@ -433,6 +434,20 @@ def _compile_partitions(
         compiled[part.name] = part
         mod[gv] = codegen.with_description(func, part)
     return mod, compiled
+
+
+def _split_by_estimate(mod: tvm.IRModule, arch: Architecture) -> tvm.IRModule:
+    """Cut the partitions whose estimated weights exceed DRAM1 before compiling any: a compile
+    (calibrated: the slow part) finds it only at its end, and each cut runs the model on the
+    calibration samples again for the pieces' inputs."""
+    queue = _partitions(mod)
+    while queue:
+        gv, func = queue.pop(0)
+        need = partition_weight_vectors(func, arch)
+        if need > arch.dram1_depth:
+            mod, pieces = split_partition(mod, gv, arch, need)
+            queue = [(g, mod[g]) for g in pieces] + queue
+    return mod
 
 
 def _partition_samples(mod: tvm.IRModule, samples: list | None) -> dict[str, list]:

@@ -17,25 +17,40 @@ from tvm import relax
 from ..arch import Architecture
 from .frontend import collect_constants
 
-__all__ = ["weight_vectors", "split_partition"]
+__all__ = ["weight_vectors", "partition_weight_vectors", "split_partition"]
 
 FILL = 0.9  # a piece's estimated weights at most this share of DRAM1 (the estimate ignores small tables)
 
 
 def weight_vectors(func: relax.Function, arch: Architecture) -> int:
     """DRAM1 vectors a composite function's constants take, estimated as the compiler packs them:
-    a conv's weights in N x N blocks per tap, a dense layer's in N x N blocks, anything else in
-    vectors of N."""
+    a conv's weights in blocks of N + 1 vectors (a bias row, N rows of N) per tap, a dense layer's
+    in such blocks, anything else in vectors of N."""
     n, total = arch.array_size, 0
     for c in (const.value.numpy() for const in collect_constants(func)):
         if c.ndim == 4:  # conv (O, I, kh, kw); a depthwise conv (C, 1, kh, kw): diagonal blocks
             o, i, kh, kw = c.shape
-            total += math.ceil(o / n) * math.ceil(i / n) * kh * kw * n
+            total += math.ceil(o / n) * math.ceil(i / n) * kh * kw * (n + 1)
         elif c.ndim == 2:
-            total += math.ceil(c.shape[0] / n) * math.ceil(c.shape[1] / n) * n
+            total += math.ceil(c.shape[0] / n) * math.ceil(c.shape[1] / n) * (n + 1)
         else:
             total += math.ceil(c.size / n)
     return total
+
+
+def partition_weight_vectors(func: relax.Function, arch: Architecture) -> int:
+    """A partition's estimated DRAM1 vectors: its ops' ``weight_vectors``. It errs low (a block's
+    bias row, small tables and calibration's two-part weights are not counted), so a partition
+    it finds too big is."""
+    functions, calls, _ = _body(func)
+    return sum(_op_vectors(b, functions, arch) for b in calls)
+
+
+def _op_vectors(binding, functions: dict, arch: Architecture) -> int:
+    """The estimated weights of a binding: a call of a composite function's, else none (a tuple
+    item)."""
+    v = binding.value
+    return weight_vectors(functions[v.op].value, arch) if isinstance(v, relax.Call) and v.op in functions else 0
 
 
 def _body(func: relax.Function) -> tuple[dict, list, relax.Expr]:
@@ -78,7 +93,7 @@ def split_partition(
     functions, calls, result = _body(func)
     if len(calls) < 2:
         return mod, []
-    sizes = [weight_vectors(functions[b.value.op].value, arch) if b.value.op in functions else 0 for b in calls]
+    sizes = [_op_vectors(b, functions, arch) for b in calls]
     # The estimate is scaled to the compiler's own count, so the cut lands where the bytes are.
     scale = need / max(sum(sizes), 1)
     limit = FILL * arch.dram1_depth
