@@ -1,5 +1,7 @@
 """A partition whose weights do not fit DRAM1 runs as consecutive partitions that each fit."""
 
+import warnings
+
 import numpy as np
 import pytest
 import tvm
@@ -57,3 +59,28 @@ def test_pieces_are_calibrated_on_what_reaches_them(monkeypatch):
     parts = ex.tensil_report.partitions.values()
     assert len(parts) >= 2 and all(p["calibration_samples"] == 4 for p in parts)
     assert len(compiles) == len(parts)
+
+
+def test_a_value_the_result_takes_from_an_early_piece_comes_from_that_piece():
+    """A model output computed before the cut (a feature map the model also returns): the last piece
+    does not pass it through (its input and output would share DRAM0); ``main`` takes it from the
+    piece that computed it."""
+    b = zoo.OnnxBuilder(seed=3)
+    early = b.op("Relu", [b.conv("x", 3, 16)])
+    late = b.op("Relu", [b.conv(b.op("Relu", [b.conv(early, 16, 16)]), 16, 16)])
+    mod = from_onnx(b.model({"x": [1, 3, 8, 8]}, [early, late]), keep_params_in_input=False)
+    # Weights: 162 + 324 + 324 vectors (8 lanes): the first two convs in one piece, the last alone.
+    arch = tvm_tensil.load_arch("pynqz1").replace(dram1_depth=700, data_type=FP32BP16, name="small_dram1")
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+
+    def run(ex):
+        return [t.numpy() for t in relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))]
+
+    cpu = run(tvm.compile(mod, target="llvm"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tvm_tensil.ReloadWarning)
+        ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    assert [op["reason"] for op in ex.tensil_report.cpu_ops] == []
+    assert len(ex.tensil_report.partitions) == 2
+    for want, got in zip(cpu, run(ex)):
+        assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)

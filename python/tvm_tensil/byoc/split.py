@@ -134,13 +134,9 @@ def split_partition(
             for v in _uses(b.value):
                 if v not in reads and v not in functions and (v in params or bound_in.get(v, i) < i):
                     reads.append(v)
-        if i == len(groups) - 1:
-            for v in _uses(result):
-                if v not in reads and (v in params or bound_in.get(v, i) < i):
-                    reads.append(v)
-            out = result
-        else:
-            out = exported[i][0] if len(exported[i]) == 1 else relax.Tuple(exported[i])
+        # Each piece returns what later pieces or the result use; ``main`` assembles the result
+        # (a piece returning a value it was given would alias its input and output in DRAM0).
+        out = exported[i][0] if len(exported[i]) == 1 else relax.Tuple(exported[i])
         piece = _piece(f"{symbol}_{i}", func.attrs, reads, functions, group, out)
         pieces.append((reads, piece, exported[i]))
 
@@ -148,12 +144,13 @@ def split_partition(
     bb = relax.BlockBuilder(mod)
     new_gvs = [bb.add_func(piece, f"{gv.name_hint}_part{i}") for i, (_, piece, _) in enumerate(pieces)]
     mod.update(bb.get())
-    mod["main"] = _call_pieces(mod["main"], gv, params, pieces, new_gvs)
+    mod["main"] = _call_pieces(mod["main"], gv, params, pieces, new_gvs, result)
     return tvm.IRModule({g: f for g, f in mod.functions.items() if not g.same_as(gv)}, attrs=mod.attrs), new_gvs
 
 
-def _call_pieces(main: relax.Function, gv, params: list, pieces: list, gvs: list) -> relax.Function:
-    """``main`` with its call of ``gv`` replaced by calls of the pieces in turn."""
+def _call_pieces(main: relax.Function, gv, params: list, pieces: list, gvs: list, result) -> relax.Function:
+    """``main`` with its call of ``gv`` replaced by calls of the pieces in turn, and ``result`` (the
+    partition's) made of their values."""
 
     @relax.expr_functor.mutator
     class Calls(relax.PyExprMutator):
@@ -162,17 +159,16 @@ def _call_pieces(main: relax.Function, gv, params: list, pieces: list, gvs: list
             if not call.op.same_as(gv):
                 return call
             values = dict(zip(params, call.args))
-            last = None
-            for i, ((reads, _, exported), g) in enumerate(zip(pieces, gvs)):
+            for (reads, _, exported), g in zip(pieces, gvs):
                 out = self.builder_.emit(relax.Call(g, [values[v] for v in reads]))
-                if i == len(pieces) - 1:
-                    last = out
-                elif len(exported) == 1:
+                if len(exported) == 1:
                     values[exported[0]] = out
                 else:
                     for j, v in enumerate(exported):
                         values[v] = self.builder_.emit(relax.TupleGetItem(out, j))
-            return last
+            if isinstance(result, relax.Tuple):
+                return relax.Tuple([values[f] for f in result.fields])
+            return values[result]
 
     mutator = Calls()
     return mutator.visit_expr(main)
