@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..packing import patch_kernel, phase_kernel
+from ..packing import group_blocks, patch_kernel, phase_kernel
 from .elementwise import ACTIVATIONS, NoAttrs
 
 
@@ -139,7 +139,7 @@ def average_pool_shift(kh: int, kw: int) -> int:
 def weight_vectors(constants, attrs: Conv, n: int) -> int:
     """DRAM1 vectors a conv's weights take in one part on an ``n``-wide array: blocks of n + 1
     vectors per (output block, input block, tap); a depthwise conv's blocks are diagonal (one
-    per output block and tap); a grouped conv's are a dense conv's (zeroes between groups)."""
+    per output block and tap); a grouped conv's only for the input blocks its groups read."""
     if attrs.weight is None:
         return 0
     w = np.shape(conv_kernel(constants, attrs) if attrs.patches else constants[attrs.weight])
@@ -148,8 +148,11 @@ def weight_vectors(constants, attrs: Conv, n: int) -> int:
     if attrs.transposed:  # (I, O, KH, KW); its phases share the taps out
         return math.ceil(w[1] / n) * math.ceil(w[0] / n) * w[2] * w[3] * (n + 1)
     kh, kw = kernel_size(constants, attrs)
-    depthwise = attrs.groups != 1 and not grouped(constants, attrs)
-    blocks = math.ceil(w[0] / n) * (1 if depthwise else math.ceil(w[1] * attrs.groups / n))
+    if grouped(constants, attrs):
+        blocks = sum(len(r) for r in group_blocks(w[0], w[1] * attrs.groups, attrs.groups, n))
+    else:
+        depthwise = attrs.groups != 1
+        blocks = math.ceil(w[0] / n) * (1 if depthwise else math.ceil(w[1] / n))
     return blocks * kh * kw * (n + 1)
 
 
