@@ -39,9 +39,9 @@ def weight_vectors(func: relax.Function, arch: Architecture) -> int:
 
 
 def partition_weight_vectors(func: relax.Function, arch: Architecture) -> int:
-    """A partition's estimated DRAM1 vectors: its ops' ``weight_vectors``. It errs low (a block's
-    bias row, small tables and calibration's two-part weights are not counted), so a partition
-    it finds too big is."""
+    """A partition's estimated DRAM1 vectors: its ops' ``weight_vectors``. It errs low (small
+    tables and calibration's two-part weights are not counted), so a partition it finds too big
+    is."""
     functions, calls, _ = _body(func)
     return sum(_op_vectors(b, functions, arch) for b in calls)
 
