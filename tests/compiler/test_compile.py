@@ -828,3 +828,64 @@ def test_a_tiles_last_epilogue_runs_beside_the_next_tiles_matmuls():
         if banks[i][0] == int(Opcode.SIMD) and banks[i - 1][0] == int(Opcode.MATMUL) and banks[i][1] != banks[i - 1][1]
     ]  # fmt: skip
     assert switches, "no epilogue ran beside another bank's MatMuls"
+
+
+def test_a_conv_whose_tile_fills_the_accumulators_runs_banked_and_paced():
+    """A 1x1 conv of one input block with a ReLU6 over a 64x64 map: its largest tile takes most of
+    the accumulators, and each output vector costs the accumulator engine three cycles (two SIMD
+    instructions and its gather) against one MatMul vector. The build takes tiles that fit half the
+    accumulators (one block's epilogue beside the next block's MatMuls) and paces its DRAM moves by
+    both engines, so they go out between pieces of the epilogues: faster by the latency model than
+    the same plans paced by the MatMuls alone, and exact either way."""
+    from tvm_tensil.compiler.latency import estimate_cycles
+
+    rng = np.random.default_rng(12)
+    x_shape = (1, 64, 64, 8)
+    w, bias, x = grid(rng, (24, 8, 1, 1), -2, 2), grid(rng, 24), grid(rng, x_shape)
+    g, out = conv_graph(x_shape, w, bias, epilogue=[("clip", {"lo": 0.0, "hi": 6.0})])
+    assert not conv_plan(g, ARCH).banked  # the largest tile needs more than half the accumulators
+    ref = np.clip(conv2d_nhwc(x, w, bias), 0, 6)
+    built = {pace: run(g, {"x": x}, options=CompileOptions(paced_epilogues=pace)) for pace in (None, False)}
+    for y, _, _ in built.values():
+        np.testing.assert_array_equal(y[out], ref)
+    chosen, unpaced = (built[pace][1].program for pace in (None, False))
+    assert estimate_cycles(chosen, ARCH)["total"] < estimate_cycles(unpaced, ARCH)["total"]
+
+    def between_simds(program) -> bool:
+        """A DRAM move with a SIMD instruction on either side."""
+        f = program.fields()
+        simd = f.opcode == int(Opcode.SIMD)
+        dram = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags < 4)
+        return bool((dram[1:-1] & simd[:-2] & simd[2:]).any())
+
+    f = chosen.fields()
+    written = f.addr0[f.opcode == int(Opcode.SIMD)]
+    half = ARCH.accumulator_depth // 2
+    assert (written < half).any() and (written >= half).any()  # epilogues in both banks
+    assert between_simds(chosen) and not between_simds(unpaced)
+
+
+def test_the_next_blocks_shortcut_enters_its_bank_before_this_blocks_gather():
+    """Banked, a residual conv moves the next output block's shortcut into the other bank while
+    this block's MatMuls finish (the next block's MatMuls then start at once): each block's shortcut
+    move but the first of a tile comes before the gather of the block before it. Exact."""
+    from tvm_tensil.isa.instructions import Direction
+
+    rng = np.random.default_rng(14)
+    x_shape = (1, 7, 6, 32)  # four channel blocks on 8x8
+    w = grid(rng, (32, 32, 1, 1), -2, 2)
+    x = grid(rng, x_shape)
+    g = Graph(
+        {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "s": Tensor("s", x_shape)},
+        [Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)), Node("add", ["c", "x"], "s")],
+        ["x"],
+        ["s"],
+        [w],
+    )
+    y, part, _ = run(g, {"x": x}, options=CompileOptions(shortcut="move"))
+    np.testing.assert_array_equal(y["s"], conv2d_nhwc(x, w, None) + x)
+    f = part.program.fields()
+    moves = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.LOCAL_TO_ACC))
+    gathers = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.ACC_TO_LOCAL))
+    order = [("move" if m else "gather") for m, gth in zip(moves, gathers) if m or gth]
+    assert order == ["move", "move", "gather", "move", "gather", "move", "gather", "gather"]

@@ -176,3 +176,17 @@ def test_strided_reads_within_two_percent_of_the_rtl(preset, vectors, full):
     program = assemble(text, layout_of(arch))
     measured = get_device("verilator", arch).execute(program).cycles
     assert abs(estimate_cycles(program, arch)["total"] - measured) <= 0.02 * measured, measured
+
+
+def test_accumulator_cycles_count_simd_instructions_and_moves():
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.latency import COSTS, accumulator_cycles
+    from tvm_tensil.compiler.lir import LIR
+    from tvm_tensil.isa.instructions import Direction, SIMDOp
+
+    lir = LIR(PRESETS["pynqz1"])
+    lir.simd_run(SIMDOp.MAX, 0, 10, left=0, right=1)
+    lir.datamove(Direction.ACC_TO_LOCAL, 100, 0, 10)
+    lir.datamove(Direction.DRAM0_TO_LOCAL, 200, 0, 50)  # the DRAM reader's, not the accumulators'
+    lir.matmul(0, 0, 30)
+    assert accumulator_cycles(lir.pending_rows()) == 10 + 10 + COSTS["move"]

@@ -167,6 +167,15 @@ def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     return busy, state, blame
 
 
+def accumulator_cycles(rows: np.ndarray) -> int:
+    """Cycles instruction rows (``LIR`` rows: opcode, flags, ..., operand 2) keep the accumulator
+    engine busy: a SIMD instruction one, a move between local memory and the accumulators its
+    vectors and the move's fixed cost."""
+    ops, flags = rows[:, 0], rows[:, 1]
+    moves = (ops == _DATAMOVE) & (flags >= _ACC_TO_LOCAL)
+    return int(np.count_nonzero(ops == _SIMD) + (rows[moves, 6] + 1 + COSTS["move"]).sum())
+
+
 def beats_per_vector(arch: Architecture) -> int:
     return max(1, arch.vector_bytes * 8 // (arch.axi_data_width or DEFAULT_AXI_BITS))
 

@@ -41,6 +41,11 @@ class CompileOptions:
     # A banked, double-buffered conv's last epilogue of a tile runs beside the next tile's MatMuls
     # (True), never (False), or where the latency model finds it faster (None).
     pipeline_tiles: bool | None = None
+    # A conv's deferred DRAM moves paced by both the array's and the accumulator engine's work,
+    # going out between pieces of its epilogues (True), by the MatMuls with each epilogue counted
+    # when queued (False), or where the accumulator engine is about as busy as the array, whichever
+    # the latency model finds faster (None).
+    paced_epilogues: bool | None = None
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

@@ -24,6 +24,7 @@ import numpy as np
 from ...isa.instructions import Direction, SIMDOp
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
+from ..latency import COSTS, accumulator_cycles
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
@@ -231,23 +232,63 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     # loses to the one before it. Then the winner with its tiles pipelined, where it can be.
     choice = ctx.options.pipeline_tiles
     candidates = list(plans.values())
-    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice)) for p in candidates]
+    forced = bool(ctx.options.paced_epilogues)
+    ways = [lambda c, g, o, p=p: emit(node, c, g, o, p, bool(choice), paced=forced) for p in candidates]
     if len(candidates) > 1 and _stores_early(node, ctx, candidates[0]):
         # (a layer of few tiles) the single-buffered plan's stores block by block or after each
         # tile's last block, whichever is faster: now and then the first hold the next slab up.
         stores = [
-            lambda c, g, o, early=e: emit(node, c, g, o, candidates[0], bool(choice), early) for e in (True, False)
+            lambda c, g, o, early=e: emit(node, c, g, o, candidates[0], bool(choice), early, forced)
+            for e in (True, False)
         ]
         ways[0] = lambda c, g, o: cheapest(stores, c, g, o)
-    if choice is not None or not any(pipelines(node, p) for p in candidates):
+    banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul)
+    may_pace = ctx.options.paced_epilogues is None and _accumulator_heavy(node, single)
+    if not banked and not may_pace and (choice is not None or not any(pipelines(node, p) for p in candidates)):
         return cheapest(ways, ctx, given, out, stop_when_worse=True)
     first, won = out.fork(), []
     left = cheapest(ways, ctx, given, first, stop_when_worse=True, won=won)
     p = candidates[won[0]]
-    if not pipelines(node, p):
-        return lowered(first, left)(ctx, given, out)
-    pipelined = lambda c, g, o: emit(node, c, g, o, p, True)  # noqa: E731
-    return cheapest([lowered(first, left), pipelined], ctx, given, out)
+    # The winner as lowered, pipelined, the banked plans; where the epilogues keep the accumulator
+    # engine about as busy as the MatMuls the array, each of those paced by both engines too.
+    ways = [(p, True)] if choice is None and pipelines(node, p) else []
+    ways += [(b, bool(choice) if choice is not None else pipelines(node, b)) for b in banked]
+    paced = [(q, piped, True) for q, piped in [(p, bool(choice))] + ways] if may_pace else []
+    finalists = [lowered(first, left)] + [
+        lambda c, g, o, q=q, piped=piped, pace=pace: emit(node, c, g, o, q, piped, paced=pace)
+        for q, piped, pace in [(q, piped, forced) for q, piped in ways] + paced
+    ]
+    if len(finalists) == 1:
+        return finalists[0](ctx, given, out)
+    return cheapest(finalists, ctx, given, out)
+
+
+def _accumulator_heavy(node: Node, p: ConvPlan) -> bool:
+    """Whether a block's epilogue and gather take at least half as long as its MatMuls (a 1x1
+    conv of few input channels with a ReLU6, say)."""
+    loads = sum(1 for group in p.weights.groups[0] for ib, *_ in group.loads if ib is not None)
+    return 2 * (1 + len(node.epilogue)) >= loads
+
+
+def _banked_plans(node: Node, ctx: Context, given: HandOver, out: Out, single: ConvPlan, shortcut_matmul: bool):
+    """When the largest tile needs more than half the accumulators (the first layers of a large
+    image), plans whose tiles fit half of them: output blocks then alternate banks, so one block's
+    epilogue and gather run beside the next one's MatMuls, which pays where the epilogue is long
+    (a ReLU6 is two SIMD instructions a vector)."""
+    if single.banked or single.cols != ctx.place[node.output].shape[2]:
+        return []
+    rows = (ctx.arch.accumulator_depth // 2 - len(single.constants)) // single.cols
+    if rows < 1 or rows >= single.rows:
+        return []
+    plans = {}
+    for buffers in (1, 2):
+        try:
+            p = plan(node, ctx, given, out.consts, buffers, rows, shortcut_matmul)
+        except ScheduleError:
+            continue
+        if p.banked:
+            plans.setdefault(p.key, p)
+    return list(plans.values())
 
 
 def weight_plan(
@@ -486,7 +527,7 @@ class _Stream:
     MatMul, if one does: in order, the load would otherwise wait behind them and the next MatMul
     for the load."""
 
-    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool, early: bool):
+    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool, early: bool, paced: bool = False):
         self.ctx, self.lir, self.p = ctx, out.lir, p
         self.overlap = Overlap(out.lir, ctx.arch)
         self.backlog = no_rows()
@@ -504,10 +545,58 @@ class _Stream:
         self.early = early
         self.waiting: list = []
         self.earned = 0  # backlog rows the last MatMul earned, not yet released
+        # The overlap's clock. Unpaced: MatMuls, then each block's epilogue and gather as counted
+        # when it is queued, one after the other. Paced: when the compute engine and
+        # the accumulator engine are expected to be done with what was emitted, the epilogues
+        # counted by their instructions as they go out, in pieces, the deferred DRAM moves
+        # between them; dispatch is as far as the later engine.
+        self.paced = paced
+        self.t_compute = self.t_acc = self.ready = self.clock = 0
+        self.shortcuts_moved: set[tuple[int, int]] = set()  # (tile, block) whose shortcut is in
+        self.fresh = False  # an epilogue was queued since the last MatMul
+
+    PIECE = 64  # epilogue rows between deferred DRAM moves, paced
+
+    def _tick(self) -> None:
+        now = max(self.t_compute, self.t_acc)
+        if now > self.clock:
+            self.overlap.compute(now - self.clock)
+            self.clock = now
+
+    def compute(self, cycles: int) -> None:
+        """``cycles`` of the compute engine's work were emitted."""
+        if not self.paced:
+            self.overlap.compute(cycles)
+            return
+        self.t_compute += cycles
+        self._tick()
+
+    def serial(self, cycles: int) -> None:
+        """``cycles`` of accumulator work that the MatMuls before and after it wait for."""
+        if not self.paced:
+            self.overlap.compute(cycles)
+            return
+        self.t_compute = self.t_acc = max(self.t_compute, self.t_acc) + cycles
+        self._tick()
+
+    def queued(self, cycles: int) -> None:
+        """A block's epilogue and gather of about ``cycles`` were queued (paced: counted as they go out)."""
+        if not self.paced:
+            self.overlap.compute(cycles)
+
+    def _emit(self, rows: np.ndarray) -> None:
+        if not self.paced:
+            self.lir.emit_rows(rows)
+            return
+        for lo in range(0, len(rows), self.PIECE):
+            piece = rows[lo : lo + self.PIECE]
+            self.lir.emit_rows(piece)
+            self.t_acc = max(self.t_acc, self.ready) + accumulator_cycles(piece)
+            self._tick()
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
-        self.lir.emit_rows(self.backlog[:take])
+        self._emit(self.backlog[:take])
         self.backlog = self.backlog[take:]
         self.earned = 0
 
@@ -523,12 +612,15 @@ class _Stream:
         if self.early and self.waiting and not len(self.backlog):  # their gather is out: beside this
             self.defer_waiting()
         self.lir.matmul(local, acc, size, local_step, 1, **flags)
-        self.overlap.compute(size + runs)
+        self.compute(size + runs)
         self.earned = size
+        if self.fresh:  # the backlog's first rows wait for its block's last MatMul to leave the array
+            self.earned = max(0, size - self.ctx.arch.array_size - COSTS["mm"])
+            self.fresh = False
 
     def load_weights(self, local: int, size: int) -> None:
         self.lir.load_weights(local, size)
-        self.overlap.compute(size + 4)
+        self.compute(size + 4)
         self._release_earned()
 
     def defer_waiting(self) -> None:
@@ -540,11 +632,24 @@ class _Stream:
     def later(self, emit) -> None:
         """``emit(lir)`` now or, banked, into the end of the backlog."""
         if not self.p.banked:
-            emit(self.lir)
+            self.now(emit)
             return
         side = LIR(self.ctx.arch)
         emit(side)
         self.backlog = np.concatenate([self.backlog, side.pending_rows()])
+        self.ready = self.t_compute  # (its MatMuls are out)
+        self.fresh = True
+
+    def now(self, emit) -> None:
+        """``emit(lir)`` now: accumulator work the next MatMuls wait for."""
+        if not self.paced:
+            emit(self.lir)
+            return
+        side = LIR(self.ctx.arch)
+        emit(side)
+        self.ready = self.t_compute
+        self._emit(side.pending_rows())
+        self.t_compute = max(self.t_compute, self.t_acc)
 
     def slot_base(self, seq: int) -> int:
         w = self.p.weights
@@ -578,10 +683,18 @@ def _one_whole_map(cut, out_shape) -> bool:
 
 
 def emit(
-    node: Node, ctx: Context, given: HandOver, out: Out, p: ConvPlan, pipelined: bool = False, early: bool = True
+    node: Node,
+    ctx: Context,
+    given: HandOver,
+    out: Out,
+    p: ConvPlan,
+    pipelined: bool = False,
+    early: bool = True,
+    paced: bool = False,
 ) -> HandOver:
     """The instructions of plan ``p`` (``pipelined``: see ``pipelines``; ``early``: stores block by
-    block where ``_stores_early``); returns what the conv leaves the next node."""
+    block where ``_stores_early``; ``paced``: see ``_Stream``); returns what the conv leaves the
+    next node."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir, m = out.lir, p.memory
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
@@ -594,7 +707,7 @@ def emit(
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
     pipelined = pipelined and pipelines(node, p)
-    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p))
+    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p), paced)
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.defer_moves(moves)
@@ -687,9 +800,9 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
             s.load_weights(p.memory.identity, block)
             s.matmul(store + ob * count, acc0, count)
-        elif short:
+        elif short and (i, ob) not in s.shortcuts_moved:
             s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
-            s.overlap.compute(count + 6)
+            s.serial(count + 6)
         first = p.recipes.bias is None and not short
     zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
     part_now = 0
@@ -739,18 +852,25 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         if second:
             store2 = p.memory.stores2[i % p.buffers]
             s.overlap.settle(store2 + ob * count, store2 + (ob + 1) * count)
+    after = ob + 1
+    if short and not residue and not p.recipes.identity and p.banked and after < len(p.weights.groups):
+        # The next block's shortcut into the other bank now, beside this block's last MatMuls (the
+        # block before's epilogue there is out): the next block's MatMuls then need not wait for it.
+        other = (i * len(p.weights.groups) + after) % 2 * (ctx.arch.accumulator_depth // 2)
+        s.lir.datamove(Direction.LOCAL_TO_ACC, store + after * count, other, count)
+        s.shortcuts_moved.add((i, after))
 
     def finish(lir: LIR) -> None:
         emit_epilogue(lir, acc0, count, node.epilogue, cvec, ob)
         gather(lir, tile, ob, acc0, store)
 
     if second:  # now: the second output's MatMul reads this gather
-        finish(s.lir)
+        s.now(finish)
     else:
         s.later(finish)
         if s.early:
             flush(ctx.place[node.output], tile, store, lambda *run: s.waiting.append(run), blocks=[ob])
-    s.overlap.compute(count * (1 + len(node.epilogue)))
+    s.queued(count * (1 + len(node.epilogue)))
     if second:
         if i == ob == 0:
             s.overlap.need_urgent()  # the second output's weights
@@ -763,7 +883,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             gather(lir, tile, ob, acc0, store2)
 
         s.later(finish_second)
-        s.overlap.compute(count * (1 + len(second.epilogue)))
+        s.queued(count * (1 + len(second.epilogue)))
 
 
 def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
@@ -772,7 +892,7 @@ def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
     s.release()
     s.lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[2.0**-bits])
     s.lir.simd_run(SIMDOp.MULTIPLY, acc, count, left=0, right=1)
-    s.overlap.compute(count + 2)
+    s.serial(count + 2)
 
 
 def _load_slab(move, inp, tile: Tile, p: ConvPlan, slab: int, full_rows: bool):
