@@ -22,7 +22,6 @@ class Overlap:
     never issued before an earlier-deferred one that touches the same local memory."""
 
     PIECE = 128  # vectors per deferred move
-    URGENT_PIECE = 512  # vectors per deferred weights move (the reader's latency is paid per move)
 
     def __init__(self, lir: LIR, arch: Architecture):
         self.lir = lir
@@ -54,10 +53,16 @@ class Overlap:
         if (local_step, step) != (1, 1):
             self._queue(queue, (direction, local, address, size, local_step, step))
             return
-        # (with one clock for reads and writes, a long read would hold the writes up)
-        piece = self.URGENT_PIECE if urgent and not self.shared else self.PIECE
-        for off in range(0, size, piece):
-            self._queue(queue, (direction, local + off, address + off, min(piece, size - off)))
+        if urgent and not self.shared:
+            # Weights: the reader's latency is paid per move, so after a first piece (what the
+            # first loads wait for) the rest goes whole. (With one clock for reads and writes, a
+            # long read would hold the writes up: there they go in pieces like the rest.)
+            for off, n in ((0, min(self.PIECE, size)), (self.PIECE, size - self.PIECE)):
+                if n > 0:
+                    self._queue(queue, (direction, local + off, address + off, n))
+            return
+        for off in range(0, size, self.PIECE):
+            self._queue(queue, (direction, local + off, address + off, min(self.PIECE, size - off)))
 
     def defer_moves(self, moves) -> None:
         """Moves as ``LIR.datamove`` takes them, each whole."""
