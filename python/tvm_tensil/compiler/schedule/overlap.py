@@ -22,6 +22,7 @@ class Overlap:
     never issued before an earlier-deferred one that touches the same local memory."""
 
     PIECE = 128  # vectors per deferred move
+    READ_PIECE = 512  # per deferred read, where reads have a clock of their own
 
     def __init__(self, lir: LIR, arch: Architecture):
         self.lir = lir
@@ -61,8 +62,9 @@ class Overlap:
                 if n > 0:
                     self._queue(queue, (direction, local + off, address + off, n))
             return
-        for off in range(0, size, self.PIECE):
-            self._queue(queue, (direction, local + off, address + off, min(self.PIECE, size - off)))
+        piece = self.PIECE if self.shared or _writes(direction) else self.READ_PIECE
+        for off in range(0, size, piece):
+            self._queue(queue, (direction, local + off, address + off, min(piece, size - off)))
 
     def defer_moves(self, moves) -> None:
         """Moves as ``LIR.datamove`` takes them, each whole."""
