@@ -251,12 +251,12 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     p = candidates[won[0]]
     # The winner as lowered, pipelined, the banked plans; where the epilogues keep the accumulator
     # engine about as busy as the MatMuls the array, each of those paced by both engines too.
-    ways = [(p, True)] if choice is None and pipelines(node, p) else []
-    ways += [(b, bool(choice) if choice is not None else pipelines(node, b)) for b in banked]
-    paced = [(q, piped, True) for q, piped in [(p, bool(choice))] + ways] if may_pace else []
+    others = [(p, True)] if choice is None and pipelines(node, p) else []  # (plan, pipelined)
+    others += [(b, bool(choice) if choice is not None else pipelines(node, b)) for b in banked]
+    paced = [(q, piped, True) for q, piped in [(p, bool(choice))] + others] if may_pace else []
     finalists = [lowered(first, left)] + [
         lambda c, g, o, q=q, piped=piped, pace=pace: emit(node, c, g, o, q, piped, paced=pace)
-        for q, piped, pace in [(q, piped, forced) for q, piped in ways] + paced
+        for q, piped, pace in [(q, piped, forced) for q, piped in others] + paced
     ]
     if len(finalists) == 1:
         return finalists[0](ctx, given, out)
