@@ -1,6 +1,6 @@
 """The latency model against the Verilated core, layer by layer: where does the estimate go wrong?
 
-    python benchmarks/latency_by_layer.py [--arch ultra96v2_300mhz] [--model resnet20v2]
+    python benchmarks/latency_by_layer.py [--arch ultra96v2_300mhz] [--model resnet20v2] [--size 192]
 
 Compiles a zoo model (random weights) for the architecture and runs growing prefixes of its program
 on the "verilator" device: the program up to the end of each compiled node (a layer, with what was
@@ -9,7 +9,7 @@ model; the difference says which layers the model misjudges (a prefix's end wait
 flight, so a node's figure includes what its predecessors leave running). DRAM contents do not
 matter for cycles; the programs run on zeroed memory.
 
-Writes benchmarks/results/latency_by_layer_<arch>_<model>.json.
+Writes benchmarks/results/latency_by_layer_<arch>_<model>[_<size>].json.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="ultra96v2_300mhz")
     p.add_argument("--model", default="resnet20v2", help="a function of tvm_tensil.zoo")
+    p.add_argument("--size", type=int, help="the input size, for a zoo model that takes one")
     args = p.parse_args()
     arch = tvm_tensil.load_arch(args.arch)
-    mod = from_onnx(getattr(zoo, args.model)(), keep_params_in_input=False)
+    sized = {} if args.size is None else {"size": args.size}
+    mod = from_onnx(getattr(zoo, args.model)(**sized), keep_params_in_input=False)
     report = tvm_tensil.build(mod, target="tensil", arch=arch).tensil_report
     dev = get_device("verilator", arch)
     ib = layout_of(arch).instruction_bytes
@@ -69,11 +71,13 @@ def main() -> None:
     out = {
         "arch": args.arch,
         "model": args.model,
+        "size": args.size,
         "partitions": partitions,
         "machine": machine.describe(),
         "date": time.strftime("%Y-%m-%d"),
     }
-    dest = HERE / "results" / f"latency_by_layer_{args.arch}_{args.model}.json"
+    name = args.model + ("" if args.size is None else f"_{args.size}")
+    dest = HERE / "results" / f"latency_by_layer_{args.arch}_{name}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")

@@ -769,7 +769,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
             f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
             f"cols {tile.x0}+{tile.cols} block {ob}"
         )
-        bank = (i * len(p.weights.groups) + ob) % len(cvecs)  # the accumulator bank of this output block
+        bank = _bank(p, i, ob)
         acc0 = bank * (ctx.arch.accumulator_depth // 2)
         _emit_block(node, ctx, s, p, i, ob, acc0, cvecs[bank], plane, runs, streamed)
     if s.pipelined and i + 1 < len(p.tiles):
@@ -782,6 +782,11 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     s.defer_waiting()
     s.overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
     return geometry
+
+
+def _bank(p: ConvPlan, i: int, ob: int) -> int:
+    """The accumulator bank (0: lower half, 1: upper) of tile ``i``'s output block ``ob``."""
+    return (i * len(p.weights.groups) + ob) % 2 if p.banked else 0
 
 
 def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, cvec, plane: int, runs, streamed):
@@ -856,7 +861,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     if short and not residue and not p.recipes.identity and p.banked and after < len(p.weights.groups):
         # The next block's shortcut into the other bank now, beside this block's last MatMuls (the
         # block before's epilogue there is out): the next block's MatMuls then need not wait for it.
-        other = (i * len(p.weights.groups) + after) % 2 * (ctx.arch.accumulator_depth // 2)
+        other = _bank(p, i, after) * (ctx.arch.accumulator_depth // 2)
         s.lir.datamove(Direction.LOCAL_TO_ACC, store + after * count, other, count)
         s.shortcuts_moved.add((i, after))
 
