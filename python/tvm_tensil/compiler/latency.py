@@ -24,7 +24,8 @@ Per instruction of ``size`` vectors (N = array size, B = AXI beats per vector, m
   reads leave their last ones (below the urgent level) queued until the load's reads are done.
   Its reads go first on local memory's second port: DRAM -> local responses (one per vector, at
   the DRAM rate) wait in their reader's queue and take their share of the port only once it holds
-  ``RESPONSES_WAITING`` (the queues drain a vector a cycle between loads);
+  ``RESPONSES_WAITING`` (the queues drain a vector a cycle between loads); a load whose reads were
+  held lands ``lw`` cycles after its last read;
 - local <-> accumulators ``size + move``; while MatMuls stream the move uses local memory's second
   port, after the weights and DRAM engines, including those dispatched after it: each of their
   accesses in the meantime delays the move's end a cycle;
@@ -416,7 +417,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                         if came > 0:
                             end[e] = max(end[e], reads_end + min(came, RESPONSES_WAITING - 1) + read)
                             finish = max(finish, end[e])
-                done = max(first + k + lw, reads_end)  # responses also fill the engine's idle cycles
+                done = reads_end + lw
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
             elif eng == _O:
@@ -515,7 +516,10 @@ def _weight_reads(first, k, lo, hi, period, rq, since):
         if (_READERS >> e) & 1 and period[e] != 0:
             gap = max(0.0, float(first - since))
             came = max(0.0, min(float(first), float(hi[e])) - max(float(since), float(lo[e]))) / period[e]
-            level[e] = max(0.0, rq[e] + came - gap)
+            # A drained queue under a stream: the load reads urgent-free for (period + 1) / 2
+            # cycles fewer on average than from an empty queue (a response may have come just before).
+            floor = (period[e] + 1.0) / (2.0 * period[e]) if lo[e] < first <= hi[e] else 0.0
+            level[e] = max(floor, rq[e] + came - gap)
             # When the queue fills while the load reads (responses arrive from lo on, until hi).
             at = max(float(first), float(lo[e])) + (RESPONSES_WAITING - level[e]) * period[e]
             if at < float(hi[e]):
