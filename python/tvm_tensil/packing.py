@@ -52,6 +52,17 @@ def group_blocks(out_channels: int, in_channels: int, groups: int, n: int) -> li
     return out
 
 
+def weight_blocks(out_channels: int, in_per_group: int, groups: int, n: int) -> int:
+    """Weight blocks (N x N, each N + 1 vectors in DRAM1 with its bias row) per tap of a conv of
+    ``groups`` groups: every (output block, input block) pair, a depthwise conv's diagonal blocks
+    (one per output block), a grouped conv's only the input blocks its groups read."""
+    if groups == 1:
+        return math.ceil(out_channels / n) * math.ceil(in_per_group / n)
+    if in_per_group == 1 and groups == out_channels:
+        return math.ceil(out_channels / n)
+    return sum(len(r) for r in group_blocks(out_channels, in_per_group * groups, groups, n))
+
+
 def patch_kernel(w: np.ndarray) -> np.ndarray:
     """A conv's weight (O, I, KH, KW) as the 1x1 conv over its windows: (O, KH * KW * I, 1, 1),
     input channel ``(ky * KW + kx) * I + i`` (``placement.Patches``' order)."""

@@ -84,3 +84,21 @@ def test_a_value_the_result_takes_from_an_early_piece_comes_from_that_piece():
     assert len(ex.tensil_report.partitions) == 2
     for want, got in zip(cpu, run(ex)):
         assert np.abs(got - want).max() <= 1e-3 * np.ptp(want)
+
+
+@pytest.mark.parametrize("channels, group", [(24, 4), (32, 32), (16, 1)])
+def test_the_dram1_estimate_of_a_conv_is_what_the_compiler_packs(channels, group):
+    """The split's estimate of a conv's weights (grouped, depthwise, plain; with its bias, which
+    rides in the blocks' bias rows) is the partition's DRAM1 use: a grouped conv whose groups
+    straddle channel blocks reads more input blocks than its per-group width, and a bias counted
+    as a weight made the estimate err high."""
+    from tvm_tensil.byoc.split import partition_weight_vectors
+    from tvm_tensil.zoo import OnnxBuilder
+
+    b = OnnxBuilder(seed=3)
+    y = b.conv("x", channels, channels, group=group, bias=True)
+    mod = from_onnx(b.model({"x": [1, channels, 8, 8]}, y), keep_params_in_input=False)
+    arch = tvm_tensil.load_arch("pynqz1")
+    (part,) = tvm_tensil.build(mod, target="tensil", arch=arch).tensil_report.partitions.values()
+    (func,) = (f for f in tvm_tensil.partition_for_tensil(mod, arch).functions.values() if "Codegen" in (f.attrs or {}))
+    assert partition_weight_vectors(func, arch) == part["memory"]["dram1_vectors"]

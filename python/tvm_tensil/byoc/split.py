@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 
 from ..arch import Architecture
+from ..packing import weight_blocks
 from .frontend import collect_constants
 
 __all__ = ["weight_vectors", "partition_weight_vectors", "split_partition"]
@@ -24,18 +25,46 @@ FILL = 0.9  # a piece's estimated weights at most this share of DRAM1 (the estim
 
 def weight_vectors(func: relax.Function, arch: Architecture) -> int:
     """DRAM1 vectors a composite function's constants take, estimated as the compiler packs them:
-    a conv's weights in blocks of N + 1 vectors (a bias row, N rows of N) per tap, a dense layer's
-    in such blocks, anything else in vectors of N."""
-    n, total = arch.array_size, 0
-    for c in (const.value.numpy() for const in collect_constants(func)):
-        if c.ndim == 4:  # conv (O, I, kh, kw); a depthwise conv (C, 1, kh, kw): diagonal blocks
-            o, i, kh, kw = c.shape
-            total += math.ceil(o / n) * math.ceil(i / n) * kh * kw * (n + 1)
-        elif c.ndim == 2:
-            total += math.ceil(c.shape[0] / n) * math.ceil(c.shape[1] / n) * (n + 1)
+    a conv's or dense layer's weights in blocks of N + 1 vectors (N rows and the bias row, so the
+    bias added to its result takes none of its own) per tap, a conv's only the blocks its groups
+    need (``packing.weight_blocks``); anything else in vectors of N."""
+    n = arch.array_size
+    groups, biases = _conv_groups_and_biases(func)
+    total = 0
+    for const in collect_constants(func):
+        shape = tuple(int(d) for d in const.value.shape)
+        if any(c.same_as(const) for c in biases):
+            continue
+        if len(shape) == 4:  # conv (O, I / groups, kh, kw); transposed (I, O, kh, kw)
+            g = next((g for c, g in groups if c.same_as(const)), 1)
+            total += weight_blocks(shape[0], shape[1], g, n) * shape[2] * shape[3] * (n + 1)
+        elif len(shape) == 2:  # dense
+            total += math.ceil(shape[0] / n) * math.ceil(shape[1] / n) * (n + 1)
         else:
-            total += math.ceil(c.size / n)
+            total += math.ceil(math.prod(shape) / n)
     return total
+
+
+_LAYERS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")
+
+
+def _conv_groups_and_biases(func: relax.Function) -> tuple[list, list]:
+    """The function's grouped convs' weight constants with their groups, and the constants added to
+    a conv's or dense layer's result (biases)."""
+    groups, biases, values = [], [], {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            values[binding.var] = e = binding.value
+            if not isinstance(e, relax.Call):
+                continue
+            name = getattr(e.op, "name", "")
+            if name == "relax.nn.conv2d" and int(e.attrs.groups) != 1:
+                groups.append((e.args[1], int(e.attrs.groups)))
+            elif name == "relax.add":
+                layer = values.get(e.args[0], e.args[0])
+                if isinstance(layer, relax.Call) and getattr(layer.op, "name", "") in _LAYERS:
+                    biases.append(e.args[1])
+    return groups, biases
 
 
 def partition_weight_vectors(func: relax.Function, arch: Architecture) -> int:

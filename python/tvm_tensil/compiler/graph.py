@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..packing import group_blocks, patch_kernel, phase_kernel
+from ..packing import patch_kernel, phase_kernel, weight_blocks
 from .elementwise import ACTIVATIONS, NoAttrs
 
 
@@ -148,12 +148,7 @@ def weight_vectors(constants, attrs: Conv, n: int) -> int:
     if attrs.transposed:  # (I, O, KH, KW); its phases share the taps out
         return math.ceil(w[1] / n) * math.ceil(w[0] / n) * w[2] * w[3] * (n + 1)
     kh, kw = kernel_size(constants, attrs)
-    if grouped(constants, attrs):
-        blocks = sum(len(r) for r in group_blocks(w[0], w[1] * attrs.groups, attrs.groups, n))
-    else:
-        depthwise = attrs.groups != 1
-        blocks = math.ceil(w[0] / n) * (1 if depthwise else math.ceil(w[1] / n))
-    return blocks * kh * kw * (n + 1)
+    return weight_blocks(w[0], w[1], attrs.groups, n) * kh * kw * (n + 1)
 
 
 @dataclass(frozen=True)
