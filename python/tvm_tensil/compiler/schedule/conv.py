@@ -518,6 +518,83 @@ def dram_share(node: Node, ctx: Context) -> float:
     return (reads + writes) / ((1 if depthwise else inp.blocks) * taps * out.blocks)
 
 
+class _SerialClock:
+    """The overlap's clock, unpaced: MatMuls, then each block's epilogue and gather as counted when
+    it is queued, one after the other; rows go out whole."""
+
+    def __init__(self, overlap: Overlap):
+        self.overlap = overlap
+
+    def compute(self, cycles: int) -> None:
+        """``cycles`` of the compute engine's work were emitted."""
+        self.overlap.compute(cycles)
+
+    def serial(self, cycles: int) -> None:
+        """``cycles`` of accumulator work that the MatMuls before and after it wait for."""
+        self.overlap.compute(cycles)
+
+    def queued(self, cycles: int) -> None:
+        """A block's epilogue and gather of about ``cycles`` were queued."""
+        self.overlap.compute(cycles)
+
+    def mark_ready(self) -> None:
+        """Accumulator work was queued behind the MatMuls emitted so far."""
+
+    def emit(self, lir: LIR, rows: np.ndarray) -> None:
+        lir.emit_rows(rows)
+
+    def now(self, lir: LIR, emit) -> None:
+        """``emit(lir)``: accumulator work the next MatMuls wait for."""
+        emit(lir)
+
+
+class _PacedClock:
+    """The overlap's clock, paced: when the compute engine and the accumulator engine are expected
+    to be done with what was emitted, the epilogues counted by their instructions as they go out in
+    pieces of ``PIECE`` rows, the deferred DRAM moves between them; dispatch is as far as the later
+    engine."""
+
+    PIECE = 64
+
+    def __init__(self, overlap: Overlap):
+        self.overlap = overlap
+        self.t_compute = self.t_acc = self.ready = self.clock = 0
+
+    def _tick(self) -> None:
+        now = max(self.t_compute, self.t_acc)
+        if now > self.clock:
+            self.overlap.compute(now - self.clock)
+            self.clock = now
+
+    def compute(self, cycles: int) -> None:
+        self.t_compute += cycles
+        self._tick()
+
+    def serial(self, cycles: int) -> None:
+        self.t_compute = self.t_acc = max(self.t_compute, self.t_acc) + cycles
+        self._tick()
+
+    def queued(self, cycles: int) -> None:
+        """Counted as the rows go out (``emit``)."""
+
+    def mark_ready(self) -> None:
+        self.ready = self.t_compute  # its MatMuls are out
+
+    def emit(self, lir: LIR, rows: np.ndarray) -> None:
+        for lo in range(0, len(rows), self.PIECE):
+            piece = rows[lo : lo + self.PIECE]
+            lir.emit_rows(piece)
+            self.t_acc = max(self.t_acc, self.ready) + accumulator_cycles(piece)
+            self._tick()
+
+    def now(self, lir: LIR, emit) -> None:
+        side = LIR(lir.arch)
+        emit(side)
+        self.mark_ready()
+        self.emit(lir, side.pending_rows())
+        self.t_compute = max(self.t_compute, self.t_acc)
+
+
 class _Stream:
     """A conv's instruction stream while it is emitted: MatMuls and weight loads advance the
     overlap's clock (deferred DRAM moves go out beside them), weight groups are fetched into their
@@ -545,58 +622,14 @@ class _Stream:
         self.early = early
         self.waiting: list = []
         self.earned = 0  # backlog rows the last MatMul earned, not yet released
-        # The overlap's clock. Unpaced: MatMuls, then each block's epilogue and gather as counted
-        # when it is queued, one after the other. Paced: when the compute engine and
-        # the accumulator engine are expected to be done with what was emitted, the epilogues
-        # counted by their instructions as they go out, in pieces, the deferred DRAM moves
-        # between them; dispatch is as far as the later engine.
-        self.paced = paced
-        self.t_compute = self.t_acc = self.ready = self.clock = 0
+        # The overlap's clock (``_SerialClock``, ``_PacedClock``).
+        self.clock = _PacedClock(self.overlap) if paced else _SerialClock(self.overlap)
         self.shortcuts_moved: set[tuple[int, int]] = set()  # (tile, block) whose shortcut is in
         self.fresh = False  # an epilogue was queued since the last MatMul
 
-    PIECE = 64  # epilogue rows between deferred DRAM moves, paced
-
-    def _tick(self) -> None:
-        now = max(self.t_compute, self.t_acc)
-        if now > self.clock:
-            self.overlap.compute(now - self.clock)
-            self.clock = now
-
-    def compute(self, cycles: int) -> None:
-        """``cycles`` of the compute engine's work were emitted."""
-        if not self.paced:
-            self.overlap.compute(cycles)
-            return
-        self.t_compute += cycles
-        self._tick()
-
-    def serial(self, cycles: int) -> None:
-        """``cycles`` of accumulator work that the MatMuls before and after it wait for."""
-        if not self.paced:
-            self.overlap.compute(cycles)
-            return
-        self.t_compute = self.t_acc = max(self.t_compute, self.t_acc) + cycles
-        self._tick()
-
-    def queued(self, cycles: int) -> None:
-        """A block's epilogue and gather of about ``cycles`` were queued (paced: counted as they go out)."""
-        if not self.paced:
-            self.overlap.compute(cycles)
-
-    def _emit(self, rows: np.ndarray) -> None:
-        if not self.paced:
-            self.lir.emit_rows(rows)
-            return
-        for lo in range(0, len(rows), self.PIECE):
-            piece = rows[lo : lo + self.PIECE]
-            self.lir.emit_rows(piece)
-            self.t_acc = max(self.t_acc, self.ready) + accumulator_cycles(piece)
-            self._tick()
-
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
-        self._emit(self.backlog[:take])
+        self.clock.emit(self.lir, self.backlog[:take])
         self.backlog = self.backlog[take:]
         self.earned = 0
 
@@ -612,7 +645,7 @@ class _Stream:
         if self.early and self.waiting and not len(self.backlog):  # their gather is out: beside this
             self.defer_waiting()
         self.lir.matmul(local, acc, size, local_step, 1, **flags)
-        self.compute(size + runs)
+        self.clock.compute(size + runs)
         self.earned = size
         if self.fresh:  # the backlog's first rows wait for its block's last MatMul to leave the array
             self.earned = max(0, size - self.ctx.arch.array_size - COSTS["mm"])
@@ -620,7 +653,7 @@ class _Stream:
 
     def load_weights(self, local: int, size: int) -> None:
         self.lir.load_weights(local, size)
-        self.compute(size + 4)
+        self.clock.compute(size + 4)
         self._release_earned()
 
     def defer_waiting(self) -> None:
@@ -637,19 +670,12 @@ class _Stream:
         side = LIR(self.ctx.arch)
         emit(side)
         self.backlog = np.concatenate([self.backlog, side.pending_rows()])
-        self.ready = self.t_compute  # (its MatMuls are out)
+        self.clock.mark_ready()
         self.fresh = True
 
     def now(self, emit) -> None:
         """``emit(lir)`` now: accumulator work the next MatMuls wait for."""
-        if not self.paced:
-            emit(self.lir)
-            return
-        side = LIR(self.ctx.arch)
-        emit(side)
-        self.ready = self.t_compute
-        self._emit(side.pending_rows())
-        self.t_compute = max(self.t_compute, self.t_acc)
+        self.clock.now(self.lir, emit)
 
     def slot_base(self, seq: int) -> int:
         w = self.p.weights
@@ -807,7 +833,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             s.matmul(store + ob * count, acc0, count)
         elif short and (i, ob) not in s.shortcuts_moved:
             s.lir.datamove(Direction.LOCAL_TO_ACC, store + ob * count, acc0, count)
-            s.serial(count + 6)
+            s.clock.serial(count + 6)
         first = p.recipes.bias is None and not short
     zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
     part_now = 0
@@ -875,7 +901,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
         s.later(finish)
         if s.early:
             flush(ctx.place[node.output], tile, store, lambda *run: s.waiting.append(run), blocks=[ob])
-    s.queued(count * (1 + len(node.epilogue)))
+    s.clock.queued(count * (1 + len(node.epilogue)))
     if second:
         if i == ob == 0:
             s.overlap.need_urgent()  # the second output's weights
@@ -888,7 +914,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             gather(lir, tile, ob, acc0, store2)
 
         s.later(finish_second)
-        s.queued(count * (1 + len(second.epilogue)))
+        s.clock.queued(count * (1 + len(second.epilogue)))
 
 
 def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
@@ -897,7 +923,7 @@ def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
     s.release()
     s.lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[2.0**-bits])
     s.lir.simd_run(SIMDOp.MULTIPLY, acc, count, left=0, right=1)
-    s.serial(count + 2)
+    s.clock.serial(count + 2)
 
 
 def _load_slab(move, inp, tile: Tile, p: ConvPlan, slab: int, full_rows: bool):
