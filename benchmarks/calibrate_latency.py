@@ -6,7 +6,10 @@ report its error on every model of the zoo.
 1. Single-instruction programs of several sizes run on the "verilator" device (default memory
    timing); each fixed overhead in ``latency.COSTS`` is fitted as the median of measured minus the
    model's size-dependent part. The fitted values are printed beside the ones in use.
-2. The zoo's models (MLP, small CNN, ResNet-20 v2) are compiled and run on the device; estimated and
+2. Patterns where engines share local memory's second port: chains of LoadWeights + MatMul with
+   the next weight group's DRAM1 run streaming beside them (the compiler's weight-streaming
+   layers), MatMuls of several sizes; estimated and measured cycles and the error.
+3. The zoo's models (MLP, small CNN, ResNet-20 v2) are compiled and run on the device; estimated and
    measured cycles and the error are recorded.
 
 Writes benchmarks/results/latency_calibration.json.
@@ -73,6 +76,41 @@ def fit(dev, arch) -> dict:
     return fitted
 
 
+def weights_under_a_stream(arch, matmul: int, pairs: int = 60, stream: int = 512) -> str:
+    """``pairs`` LoadWeights (N + 1 vectors) + MatMul (``matmul`` vectors); a DRAM1 -> local move of
+    ``stream`` vectors starts under the third load."""
+    n = arch.array_size
+    lines = []
+    for i in range(pairs):
+        lines += [
+            f"loadweights local={i * (n + 1)} size={n + 1}",
+            f"matmul local={arch.local_depth // 2} acc=0 size={matmul}",
+        ]
+    lines.insert(4, f"datamove dram1_to_local local={3 * arch.local_depth // 4} dram1=0 size={stream}")
+    return "\n".join(lines)
+
+
+def pattern_errors(dev, arch) -> list[dict]:
+    rows = []
+    n = arch.array_size
+    for matmul in (n, 2 * n, 2 * n + n // 2, 3 * n):
+        text = weights_under_a_stream(arch, matmul)
+        program = assemble(text, layout_of(arch))
+        dev.reset()
+        measured = dev.execute(program).cycles
+        estimated = latency.estimate_cycles(program, arch)["total"]
+        rows.append(
+            {
+                "pattern": f"60 x (LoadWeights {n + 1} + MatMul {matmul}), 512-vector DRAM1 stream",
+                "estimated_cycles": estimated,
+                "measured_cycles": measured,
+                "error": round((estimated - measured) / measured, 4),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def zoo_errors(arch_name: str) -> list[dict]:
     import tvm
     import zoo
@@ -114,12 +152,14 @@ def main() -> None:
     dev = get_device("verilator", arch)
     fitted = fit(dev, arch)
     print("fitted overheads:", fitted, "in use:", {k: latency.COSTS[k] for k in fitted})
+    patterns = pattern_errors(dev, arch)
     rows = zoo_errors(args.arch)
     out = {
         "arch": args.arch,
         "memory_timing": MEMORY_TIMING,
         "fitted_costs": fitted,
         "costs_in_use": latency.COSTS,
+        "patterns": patterns,
         "models": rows,
         "date": time.strftime("%Y-%m-%d"),
     }
