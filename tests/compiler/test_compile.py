@@ -891,3 +891,49 @@ def test_the_next_blocks_shortcut_enters_its_bank_before_this_blocks_gather():
     gathers = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.ACC_TO_LOCAL))
     order = [("move" if m else "gather") for m, gth in zip(moves, gathers) if m or gth]
     assert order == ["move", "move", "gather", "move", "gather", "move", "gather", "gather"]
+
+
+def test_second_outputs_run_in_pairs_of_blocks(monkeypatch):
+    """A second output's MatMul reads its block's gather: block by block the array waits for it.
+    Banked, output blocks go in pairs: MatMuls (a), MatMuls (b), second outputs (a, b), each gather
+    beside the other block's MatMuls. Between one pair's shortcut moves: the second block's four
+    MatMuls and both second outputs. Exact, and faster by the latency model than block by block."""
+    import tvm_tensil.compiler.schedule.conv as conv
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.isa.instructions import Direction
+
+    rng = np.random.default_rng(15)
+    x_shape = (1, 7, 6, 32)  # four channel blocks on 8x8
+    w = grid(rng, (32, 32, 1, 1), -2, 2)
+    scale, shift = rng.integers(-2, 3, (32, 1, 1, 1)).astype(float), grid(rng, (32,))
+    x = grid(rng, x_shape)
+    t = {k: Tensor(k, x_shape) for k in ("x", "c", "s", "a", "r", "y")}
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1)),
+            Node("add", ["c", "x"], "s"),
+            Node("conv2d", ["s"], "a", dict(weight=1, bias=2, groups=32)),
+            Node("relu", ["a"], "r"),
+            Node("add", ["r", "s"], "y"),
+        ],
+        ["x"],
+        ["y"],
+        [w, scale, shift],
+    )
+    s = conv2d_nhwc(x, w, None) + x
+    expected = np.maximum(s * scale.reshape(-1) + shift, 0) + s
+    cycles = {}
+    for paired in (True, False):
+        if not paired:
+            monkeypatch.setattr(conv, "_pairs_second_outputs", lambda node, p: False)
+        y, part, _ = run(g, {"x": x}, options=CompileOptions(shortcut="move"))
+        np.testing.assert_array_equal(y["y"], expected)
+        assert [n["op"] for n in part.report["nodes"]] == ["conv2d", "add"]  # the affine is a second output
+        cycles[paired] = estimate_cycles(part.program, ARCH)["total"]
+        f = part.program.fields()
+        moves = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.LOCAL_TO_ACC))
+        segments = np.split(f.opcode == int(Opcode.MATMUL), np.flatnonzero(moves))
+        if paired:
+            assert [int(seg.sum()) for seg in segments[1:5]] == [4, 6, 4, 6]
+    assert cycles[True] < cycles[False]

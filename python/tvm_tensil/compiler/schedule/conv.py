@@ -790,14 +790,19 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
         if short:
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
     streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols
-    for ob in range(len(p.weights.groups)):
+    blocks = len(p.weights.groups)
+    paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
+    for ob in range(blocks):
         s.lir.comment(
             f"{node.op} {node.output}: image {tile.image} rows {tile.y0}+{tile.rows} "
             f"cols {tile.x0}+{tile.cols} block {ob}"
         )
         bank = _bank(p, i, ob)
         acc0 = bank * (ctx.arch.accumulator_depth // 2)
-        _emit_block(node, ctx, s, p, i, ob, acc0, cvecs[bank], plane, runs, streamed)
+        if ob < paired:
+            _emit_paired(node, ctx, s, p, i, ob, cvecs, plane, runs, streamed)
+        else:
+            _emit_block(node, ctx, s, p, i, ob, acc0, cvecs[bank], plane, runs, streamed)
     if s.pipelined and i + 1 < len(p.tiles):
         # The tile's last epilogue and gather go out beside the next tile's MatMuls, which read
         # the next slab: its loads are issued; stores still deferred may wait.
@@ -819,10 +824,121 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     """Output block ``ob`` of tile ``i``: start the accumulators (the shortcut, the bias or the
     covering tap), every weight group's MatMuls, then the epilogue and gather (and the second
     output's)."""
-    tile, block, count = p.tiles[i], ctx.n + 1, p.tiles[i].pixels
+    _block_matmuls(node, ctx, s, p, i, ob, acc0, cvec, plane, runs, streamed)
+    count, store = p.tiles[i].pixels, p.memory.stores[i % p.buffers]
+    short, second = node.attrs.residual, node.attrs.second
+    s.release()  # what the block before still had to do
+    s.defer_waiting()
+    _settle_block(s, p, i, ob, bool(second))
+    if short and not node.attrs.residue and not p.recipes.identity and p.banked:
+        _move_next_shortcut(ctx, s, p, i, ob + 1)
+    finish = _finish(node, p, i, ob, acc0, cvec)
+    if second:  # now: the second output's MatMul reads this gather
+        s.now(finish)
+    else:
+        s.later(finish)
+        if s.early:
+            flush(ctx.place[node.output], p.tiles[i], store, lambda *run: s.waiting.append(run), blocks=[ob])
+    s.clock.queued(count * (1 + len(node.epilogue)))
+    if second:
+        _second_matmul(ctx, s, p, i, ob, acc0)
+        _queue_second_finish(node, s, p, i, ob, acc0, cvec)
+
+
+def _pairs_second_outputs(node: Node, p: ConvPlan) -> bool:
+    """Whether a conv with a second output runs its output blocks in pairs (``_emit_paired``):
+    banked, not split into a residue and the rest."""
+    return bool(node.attrs.second) and p.banked and not node.attrs.residue
+
+
+def _emit_paired(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, cvecs, plane: int, runs, streamed):
+    """Output block ``ob`` of a pair (``ob`` even: the first, ``a``, in one bank; odd: the second,
+    ``b``, in the other). A second output's MatMul reads its block's gather, which waits for the
+    block's MatMuls: block by block the array would wait for it. In a pair each gather runs beside
+    the other block's MatMuls: MatMuls (a), MatMuls (b), second output (a), second output (b); the
+    second outputs' epilogues and gathers beside the next MatMuls."""
+    half = ctx.arch.accumulator_depth // 2
+    bank = _bank(p, i, ob)
+    acc0, cvec = bank * half, cvecs[bank]
+    _block_matmuls(node, ctx, s, p, i, ob, acc0, cvec, plane, runs, streamed)
+    count = p.tiles[i].pixels
+    s.release()  # (a) the pair before's last epilogue; (b) the first block's gather
+    s.defer_waiting()
+    _settle_block(s, p, i, ob, True)
+    if ob % 2 == 0 and node.attrs.residual and not p.recipes.identity:
+        _move_next_shortcut(ctx, s, p, i, ob + 1)
+    s.later(_finish(node, p, i, ob, acc0, cvec))
+    s.clock.queued(count * (1 + len(node.epilogue)))
+    if ob % 2 == 0:
+        return
+    first = _bank(p, i, ob - 1)
+    _second_matmul(ctx, s, p, i, ob - 1, first * half)
+    s.release()  # the second block's gather: its second output's MatMul reads it
+    _queue_second_finish(node, s, p, i, ob - 1, first * half, cvecs[first])
+    _second_matmul(ctx, s, p, i, ob, acc0)
+    s.release()  # the first block's second output: its bank is the next pair's
+    if node.attrs.residual and not p.recipes.identity:
+        _move_next_shortcut(ctx, s, p, i, ob + 1)
+    _queue_second_finish(node, s, p, i, ob, acc0, cvec)
+
+
+def _move_next_shortcut(ctx, s: _Stream, p: ConvPlan, i: int, after: int) -> None:
+    """Block ``after``'s shortcut into its bank now, beside this block's last MatMuls (what was in
+    that bank is out): its MatMuls then need not wait for the move."""
+    if after < len(p.weights.groups):
+        count, store = p.tiles[i].pixels, p.memory.stores[i % p.buffers]
+        bank = _bank(p, i, after) * (ctx.arch.accumulator_depth // 2)
+        s.lir.datamove(Direction.LOCAL_TO_ACC, store + after * count, bank, count)
+        s.shortcuts_moved.add((i, after))
+
+
+def _finish(node: Node, p: ConvPlan, i: int, ob: int, acc0: int, cvec):
+    """Block ``ob``'s epilogue and gather into the store buffer."""
+    store = p.memory.stores[i % p.buffers]
+
+    def finish(lir: LIR) -> None:
+        emit_epilogue(lir, acc0, p.tiles[i].pixels, node.epilogue, cvec, ob)
+        gather(lir, p.tiles[i], ob, acc0, store)
+
+    return finish
+
+
+def _second_matmul(ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int) -> None:
+    """Block ``ob``'s second output: a MatMul of its gathered result into its bank."""
+    count, store = p.tiles[i].pixels, p.memory.stores[i % p.buffers]
+    if i == ob == 0:
+        s.overlap.need_urgent()  # the second output's weights
+    s.load_weights(p.memory.second_weights + ob * (ctx.n + 1), ctx.n + 1)
+    s.matmul(store + ob * count, acc0, count)
+
+
+def _queue_second_finish(node: Node, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, cvec) -> None:
+    """Block ``ob``'s second output's epilogue and gather into the second store buffer, queued."""
+    second, count, store2 = node.attrs.second, p.tiles[i].pixels, p.memory.stores2[i % p.buffers]
+
+    def finish_second(lir: LIR) -> None:
+        emit_epilogue(lir, acc0, count, second.epilogue, cvec, ob)
+        gather(lir, p.tiles[i], ob, acc0, store2)
+
+    s.later(finish_second)
+    s.clock.queued(count * (1 + len(second.epilogue)))
+
+
+def _settle_block(s: _Stream, p: ConvPlan, i: int, ob: int, second: bool) -> None:
+    """Pipelined: the stores of the tile before last that read the buffers this block's gathers write."""
+    if s.pipelined:
+        count = p.tiles[i].pixels
+        for buffers in (p.memory.stores, p.memory.stores2) if second else (p.memory.stores,):
+            buf = buffers[i % p.buffers]
+            s.overlap.settle(buf + ob * count, buf + (ob + 1) * count)
+
+
+def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, cvec, plane: int, runs, streamed):
+    """Block ``ob``'s accumulators started (the shortcut, the bias or the covering tap) and every
+    weight group's MatMuls."""
+    block, count = ctx.n + 1, p.tiles[i].pixels
     slab, store = p.memory.slabs[i % p.buffers], p.memory.stores[i % p.buffers]
     short = node.attrs.residual
-    second = node.attrs.second
     residue = node.attrs.residue
     # ``first``: the next MatMul starts the accumulators (the covering tap's, or the residue's).
     if residue:  # the residue's MatMuls start the accumulators; the shortcut comes after them
@@ -876,45 +992,6 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
             first = False
         if slots == 1 and s.seq < len(s.sequence):
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
-    s.release()  # what the block before still had to do
-    s.defer_waiting()
-    if s.pipelined:  # the stores of the tile before last that read the buffer this gather writes
-        s.overlap.settle(store + ob * count, store + (ob + 1) * count)
-        if second:
-            store2 = p.memory.stores2[i % p.buffers]
-            s.overlap.settle(store2 + ob * count, store2 + (ob + 1) * count)
-    after = ob + 1
-    if short and not residue and not p.recipes.identity and p.banked and after < len(p.weights.groups):
-        # The next block's shortcut into the other bank now, beside this block's last MatMuls (the
-        # block before's epilogue there is out): the next block's MatMuls then need not wait for it.
-        other = _bank(p, i, after) * (ctx.arch.accumulator_depth // 2)
-        s.lir.datamove(Direction.LOCAL_TO_ACC, store + after * count, other, count)
-        s.shortcuts_moved.add((i, after))
-
-    def finish(lir: LIR) -> None:
-        emit_epilogue(lir, acc0, count, node.epilogue, cvec, ob)
-        gather(lir, tile, ob, acc0, store)
-
-    if second:  # now: the second output's MatMul reads this gather
-        s.now(finish)
-    else:
-        s.later(finish)
-        if s.early:
-            flush(ctx.place[node.output], tile, store, lambda *run: s.waiting.append(run), blocks=[ob])
-    s.clock.queued(count * (1 + len(node.epilogue)))
-    if second:
-        if i == ob == 0:
-            s.overlap.need_urgent()  # the second output's weights
-        s.load_weights(p.memory.second_weights + ob * block, block)
-        s.matmul(store + ob * count, acc0, count)
-        store2 = p.memory.stores2[i % p.buffers]
-
-        def finish_second(lir: LIR) -> None:
-            emit_epilogue(lir, acc0, count, second.epilogue, cvec, ob)
-            gather(lir, tile, ob, acc0, store2)
-
-        s.later(finish_second)
-        s.clock.queued(count * (1 + len(second.epilogue)))
 
 
 def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
