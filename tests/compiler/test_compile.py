@@ -937,3 +937,38 @@ def test_second_outputs_run_in_pairs_of_blocks(monkeypatch):
         if paired:
             assert [int(seg.sum()) for seg in segments[1:5]] == [4, 6, 4, 6]
     assert cycles[True] < cycles[False]
+
+
+def test_streamed_weights_may_go_in_pieces_the_loads_follow(monkeypatch):
+    """A dense layer of one row streams its weights through local memory: per weight block one
+    LoadWeights and a MatMul of one vector, so the loads keep up with the DRAM1 reads. A weight
+    group's run in one move after its first piece makes the group's loads wait for all of it; in
+    pieces they follow it. The scheduler tries both where weights stream and keeps the faster
+    (here the pieces); exact either way."""
+    import tvm_tensil.compiler.schedule.conv as conv
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.isa.instructions import Direction
+
+    rng = np.random.default_rng(16)
+    arch = PRESETS["ultra96v2_300mhz"]  # a weight group per output block: 2,176 vectors on 16x16
+    w = grid(rng, (256, 2048, 1, 1), -2, 2)
+    x = grid(rng, (1, 1, 1, 2048), -1, 1)
+    g = Graph(
+        {"x": Tensor("x", x.shape), "y": Tensor("y", (1, 1, 1, 256))},
+        [Node("conv2d", ["x"], "y", dict(weight=0, bias=None, groups=1))],
+        ["x"],
+        ["y"],
+        [w],
+    )
+    cycles, largest = {}, {}
+    for tried in (True, False):
+        if not tried:
+            monkeypatch.setattr(conv, "_streams_weights", lambda ctx, p: False)
+        y, part, _ = run(g, {"x": x}, arch)
+        np.testing.assert_array_equal(y["y"], conv2d_nhwc(x, w, None))
+        cycles[tried] = estimate_cycles(part.program, arch)["total"]
+        f = part.program.fields()
+        weights = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.DRAM1_TO_LOCAL))
+        largest[tried] = int(f.operand2[weights].max()) + 1
+    assert largest[False] > conv.WEIGHT_PIECE >= largest[True]
+    assert cycles[True] < cycles[False]

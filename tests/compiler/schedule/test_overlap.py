@@ -7,11 +7,11 @@ from tvm_tensil.compiler.schedule.overlap import Overlap
 from tvm_tensil.isa.instructions import Direction
 
 
-def pieces(preset: str, urgent: bool, direction=Direction.DRAM1_TO_LOCAL) -> list[int]:
+def pieces(preset: str, urgent: bool, direction=Direction.DRAM1_TO_LOCAL, weight_piece=None, size=1200) -> list[int]:
     arch = PRESETS[preset]
     lir = LIR(arch)
-    overlap = Overlap(lir, arch)
-    overlap.defer(direction, 0, 0, 1200, urgent=urgent)
+    overlap = Overlap(lir, arch, weight_piece)
+    overlap.defer(direction, 0, 0, size, urgent=urgent)
     overlap.drain()
     return [int(row[6]) + 1 for row in lir.pending_rows()]
 
@@ -27,3 +27,11 @@ def test_weights_go_whole_after_a_first_piece_where_reads_have_a_clock_of_their_
     assert pieces("ultra96v2_300mhz", urgent=False, direction=Direction.LOCAL_TO_DRAM0) == [128] * 9 + [48]
     for urgent in (True, False):
         assert pieces("arty_a7_35", urgent) == [128] * 9 + [48]
+
+
+def test_weights_may_go_in_pieces_the_loads_follow():
+    """Where a layer's weights stream through it, the scheduler also tries weight runs in pieces
+    after the first (the loads wait for their piece, not the whole run)."""
+    assert pieces("ultra96v2_300mhz", urgent=True, weight_piece=1024, size=2176) == [128, 1024, 1024]
+    assert pieces("ultra96v2_300mhz", urgent=True, weight_piece=1024, size=100) == [100]
+    assert pieces("ultra96v2_300mhz", urgent=True, size=2176) == [128, 2048]

@@ -24,7 +24,7 @@ import numpy as np
 from ...isa.instructions import Direction, SIMDOp
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
-from ..latency import COSTS, accumulator_cycles
+from ..latency import COSTS, accumulator_cycles, beats_per_vector
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
 from .context import Context, HandOver, Out, ScheduleError, Tile, Window
@@ -244,7 +244,13 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
         ways[0] = lambda c, g, o: cheapest(stores, c, g, o)
     banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul)
     may_pace = ctx.options.paced_epilogues is None and _accumulator_heavy(node, single)
-    if not banked and not may_pace and (choice is not None or not any(pipelines(node, p) for p in candidates)):
+    streams = _streams_weights(ctx, single)
+    if (
+        not banked
+        and not may_pace
+        and not streams
+        and (choice is not None or not any(pipelines(node, p) for p in candidates))
+    ):
         return cheapest(ways, ctx, given, out, stop_when_worse=True)
     first, won = out.fork(), []
     left = cheapest(ways, ctx, given, first, stop_when_worse=True, won=won)
@@ -254,13 +260,29 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     others = [(p, True)] if choice is None and pipelines(node, p) else []  # (plan, pipelined)
     others += [(b, bool(choice) if choice is not None else pipelines(node, b)) for b in banked]
     paced = [(q, piped, True) for q, piped in [(p, bool(choice))] + others] if may_pace else []
+    # Where the weights stream through the layer, each unpaced one also with its weight runs in
+    # pieces the loads can follow (the loads wait for less, the reader pays its latency more often).
+    pieced = [(q, piped, forced, WEIGHT_PIECE) for q, piped in [(p, bool(choice))] + others] if streams else []
     finalists = [lowered(first, left)] + [
-        lambda c, g, o, q=q, piped=piped, pace=pace: emit(node, c, g, o, q, piped, paced=pace)
-        for q, piped, pace in [(q, piped, forced) for q, piped in others] + paced
+        lambda c, g, o, q=q, piped=piped, pace=pace, piece=piece: emit(
+            node, c, g, o, q, piped, paced=pace, weight_piece=piece
+        )
+        for q, piped, pace, piece in [(q, piped, forced, None) for q, piped in others]
+        + [(q, piped, True, None) for q, piped, _ in paced]
+        + pieced
     ]
     if len(finalists) == 1:
         return finalists[0](ctx, given, out)
     return cheapest(finalists, ctx, given, out)
+
+
+WEIGHT_PIECE = 1024  # vectors per piece of a weight run, where the loads follow it
+
+
+def _streams_weights(ctx: Context, p: ConvPlan) -> bool:
+    """Whether the layer's weights stream through local memory (not resident for the layer) on a
+    core with more than one bus beat a vector (with one, weight runs go in pieces anyway)."""
+    return p.weights.slots != 0 and beats_per_vector(ctx.arch) > 1
 
 
 def _accumulator_heavy(node: Node, p: ConvPlan) -> bool:
@@ -604,9 +626,18 @@ class _Stream:
     MatMul, if one does: in order, the load would otherwise wait behind them and the next MatMul
     for the load."""
 
-    def __init__(self, ctx: Context, out: Out, p: ConvPlan, pipelined: bool, early: bool, paced: bool = False):
+    def __init__(
+        self,
+        ctx: Context,
+        out: Out,
+        p: ConvPlan,
+        pipelined: bool,
+        early: bool,
+        paced: bool = False,
+        weight_piece: int | None = None,
+    ):
         self.ctx, self.lir, self.p = ctx, out.lir, p
-        self.overlap = Overlap(out.lir, ctx.arch)
+        self.overlap = Overlap(out.lir, ctx.arch, weight_piece)
         self.backlog = no_rows()
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         self.sequence = [
@@ -717,10 +748,11 @@ def emit(
     pipelined: bool = False,
     early: bool = True,
     paced: bool = False,
+    weight_piece: int | None = None,
 ) -> HandOver:
     """The instructions of plan ``p`` (``pipelined``: see ``pipelines``; ``early``: stores block by
-    block where ``_stores_early``; ``paced``: see ``_Stream``); returns what the conv leaves the
-    next node."""
+    block where ``_stores_early``; ``paced``: see ``_Stream``; ``weight_piece``: see ``Overlap``);
+    returns what the conv leaves the next node."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir, m = out.lir, p.memory
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
@@ -733,7 +765,7 @@ def emit(
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
     pipelined = pipelined and pipelines(node, p)
-    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p), paced)
+    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p), paced, weight_piece)
     for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
         if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
             s.overlap.defer_moves(moves)

@@ -24,9 +24,12 @@ class Overlap:
     PIECE = 128  # vectors per deferred move
     READ_PIECE = 512  # per deferred read, where reads have a clock of their own
 
-    def __init__(self, lir: LIR, arch: Architecture):
+    def __init__(self, lir: LIR, arch: Architecture, weight_piece: int | None = None):
         self.lir = lir
         self.arch = arch
+        # Urgent runs (weights) after their first piece: whole (None), or in pieces of this size,
+        # which the loads can follow as they land.
+        self.weight_piece = weight_piece
         # Entries (seq, move, local lo, local hi): ``seq`` orders moves across the queues.
         self.urgent: deque = deque()
         self.reads: deque = deque()
@@ -58,9 +61,11 @@ class Overlap:
             # Weights: the reader's latency is paid per move, so after a first piece (what the
             # first loads wait for) the rest goes whole. (With one clock for reads and writes, a
             # long read would hold the writes up: there they go in pieces like the rest.)
-            for off, n in ((0, min(self.PIECE, size)), (self.PIECE, size - self.PIECE)):
-                if n > 0:
-                    self._queue(queue, (direction, local + off, address + off, n))
+            rest = self.weight_piece or max(size - self.PIECE, 1)
+            pieces = [(0, min(self.PIECE, size))]
+            pieces += [(off, min(rest, size - off)) for off in range(self.PIECE, size, rest)]
+            for off, n in pieces:
+                self._queue(queue, (direction, local + off, address + off, n))
             return
         piece = self.PIECE if self.shared or _writes(direction) else self.READ_PIECE
         for off in range(0, size, piece):
