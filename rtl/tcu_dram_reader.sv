@@ -78,8 +78,8 @@ reg [CB-1:0] dram_addr, dram_step, count, issued;
 reg [CB-1:0] rd_issued, rd_received, resp_addr, resp_step;
 
 // Responses wait for a write slot.
-localparam RQ_BITS = 3;
-localparam RQ = 1 << RQ_BITS;
+localparam RQ = tcu_isa_pkg::RESPONSE_QUEUE_DEPTH;
+localparam RQ_BITS = $clog2(RQ);
 reg [LA-1:0]       rq_addr [0:RQ-1];
 reg [V-1:0]        rq_data [0:RQ-1];
 reg [RQ_BITS:0]    rq_count;

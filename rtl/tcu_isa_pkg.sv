@@ -81,6 +81,9 @@ localparam int ENGINE_DRAM1_READER = 5;
 localparam int ENGINE_DRAM1_WRITER = 6;
 localparam int ENGINES = 7;
 
+// Vectors a DRAM reader's response queue holds (urgent when half full)
+localparam int RESPONSE_QUEUE_DEPTH = 32;
+
 // Configure registers' values after reset (the others reset to 0)
 localparam logic [31:0] CONFIG_RESET_TIMEOUT = 32'd100;
 localparam logic [31:0] CONFIG_RESET_TRACEPOINT = 32'hFFFFFFFF;

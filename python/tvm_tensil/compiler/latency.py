@@ -54,7 +54,16 @@ import numba
 import numpy as np
 
 from ..arch import MEMORY_TIMING, Architecture
-from ..isa.instructions import DataMoveBit, Direction, Engine, LoadWeightsFlag, MatMulFlag, Opcode, SIMDFlag
+from ..isa.instructions import (
+    RESPONSE_QUEUE_DEPTH,
+    DataMoveBit,
+    Direction,
+    Engine,
+    LoadWeightsFlag,
+    MatMulFlag,
+    Opcode,
+    SIMDFlag,
+)
 from ..isa.layout import layout_of
 from ..isa.program import Program
 
@@ -246,7 +255,7 @@ _STATE_SIZE = 17 + 12 * _ENGINES
 _RQ_UNIT = 1024
 # DRAM -> local responses a reader's queue holds before they take port B from LoadWeights reads
 # (tcu_dram_reader's RQ / 2: the queue is then urgent).
-RESPONSES_WAITING = 4
+RESPONSES_WAITING = RESPONSE_QUEUE_DEPTH // 2
 _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 

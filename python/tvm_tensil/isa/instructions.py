@@ -162,6 +162,11 @@ class ConfigRegister(IntEnum):
         return self.name.lower()
 
 
+# Vectors a DRAM reader's response queue holds. Half full, its responses go first on local memory's
+# port B; until then the weights engine's reads do, so a LoadWeights under a DRAM stream reads at full
+# rate while up to half a queue of responses wait (the RTL package and the latency model have it).
+RESPONSE_QUEUE_DEPTH = 32
+
 # Configure registers' values after reset (the others are 0): a timeout of 100 cycles, no tracepoint.
 CONFIG_RESET_VALUES = {ConfigRegister.TIMEOUT: 100, ConfigRegister.TRACEPOINT: 0xFFFFFFFF}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..isa.instructions import (
     CONFIG_RESET_VALUES,
+    RESPONSE_QUEUE_DEPTH,
     ConfigRegister,
     DataMoveBit,
     Direction,
@@ -77,6 +78,8 @@ def render() -> str:
         lines += ["", f"// {what[0].upper()}{what[1:]}"]
         lines += [f"localparam int {prefix}_{member.name} = {int(member)};" for member in index_type]
         lines.append(f"localparam int {prefix}S = {len(index_type)};")
+    lines += ["", "// Vectors a DRAM reader's response queue holds (urgent when half full)"]
+    lines.append(f"localparam int RESPONSE_QUEUE_DEPTH = {RESPONSE_QUEUE_DEPTH};")
     lines += ["", "// Configure registers' values after reset (the others reset to 0)"]
     for register, value in CONFIG_RESET_VALUES.items():
         literal = f"32'd{value}" if value < 1 << 16 else f"32'h{value:08X}"

@@ -5,7 +5,7 @@ Driver: commands whenever the reader is ready. Bank model: reads answered in ord
 delays, at most one vector per VECTOR_BEATS cycles, random backpressure on requests. Local memory
 model: the port-B arbiter grants writes at random, urgent ones (the queue half full) always, as the
 core's arbiter does. Checker: after each move, local memory equals the model's; the response queue
-never overflows and does fill (the arbitration is exercised).
+never overflows and does fill to its urgent level (the arbitration is exercised).
 """
 
 import os
@@ -17,6 +17,7 @@ import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
+from tvm_tensil.isa.instructions import RESPONSE_QUEUE_DEPTH
 from tvm_tensil.rtl.testbench import pack_lanes, unpack_lanes
 
 LOCAL_DEPTH = 64
@@ -51,8 +52,10 @@ async def moves_match_program_order(dut):
         if int(dut.s_cmd_ready.value) and not responses:
             np.testing.assert_array_equal(local, want, err_msg=f"local memory after move {moves}")
             moves += 1
-            count = rng.choice([1, 2, 3, rng.randint(1, 12)])
+            count = rng.choice([1, 2, 3, rng.randint(1, 12), rng.randint(RESPONSE_QUEUE_DEPTH // 2, 48)])
             local_stride, dram_stride = rng.choice([0, 0, 1, 2]), rng.choice([0, 0, 0, 1, 3])
+            if count > 12:  # a long run (it fills the queue while writes are seldom granted)
+                local_stride, dram_stride = 0, rng.choice([0, 0, 1])
             la = rng.randrange(LOCAL_DEPTH - (count - 1) * (1 << local_stride))
             da = rng.randrange(BANK_DEPTH - (count - 1) * (1 << dram_stride))
             for k in range(count):
@@ -69,7 +72,7 @@ async def moves_match_program_order(dut):
         if due:
             dut.s_dram_rd_data.value = pack_lanes(bank[responses[0][1]], w)
         # The arbiter (requests come from registers, so they are settled now).
-        grant = int(dut.m_local_wr_valid.value) and (int(dut.m_local_wr_urgent.value) or rng.random() < 0.5)
+        grant = int(dut.m_local_wr_valid.value) and (int(dut.m_local_wr_urgent.value) or rng.random() < 0.15)
         dut.local_wr_grant.value = int(bool(grant))
         await ReadOnly()
         if due:
@@ -83,8 +86,8 @@ async def moves_match_program_order(dut):
             local[int(dut.m_local_wr_addr.value)] = unpack_lanes(int(dut.m_local_wr_data.value), n, w)
         max_queue = max(max_queue, int(dut.rq_count.value))
         await RisingEdge(dut.clk)
-    assert max_queue <= 8, f"the response queue held {max_queue} vectors"
-    assert max_queue >= 2, "responses never queued: the write arbitration went untested"
+    assert max_queue <= RESPONSE_QUEUE_DEPTH, f"the response queue held {max_queue} vectors"
+    assert max_queue >= RESPONSE_QUEUE_DEPTH // 2, "the queue never became urgent: the arbitration went untested"
 
 
 SWEEP = [(4, 16, 2), (4, 16, 1)]
