@@ -12,8 +12,9 @@ against TVM's CPU build.
 
     python benchmarks/workloads.py [--arch ...] [--nets ...] [--rtl ultra96v2_300mhz]
 
-Writes benchmarks/results/workloads.json and benchmarks/results/workloads.png. Run it alone: the
-machine has 2 cores. An RTL run takes up to a few minutes (the simulator runs 0.5-1.5 M cycles/s).
+Writes benchmarks/results/workloads.json and benchmarks/results/workloads.png; a run of some networks
+or presets replaces only their rows (each row says its date). Run it alone: the machine has 2
+cores. An RTL run takes up to a few minutes (the simulator runs 0.5-1.5 M cycles/s).
 """
 
 from __future__ import annotations
@@ -194,19 +195,28 @@ def main() -> None:
         recorded["accuracy_fp16bp8"] = [row for a in args.arch for row in accuracy(a)]
         RESULTS.write_text(json.dumps(recorded, indent=2) + "\n")
         return
+    unknown = [net for net in args.nets if net not in NETS]
+    if unknown:
+        p.error(f"unknown workload {unknown[0]!r}; choose from {', '.join(NETS)}")
     rows = []
     for net in args.nets:
-        if net not in NETS:
-            p.error(f"unknown workload {net!r}; choose from {', '.join(NETS)}")
         for arch in args.arch:
-            rows.append(run_one(net, arch, arch in args.rtl))
+            rows.append({**run_one(net, arch, arch in args.rtl), "date": time.strftime("%Y-%m-%d")})
             print(json.dumps(rows[-1]), flush=True)
+    accuracy_rows = [row for a in args.arch for row in accuracy(a)]
+    if RESULTS.exists():  # the rows this run did not measure stay as recorded
+        recorded = json.loads(RESULTS.read_text())
+        done = {(r["workload"], r["arch"]) for r in rows}
+        rows += [r for r in recorded["results"] if (r["workload"], r["arch"]) not in done]
+        accuracy_rows += [r for r in recorded.get("accuracy_fp16bp8", []) if r["arch"] not in args.arch]
+    order = {(net, arch): k for k, (net, arch) in enumerate((n, a) for n in NETS for a in PRESETS)}
+    rows.sort(key=lambda r: order.get((r["workload"], r["arch"]), len(order)))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
             {
                 "results": rows,
-                "accuracy_fp16bp8": [row for a in args.arch for row in accuracy(a)],
+                "accuracy_fp16bp8": accuracy_rows,
                 "machine": machine.describe(),
                 "date": time.strftime("%Y-%m-%d"),
             },

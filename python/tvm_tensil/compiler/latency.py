@@ -409,6 +409,16 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     inactive_free = c_issued + n + set_free
                 cost = k + n + mm
                 done = first + cost
+                if end[_O] > first and not zeros:
+                    # A move beside MatMuls takes port B; a writer asking every cycle holds it off
+                    # while both this MatMul issues and the writer reads.
+                    for e in (_D0W, _D1W):
+                        if stream_period[e] == 1:
+                            held_off = min(first + k, stream_hi[e], end[_O]) - max(first, stream_lo[e])
+                            if held_off > 0:
+                                end[_O] += held_off
+                                o_port_b_end += held_off
+                                finish = max(finish, end[_O])
                 c_issued = first + k  # the next MatMul dispatches as this one issues its last vector
                 c_banks = (c_banks if end[_C] > start else 0) | banks
                 lw_since_mm, mm_since_lw = False, True
@@ -418,6 +428,14 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     first = max(start, swap_at + lw_after_swap, inactive_free)
                 reads_end = _weight_reads(first, k, stream_lo, stream_hi, stream_period, rq, lw_end)
                 lw_end = reads_end
+                for e in (_D0W, _D1W):
+                    # A writer asking every cycle waits for the load's reads (they go first).
+                    if stream_period[e] == 1:
+                        taken = min(k, min(reads_end, stream_hi[e]) - max(first, stream_lo[e]))
+                        if taken > 0:
+                            end[e] += taken
+                            stream_hi[e] += taken
+                            finish = max(finish, end[e])
                 for e in (_D0R, _D1R):
                     # A reader whose responses end while the load reads: the last ones, below the
                     # urgent level, wait in its queue for the load's reads.
@@ -470,7 +488,12 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     t0, per = first, 1
                 else:
                     t0, per = stream_lo[eng], stream_period[eng]
-                taken = min(k, max(0, (o_port_b_end - t0 + per - 1) // per))
+                if per == 1 and to_dram:
+                    # A writer asking every cycle: the move gets no port-B slot while it reads and
+                    # MatMuls issue (without them the move goes through port A).
+                    taken = max(0, min(stream_hi[eng], c_issued) - t0) if o_port_b_end > t0 else 0
+                else:
+                    taken = min(k, max(0, (o_port_b_end - t0 + per - 1) // per))
                 end[_O] += taken
                 o_port_b_end += taken
                 finish = max(finish, end[_O])
