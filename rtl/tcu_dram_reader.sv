@@ -70,6 +70,12 @@ generate
     if ((1 << LA) < LOCAL_DEPTH) begin : g_illegal_0
         $fatal(1, "tcu_dram_reader: LOCAL_ADDR_BITS (%0d) too small for LOCAL_DEPTH (%0d)", LA, LOCAL_DEPTH);
     end
+    // The queue's head and tail wrap at its depth; half of it is the urgent level.
+    if (tcu_isa_pkg::RESPONSE_QUEUE_DEPTH < 4 || (tcu_isa_pkg::RESPONSE_QUEUE_DEPTH
+            & (tcu_isa_pkg::RESPONSE_QUEUE_DEPTH - 1)) != 0) begin : g_illegal_1
+        $fatal(1, "tcu_dram_reader: RESPONSE_QUEUE_DEPTH (%0d) must be a power of two, at least 4",
+            tcu_isa_pkg::RESPONSE_QUEUE_DEPTH);
+    end
 endgenerate
 
 localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
