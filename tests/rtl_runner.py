@@ -2,13 +2,18 @@
 
 import fcntl
 import hashlib
+import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from tvm_tensil.isa.layout import layout_of
 from tvm_tensil.rtl.toolchain import RTL_DIR, apply_verilator_env
 
 BUILD_ROOT = Path(__file__).resolve().parents[1] / "build" / "rtl"
+# Verilator's generated C++ for a bench builds unoptimised: a bench's run time is cocotb's, not the
+# model's, and at Verilator's -Os the array and MAC benches took 20-30 s to compile (-O0: 7-9 s).
+BENCH_MAKE_VARIABLES = "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
 DATA_TYPES_BY_WIDTH = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}
 
 
@@ -53,14 +58,15 @@ def _build_and_test(toplevel, test_path: Path, parameters: dict, sources, extra_
     # The named constants come first: every module may import them.
     srcs = [RTL_DIR / s for s in ["tcu_isa_pkg.sv", *(sources or [f"{toplevel}.sv"])]]
     runner = get_runner("verilator")
-    runner.build(
-        sources=srcs,
-        hdl_toplevel=toplevel,
-        parameters=parameters,
-        build_dir=build_dir,
-        build_args=["-Wall", "-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique"],
-        always=False,
-    )
+    with _make_variables(BENCH_MAKE_VARIABLES):
+        runner.build(
+            sources=srcs,
+            hdl_toplevel=toplevel,
+            parameters=parameters,
+            build_dir=build_dir,
+            build_args=["-Wall", "-Wno-fatal", "--x-assign", "unique", "--x-initial", "unique"],
+            always=False,
+        )
     env = {f"PARAM_{k}": str(v) for k, v in parameters.items()}
     env.update(extra_env or {})
     results = runner.test(
@@ -75,6 +81,20 @@ def _build_and_test(toplevel, test_path: Path, parameters: dict, sources, extra_
     tests, failed = get_results(Path(results))
     assert tests > 0, f"no cocotb test ran in {test_path.name}"
     assert failed == 0, f"{failed} of {tests} cocotb tests failed, see {results}"
+
+
+@contextmanager
+def _make_variables(assignments: str):
+    """``make`` run meanwhile (the runner's build) also gets these variable assignments."""
+    before = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = f"{before} {assignments}" if before else assignments
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MAKEFLAGS"]
+        else:
+            os.environ["MAKEFLAGS"] = before
 
 
 def core_params(n: int, width: int, regs: int = 1, beats: int = 2) -> tuple[dict, dict]:
