@@ -571,6 +571,30 @@ def _dense_on_rows():
     return pat, r
 
 
+def _nan_guarded_bound():
+    """``where(isnan(b), r, b)`` on constants (the ONNX importer's guard on each Clip bound), in numpy:
+    FoldConstant would build two LLVM functions per Clip, seconds on a MobileNet."""
+    bound, other, repl = is_const(), is_const(), is_const()
+    pat = is_op("relax.where")(is_op("relax.isnan")(bound), repl, other)
+
+    def r(expr, m):
+        b, o, v = _value(m[bound]), _value(m[other]), _value(m[repl])
+        if not (b.shape == o.shape and np.array_equal(b, o, equal_nan=True)) or b.dtype != v.dtype:
+            return expr
+        out = np.where(np.isnan(b), v, b)
+        return relax.const(out.astype(b.dtype)) if out.shape == tuple(shape_of(expr)) else expr
+
+    return pat, r
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldNanGuardedClipBounds")
+def fold_clip_bounds(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
+            mod[gv] = _rewrite_to_fixpoint(func, [_nan_guarded_bound()])
+    return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="FoldAffineIntoTensilOps")
 def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
@@ -594,6 +618,7 @@ def prepare_for_tensil(mod: tvm.IRModule) -> tvm.IRModule:
     """Constant folding, batch-norm folding, affine folding (see the module docstring)."""
     seq = tvm.transform.Sequential(
         [
+            fold_clip_bounds,
             relax.transform.FoldConstant(),
             relax.transform.CanonicalizeBindings(),
             fold_affine,
