@@ -11,6 +11,7 @@ A failure shrinks to a minimal network, saved as ONNX under build/random_net_fai
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +47,15 @@ def _input(net) -> np.ndarray:
     return sample_input(net)
 
 
+@lru_cache(maxsize=2)
+def _cpu_vm(model: bytes):
+    """TVM's CPU build of a network, made once for the several inputs and checks that run it."""
+    mod = from_onnx(onnx.load_from_string(model), keep_params_in_input=False)
+    return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
 def cpu_outputs(net, x: np.ndarray | None = None) -> list[np.ndarray]:
-    mod = from_onnx(net.model, keep_params_in_input=False)
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    vm = _cpu_vm(net.model.SerializeToString())
     return _outputs(vm["main"](tvm.runtime.tensor(_input(net) if x is None else x)))
 
 

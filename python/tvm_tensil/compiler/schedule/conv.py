@@ -331,8 +331,11 @@ def weight_plan(
     total = wrec.size + (brec.size if brec else 0)
     last = parts - 1  # the part whose loads start with the bias row (without a covering tap)
 
+    every = list(range(cbi))
+    read_by = [[ob] if depthwise else list(reads[ob]) if reads else every for ob in range(cbo)]
+
     def ibs(ob):
-        return [ob] if depthwise else reads[ob] if reads else list(range(cbi))
+        return read_by[ob]
 
     # Block order (output block, part, its input blocks, tap): a grouped conv's output blocks hold
     # only the input blocks they read (packing.pack_conv_weights).
@@ -341,7 +344,7 @@ def weight_plan(
     def idx(ob, part, ib, t):
         if depthwise:
             return (ob * parts + part) * len(taps) + t
-        ob_ibs = ibs(ob)
+        ob_ibs = read_by[ob]
         return (starts[ob] + part * len(ob_ibs) + ib - ob_ibs[0]) * len(taps) + t
 
     groups = []
