@@ -1,12 +1,13 @@
-"""What the scheduler's look-ahead costs in compile time and gains in cycles.
+"""What a scheduler option costs in compile time and gains in cycles.
 
-    python benchmarks/look_ahead.py [--arch ultra96v2_300mhz] [--nets mobilenetv2 resnet20v2]
+    python benchmarks/compile_options.py [--option look_ahead] [--arch ultra96v2_300mhz] [--nets mobilenetv2 resnet20v2]
 
-Each zoo network (random weights) is built in a fresh process with the look-ahead off
-(``CompileOptions(look_ahead=False)``, greedy: each conv's tiling chosen on its own) and on:
-compile seconds and the latency model's cycles. Writes benchmarks/results/look_ahead.json. Run
-it alone (the machine has 2 cores), and twice after the latency model changed: the first build
-then also recompiles its numba kernel.
+Each zoo network (random weights) is built in a fresh process with the ``CompileOptions`` field
+``--option`` off and on: compile seconds and the latency model's cycles. ``look_ahead`` off: each
+conv's tiling chosen greedily on its own; ``prefetch`` off: no node's first loads move into the
+node before. Writes benchmarks/results/options_<option>.json. Run it alone (the machine has 2
+cores), and twice after the latency model changed: the first build then also recompiles its
+numba kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import machine
 
 HERE = Path(__file__).parent
-RESULTS = HERE / "results" / "look_ahead.json"
+OPTIONS = ("look_ahead", "prefetch")
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""
@@ -29,10 +30,10 @@ import tvm_tensil
 from tvm.relax.frontend.onnx import from_onnx
 from tvm_tensil import zoo
 from tvm_tensil.compiler import CompileOptions
-name, arch, on, size = {name!r}, {arch!r}, {on!r}, {size!r}
+name, arch, option, on, size = {name!r}, {arch!r}, {option!r}, {on!r}, {size!r}
 mod = from_onnx(getattr(zoo, name)(**({{"size": size}} if size else {{}})), keep_params_in_input=False)
 t0 = time.perf_counter()
-options = CompileOptions(look_ahead=on)
+options = CompileOptions(**{{option: on}})
 report = tvm_tensil.build(mod, target="tensil", arch=arch, options=options).tensil_report
 print(json.dumps({{"compile_seconds": round(time.perf_counter() - t0, 2), "cycles": report.total_cycles}}))
 """
@@ -40,6 +41,7 @@ print(json.dumps({{"compile_seconds": round(time.perf_counter() - t0, 2), "cycle
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--option", choices=OPTIONS, default="look_ahead")
     p.add_argument("--arch", nargs="*", default=["ultra96v2_300mhz"])
     p.add_argument("--nets", nargs="*", default=["mobilenetv2", "resnet20v2"])
     args = p.parse_args()
@@ -48,12 +50,12 @@ def main() -> None:
         for name in args.nets:
             row = {"net": name, "arch": arch}
             for on in (False, True):
-                code = CHILD.format(name=name, arch=arch, on=on, size=SIZES.get(name))
+                code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-                row["look_ahead" if on else "greedy"] = json.loads(out.stdout.strip().splitlines()[-1])
+                row["on" if on else "off"] = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(row), flush=True)
             rows.append(row)
-    machine.write_results(RESULTS, rows)
+    machine.write_results(HERE / "results" / f"options_{args.option}.json", rows)
 
 
 if __name__ == "__main__":

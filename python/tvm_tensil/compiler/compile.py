@@ -19,6 +19,7 @@ from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path
 from .lir import LIR
 from .memory import ConstTable, Dram0Allocator
+from .prefetch import prefetch_across_nodes
 from .rounding import LayerInputs, with_weights
 from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, with_residues
 from .schedule import CompileOptions, GraphSchedule, ScheduleError
@@ -549,6 +550,11 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     sched.finish()
     consts.check()
     program = lir.program(name)
+    prefetched = ()
+    if options.prefetch:
+        program, node_starts, prefetched = prefetch_across_nodes(program, arch, node_starts)
+        for entry, start, end in zip(per_node, node_starts, node_starts[1:] + [len(program)]):
+            entry["instructions"] = end - start
     path = critical_path(program, arch, node_starts)
     for entry, cycles in zip(per_node, path["by_node"]):
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
@@ -557,6 +563,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         "instructions": len(program),
         "cycles": path["cycles"],
         "critical_path": path["by_kind"],
+        "prefetched_loads": len(prefetched),
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, (reference or graph).constants, arch),
     }

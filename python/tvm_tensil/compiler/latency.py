@@ -50,6 +50,8 @@ compiler's node that emitted it). The parts sum to the total.
 
 from __future__ import annotations
 
+import copy
+
 import numba
 import numpy as np
 
@@ -65,7 +67,7 @@ from ..isa.instructions import (
     SIMDFlag,
 )
 from ..isa.layout import layout_of
-from ..isa.program import Program
+from ..isa.program import Program, ProgramFields
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {
@@ -145,29 +147,55 @@ def _cycles(busy: np.ndarray, state: np.ndarray) -> dict[str, int]:
     return out
 
 
+class Simulation:
+    """The model stopped after some instructions: ``advance`` runs more from there, ``fork`` copies
+    it to try alternative continuations (a scheduling pass compares them by ``dispatch``)."""
+
+    def __init__(self, arch: Architecture, timing: dict | None = None, nodes: int = 0):
+        t = dict(MEMORY_TIMING, **(timing or {}))
+        c = COSTS
+        self.busy = np.zeros(16, dtype=np.int64)
+        self.state = np.zeros(_STATE_SIZE, dtype=np.int64)
+        self.state[_LAST_SIMD_WRITE], self.state[_LAST_SIMD_TIME], self.state[_SWAP_AT] = -1, -10, -(1 << 40)
+        ib, bb = layout_of(arch).instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
+        self.state[_BUFFERED] = ib + bb  # the instruction buffer starts full
+        self.blame = np.zeros((max(nodes, 0), len(KINDS)), dtype=np.int64)
+        # The kernel's parameters, grouped: the core's sizes, the memory's timing, the engines' costs.
+        self.core = (arch.array_size, beats_per_vector(arch), arch.local_depth, ib, bb, arch.accumulator_depth // 2)
+        self.memory = (t["read_latency"], t["write_latency"], t["max_reads"])
+        self.costs = (c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"], c["read"], c["write"],
+                      c["swap"], c["lw_after_swap"], c["set_free"])  # fmt: skip
+
+    def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
+        """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
+        node = np.zeros(0, dtype=np.int64) if node is None else node
+        fields = (f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1)
+        _simulate(fields, self.core, self.memory, self.costs, self.busy, self.state, node, _KIND_OF, self.blame)
+
+    def fork(self) -> "Simulation":
+        other = copy.copy(self)
+        other.busy, other.state, other.blame = self.busy.copy(), self.state.copy(), self.blame.copy()
+        return other
+
+    @property
+    def dispatch(self) -> int:
+        """The cycle the last instruction run so far was dispatched."""
+        return int(self.state[_DISPATCH])
+
+    @property
+    def finish(self) -> int:
+        return int(self.state[_FINISH])
+
+
 def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
-    t = dict(MEMORY_TIMING, **(timing or {}))
-    bpv = beats_per_vector(arch)
-    c = COSTS
-    busy = np.zeros(16, dtype=np.int64)
-    state = np.zeros(_STATE_SIZE, dtype=np.int64)
-    state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME], state[_SWAP_AT] = -1, -10, -(1 << 40)
-    ib, bb = layout_of(arch).instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
-    state[_BUFFERED] = ib + bb  # the instruction buffer starts full
-    blame = np.zeros((nodes, len(KINDS)), dtype=np.int64)
-    # The kernel's parameters, grouped: the core's sizes, the memory's timing, the engines' costs.
-    core = (arch.array_size, bpv, arch.local_depth, ib, bb, arch.accumulator_depth // 2)
-    memory = (t["read_latency"], t["write_latency"], t["max_reads"])
-    costs = (c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"], c["read"], c["write"], c["swap"],
-             c["lw_after_swap"], c["set_free"])  # fmt: skip
+    sim = Simulation(arch, timing, nodes)
     for start, f in program.chunks():  # a huge program is never decoded whole
-        if node_starts is None:
-            node = np.zeros(0, dtype=np.int64)
-        else:
+        node = None
+        if node_starts is not None:
             pcs = np.arange(start, start + f.opcode.shape[0])
             node = np.maximum(np.searchsorted(node_starts, pcs, side="right") - 1, 0)
-        fields = (f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1)
-        _simulate(fields, core, memory, costs, busy, state, node, _KIND_OF, blame)
+        sim.advance(f, node)
+    busy, state, blame = sim.busy, sim.state, sim.blame
     if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
         ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
         ends.append((state[_SIMD_END], state[_S_OWNER]))
@@ -438,11 +466,14 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                             finish = max(finish, end[e])
                 for e in (_D0R, _D1R):
                     # A reader whose responses end while the load reads: the last ones, below the
-                    # urgent level, wait in its queue for the load's reads.
+                    # urgent level, wait in its queue for the load's reads (with those left from
+                    # the loads before: between loads the queue drains only as fast as the port is
+                    # free of responses still arriving).
                     if stream_period[e] != 0 and end[e] > first and stream_hi[e] <= reads_end:
                         came = (stream_hi[e] - max(first, stream_lo[e])) // stream_period[e]
                         if came > 0:
-                            end[e] = max(end[e], reads_end + min(came, RESPONSES_WAITING - 1) + read)
+                            waiting = int(np.ceil(min(rq[e], RESPONSES_WAITING - 1.0)))
+                            end[e] = max(end[e], reads_end + max(waiting, min(came, RESPONSES_WAITING - 1)) + read)
                             finish = max(finish, end[e])
                 done = reads_end + lw
                 cost = done - first

@@ -46,6 +46,9 @@ class CompileOptions:
     # when queued (False), or where the accumulator engine is about as busy as the array, whichever
     # the latency model finds faster (None).
     paced_epilogues: bool | None = None
+    # Each node's first loads move up into the node before, where the latency model finds it faster
+    # (``compiler.prefetch``).
+    prefetch: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.
