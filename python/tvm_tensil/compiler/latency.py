@@ -166,10 +166,19 @@ class Simulation:
         self.costs = (c["mm"], c["lw"], c["move"], c["simd_drain"], c["simd_dependent"], c["read"], c["write"],
                       c["swap"], c["lw_after_swap"], c["set_free"])  # fmt: skip
 
+    @staticmethod
+    def columns(f: ProgramFields) -> np.ndarray:
+        """The fields the model reads, one row each (``run`` takes any selection of columns)."""
+        return np.stack([f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1])
+
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
         """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
+        self.run(self.columns(f), node)
+
+    def run(self, columns: np.ndarray, node: np.ndarray | None = None) -> None:
+        """Run the instructions given as ``columns``."""
         node = np.zeros(0, dtype=np.int64) if node is None else node
-        fields = (f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1)
+        fields = tuple(np.ascontiguousarray(c) for c in columns)
         _simulate(fields, self.core, self.memory, self.costs, self.busy, self.state, node, _KIND_OF, self.blame)
 
     def fork(self) -> "Simulation":

@@ -26,12 +26,14 @@ from ..isa.layout import layout_of
 from ..isa.program import Program, ProgramFields
 from .latency import Simulation, beats_per_vector
 
+# A node's leading loads: those before its first MatMul, within its first LEADING instructions.
+LEADING = 4096
 # How far up (instructions) a load may move, and how many instructions after the node's first
 # MatMul a trial runs: what the choice of a position is measured on.
-REACH = 4096
+REACH = 1024
 AFTER_FIRST_MATMUL = 64
 # Positions tried per load, evenly from the earliest it may take to where it was.
-POSITIONS = 17
+POSITIONS = 9
 
 _LOADS = (int(Direction.DRAM0_TO_LOCAL), int(Direction.DRAM1_TO_LOCAL))
 _STORES = {int(Direction.LOCAL_TO_DRAM0): 0, int(Direction.LOCAL_TO_DRAM1): 1}
@@ -72,6 +74,7 @@ class _Window:
         for direction, bank in _STORES.items():
             self.store_bank[(op == _DATAMOVE) & (fl == direction)] = bank
         self.load = (op == _DATAMOVE) & np.isin(fl, _LOADS)
+        self.columns = Simulation.columns(f)  # what a trial runs, in any order
 
     def blocks(self, x: int, ys: np.ndarray) -> np.ndarray:
         """Which of the instructions ``ys`` load ``x`` may not pass."""
@@ -83,10 +86,6 @@ class _Window:
         if self.saturating and self.f.flags[x] == int(Direction.DRAM0_TO_LOCAL):
             held |= self.f.opcode[ys] == _LOADWEIGHTS
         return held
-
-
-def _subset(f: ProgramFields, order: np.ndarray) -> ProgramFields:
-    return ProgramFields(*(getattr(f, name)[order] for name in f.__dataclass_fields__))
 
 
 def prefetch_across_nodes(
@@ -104,7 +103,7 @@ def prefetch_across_nodes(
     saturating = beats_per_vector(arch) == 2
     moves: list[Prefetch] = []
     for k in range(1, len(starts)):
-        head_end = min(ends[k], starts[k] + REACH)
+        head_end = min(ends[k], starts[k] + LEADING)
         f_head = program.fields(starts[k], head_end)  # node k's instructions are not moved yet
         matmuls = np.flatnonzero(f_head.opcode == _MATMUL)
         if not len(matmuls):
@@ -120,7 +119,11 @@ def prefetch_across_nodes(
         win = _Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, saturating)
         order = np.arange(z - a)
         heads = [i for i in range(starts[k] - a, first_mm - a) if win.load[i]]
-        best = _trial(sim, win.f, order) if measure else 0
+        best = 0
+        if measure:
+            trial = sim.fork()
+            trial.run(win.columns)
+            best = trial.dispatch
         for x in heads:
             at = int(np.flatnonzero(order == x)[0])
             blocked = np.flatnonzero(win.blocks(x, order[:at]))
@@ -129,10 +132,15 @@ def prefetch_across_nodes(
                 continue
             tried = [(-1, earliest, np.insert(np.delete(order, at), earliest, x))]
             if measure:
+                before = sim.fork()  # what precedes every position tried, run once
+                before.run(win.columns[:, order[:earliest]])
+                rest = np.delete(order, at)
                 tried = []
                 for p in sorted(set(np.linspace(earliest, at - 1, POSITIONS).astype(int).tolist())):
-                    o = np.insert(np.delete(order, at), p, x)
-                    tried.append((_trial(sim, win.f, o), p, o))
+                    o = np.concatenate([rest[:p], [x], rest[p:]])
+                    trial = before.fork()
+                    trial.run(win.columns[:, o[earliest:]])
+                    tried.append((trial.dispatch, p, o))
             cycles, p, o = min(tried, key=lambda t: t[0])
             if cycles < best or not measure:
                 best, order = cycles, o
@@ -142,10 +150,3 @@ def prefetch_across_nodes(
             rows[a:z] = rows[a:z][order]
             starts[k] += moved
     return Program(rows.tobytes(), program.layout, program.name), starts, tuple(moves)
-
-
-def _trial(sim: Simulation, f: ProgramFields, order: np.ndarray) -> int:
-    """When the window's last instruction dispatches with its instructions in ``order``."""
-    trial = sim.fork()
-    trial.advance(_subset(f, order))
-    return trial.dispatch
