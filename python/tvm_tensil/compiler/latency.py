@@ -191,10 +191,6 @@ class Simulation:
         """The cycle the last instruction run so far was dispatched."""
         return int(self.state[_DISPATCH])
 
-    @property
-    def finish(self) -> int:
-        return int(self.state[_FINISH])
-
 
 def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
     sim = Simulation(arch, timing, nodes)

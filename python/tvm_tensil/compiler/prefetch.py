@@ -10,8 +10,8 @@ read nor write its local memory range nor write its DRAM range, and no Configure
 
 Where two DRAM readers' responses alone fill local memory's port B (two bus beats per vector), a
 load from DRAM0 does not pass a LoadWeights either: beside the node's weight stream from DRAM1 its
-responses would take the port from the loads, which the latency model counts short (the RTL was
-1.7% slower than the model on ResNet-20 v2 with it, 0.7% without).
+responses would take the port from the loads, which the latency model counts short
+(benchmarks/prefetch_port_b.py measures it).
 """
 
 from __future__ import annotations
@@ -89,18 +89,24 @@ class _Window:
 
 
 def prefetch_across_nodes(
-    program: Program, arch: Architecture, node_starts: list[int], measure: bool = True
+    program: Program,
+    arch: Architecture,
+    node_starts: list[int],
+    measure: bool = True,
+    dram0_behind_loads: bool | None = None,
 ) -> tuple[Program, list[int], tuple[Prefetch, ...]]:
     """``program`` with each node's leading loads moved into the node before where the latency
     model finds it faster (``measure=False``: each as early as it may go); the nodes' new starts
-    (a moved load counts in the node it moved into); the moves made."""
+    (a moved load counts in the node it moved into); the moves made. ``dram0_behind_loads``: a
+    DRAM0 load never passes a LoadWeights (None: where two readers fill port B; False lets
+    benchmarks/prefetch_port_b.py measure what the rule keeps from the model)."""
     n, ib = len(program), layout_of(arch).instruction_bytes
     rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, ib).copy()
     starts = list(node_starts)
     ends = starts[1:] + [n]
     sim, simulated = Simulation(arch), 0
     # Two readers' responses fill local memory's port B at two bus beats per vector.
-    saturating = beats_per_vector(arch) == 2
+    saturating = beats_per_vector(arch) == 2 if dram0_behind_loads is None else dram0_behind_loads
     moves: list[Prefetch] = []
     for k in range(1, len(starts)):
         head_end = min(ends[k], starts[k] + LEADING)
@@ -119,33 +125,36 @@ def prefetch_across_nodes(
         win = _Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, saturating)
         order = np.arange(z - a)
         heads = [i for i in range(starts[k] - a, first_mm - a) if win.load[i]]
-        best = 0
         if measure:
             trial = sim.fork()
             trial.run(win.columns)
             best = trial.dispatch
+        moved = 0
         for x in heads:
             at = int(np.flatnonzero(order == x)[0])
             blocked = np.flatnonzero(win.blocks(x, order[:at]))
             earliest = int(blocked[-1]) + 1 if len(blocked) else 0
             if earliest >= at:
                 continue
-            tried = [(-1, earliest, np.insert(np.delete(order, at), earliest, x))]
+            rest = np.delete(order, at)
             if measure:
                 before = sim.fork()  # what precedes every position tried, run once
                 before.run(win.columns[:, order[:earliest]])
-                rest = np.delete(order, at)
                 tried = []
                 for p in sorted(set(np.linspace(earliest, at - 1, POSITIONS).astype(int).tolist())):
                     o = np.concatenate([rest[:p], [x], rest[p:]])
                     trial = before.fork()
                     trial.run(win.columns[:, o[earliest:]])
                     tried.append((trial.dispatch, p, o))
-            cycles, p, o = min(tried, key=lambda t: t[0])
-            if cycles < best or not measure:
-                best, order = cycles, o
-                moves.append(Prefetch(k, x + a, at - p))
-        moved = sum(1 for m in moves if m.node == k)
+                cycles, p, o = min(tried, key=lambda t: t[0])
+                if cycles >= best:
+                    continue
+                best = cycles
+            else:
+                p, o = earliest, np.concatenate([rest[:earliest], [x], rest[earliest:]])
+            order = o
+            moved += 1
+            moves.append(Prefetch(k, x + a, at - p))
         if moved:
             rows[a:z] = rows[a:z][order]
             starts[k] += moved

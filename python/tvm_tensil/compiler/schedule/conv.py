@@ -331,20 +331,18 @@ def weight_plan(
     total = wrec.size + (brec.size if brec else 0)
     last = parts - 1  # the part whose loads start with the bias row (without a covering tap)
 
+    # Each output block's input blocks, listed once (indexing rebuilt them per weight block).
     every = list(range(cbi))
-    read_by = [[ob] if depthwise else list(reads[ob]) if reads else every for ob in range(cbo)]
-
-    def ibs(ob):
-        return read_by[ob]
+    ibs = [[ob] if depthwise else list(reads[ob]) if reads else every for ob in range(cbo)]
 
     # Block order (output block, part, its input blocks, tap): a grouped conv's output blocks hold
     # only the input blocks they read (packing.pack_conv_weights).
-    starts = [int(v) * parts for v in np.cumsum([0] + [len(ibs(ob)) for ob in range(cbo)])]
+    starts = [int(v) * parts for v in np.cumsum([0] + [len(ibs[ob]) for ob in range(cbo)])]
 
     def idx(ob, part, ib, t):
         if depthwise:
             return (ob * parts + part) * len(taps) + t
-        ob_ibs = read_by[ob]
+        ob_ibs = ibs[ob]
         return (starts[ob] + part * len(ob_ibs) + ib - ob_ibs[0]) * len(taps) + t
 
     groups = []
@@ -354,11 +352,11 @@ def weight_plan(
         for ob in range(cbo):
             runs, loads = [], []
             for part in range(parts):
-                first = idx(ob, part, ibs(ob)[0], 0)
-                runs.append((wrec.base + first * block, first * block, len(ibs(ob)) * unit))
+                first = idx(ob, part, ibs[ob][0], 0)
+                runs.append((wrec.base + first * block, first * block, len(ibs[ob]) * unit))
                 if brec and part == last:
                     loads.append((None, 0, wrec.size + ob, part))
-                loads += [(ib, t, idx(ob, part, ib, t) * block, part) for ib in ibs(ob) for t in order]
+                loads += [(ib, t, idx(ob, part, ib, t) * block, part) for ib in ibs[ob] for t in order]
             if brec:
                 runs.append((brec.base + ob, wrec.size + ob, 1))
             groups.append((WeightGroup(tuple(runs), tuple(loads)),))
@@ -370,8 +368,8 @@ def weight_plan(
         for ob in range(cbo):
             ob_groups = []
             for part in range(parts):
-                for g0 in range(0, len(ibs(ob)), per_group):
-                    chunk = ibs(ob)[g0 : g0 + per_group]
+                for g0 in range(0, len(ibs[ob]), per_group):
+                    chunk = ibs[ob][g0 : g0 + per_group]
                     first = idx(ob, part, chunk[0], 0)
                     runs = [(wrec.base + first * block, 0, len(chunk) * unit)]
                     loads = [(ib, t, (idx(ob, part, ib, t) - first) * block, part) for ib in chunk for t in order]
@@ -386,7 +384,7 @@ def weight_plan(
         for part in range(parts):
             if brec and part == last:
                 ob_groups.append(WeightGroup(((brec.base + ob, 0, 1),), ((None, 0, 0, part),)))
-            for ib in ibs(ob):
+            for ib in ibs[ob]:
                 ob_groups += [
                     WeightGroup(((wrec.base + idx(ob, part, ib, t) * block, 0, block),), ((ib, t, 0, part),))
                     for t in order
