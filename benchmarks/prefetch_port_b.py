@@ -39,7 +39,9 @@ def main() -> None:
     for name in args.arch:
         arch = tvm_tensil.load_arch(name)
         mod = from_onnx(getattr(zoo, args.model)(), keep_params_in_input=False)
-        report = tvm_tensil.build(mod, target="tensil", arch=arch, options=CompileOptions(prefetch=False)).tensil_report
+        report = tvm_tensil.build(
+            mod, target="tensil", arch=arch, options=CompileOptions(prefetch=False, sink_stores=False)
+        ).tensil_report
         (part,) = report.compiled.values()
         starts = [int(s) for s in np.cumsum([0] + [n["instructions"] for n in part.report["nodes"]])[:-1]]
         row = {"arch": name, "model": args.model, "beats_per_vector": beats_per_vector(arch)}

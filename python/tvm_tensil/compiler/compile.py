@@ -23,6 +23,7 @@ from .prefetch import prefetch_across_nodes
 from .rounding import LayerInputs, with_weights
 from .scales import ScaleChoice, TensorStats, apply_shifts, choose_scales, with_residues
 from .schedule import CompileOptions, GraphSchedule, ScheduleError
+from .sink import sink_across_nodes
 from .smooth import Smooth
 
 
@@ -550,11 +551,13 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     sched.finish()
     consts.check()
     program = lir.program(name)
-    prefetched = ()
+    prefetched = sunk = ()
     if options.prefetch:
         program, node_starts, prefetched = prefetch_across_nodes(program, arch, node_starts)
-        for entry, start, end in zip(per_node, node_starts, node_starts[1:] + [len(program)]):
-            entry["instructions"] = end - start
+    if options.sink_stores:
+        program, node_starts, sunk = sink_across_nodes(program, arch, node_starts)
+    for entry, start, end in zip(per_node, node_starts, node_starts[1:] + [len(program)]):
+        entry["instructions"] = end - start
     path = critical_path(program, arch, node_starts)
     for entry, cycles in zip(per_node, path["by_node"]):
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
@@ -564,6 +567,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         "cycles": path["cycles"],
         "critical_path": path["by_kind"],
         "prefetched_loads": len(prefetched),
+        "sunk_stores": len(sunk),
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, (reference or graph).constants, arch),
     }

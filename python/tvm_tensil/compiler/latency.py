@@ -149,7 +149,8 @@ def _cycles(busy: np.ndarray, state: np.ndarray) -> dict[str, int]:
 
 class Simulation:
     """The model stopped after some instructions: ``advance`` runs more from there, ``fork`` copies
-    it to try alternative continuations (a scheduling pass compares them by ``dispatch``)."""
+    it to try alternative continuations (a scheduling pass compares them by ``dispatch`` or
+    ``finish``)."""
 
     def __init__(self, arch: Architecture, timing: dict | None = None, nodes: int = 0):
         t = dict(MEMORY_TIMING, **(timing or {}))
@@ -190,6 +191,11 @@ class Simulation:
     def dispatch(self) -> int:
         """The cycle the last instruction run so far was dispatched."""
         return int(self.state[_DISPATCH])
+
+    @property
+    def finish(self) -> int:
+        """The cycle everything run so far has ended."""
+        return int(self.state[_FINISH])
 
 
 def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):

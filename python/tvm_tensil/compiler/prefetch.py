@@ -50,7 +50,7 @@ class Prefetch:
     ahead: int
 
 
-class _Window:
+class Window:
     """The decoded instructions of one boundary's window and what each touches."""
 
     def __init__(self, f: ProgramFields, depth: int, saturating: bool):
@@ -74,11 +74,36 @@ class _Window:
         for direction, bank in _STORES.items():
             self.store_bank[(op == _DATAMOVE) & (fl == direction)] = bank
         self.load = (op == _DATAMOVE) & np.isin(fl, _LOADS)
+        self.store = self.store_bank >= 0
+        # The DRAM bank a DataMove reads or writes (-1: none), and what writes local memory.
+        self.dram_bank = np.where((op == _DATAMOVE) & (fl < 4), fl >> 1, -1)
+        self.writes_local = (op == _DATAMOVE) & np.isin(fl, _LOADS + (int(Direction.ACC_TO_LOCAL),))
         self.columns = Simulation.columns(f)  # what a trial runs, in any order
 
-    def blocks(self, x: int, ys: np.ndarray) -> np.ndarray:
+    def fastest(
+        self, sim: Simulation, order: np.ndarray, at: int, first: int, last: int, common: int, finish: bool
+    ) -> tuple[int, np.ndarray]:
+        """The instruction at ``order[at]`` tried at POSITIONS positions from ``first`` to ``last``
+        (in the order without it), ``sim`` having run nothing of the window; the instructions before
+        ``common`` precede every position and run once. The fastest: its cycles (the window's end,
+        everything started included, if ``finish``; else its last dispatch) and the order."""
+        before = sim.fork()
+        before.run(self.columns[:, order[:common]])
+        rest, x, tried = np.delete(order, at), order[at], []
+        for p in sorted(set(np.linspace(first, last, POSITIONS).astype(int).tolist())):
+            o = np.concatenate([rest[:p], [x], rest[p:]])
+            trial = before.fork()
+            trial.run(self.columns[:, o[common:]])
+            tried.append((trial.finish if finish else trial.dispatch, p, o))
+        cycles, _, o = min(tried, key=lambda t: t[0])
+        return cycles, o
+
+    def _local_overlap(self, x: int, ys: np.ndarray) -> np.ndarray:
+        return (self.local_lo[ys] <= self.local_hi[x]) & (self.local_lo[x] <= self.local_hi[ys])
+
+    def holds_load(self, x: int, ys: np.ndarray) -> np.ndarray:
         """Which of the instructions ``ys`` load ``x`` may not pass."""
-        local = self.uses_local[ys] & (self.local_lo[ys] <= self.local_hi[x]) & (self.local_lo[x] <= self.local_hi[ys])
+        local = self.uses_local[ys] & self._local_overlap(x, ys)
         bank = int(self.f.flags[x] == int(Direction.DRAM1_TO_LOCAL))
         overlap = (self.dram_lo[ys] <= self.dram_hi[x]) & (self.dram_lo[x] <= self.dram_hi[ys])
         dram = (self.store_bank[ys] == bank) & overlap
@@ -86,6 +111,14 @@ class _Window:
         if self.saturating and self.f.flags[x] == int(Direction.DRAM0_TO_LOCAL):
             held |= self.f.opcode[ys] == _LOADWEIGHTS
         return held
+
+    def holds_store(self, x: int, ys: np.ndarray) -> np.ndarray:
+        """Which of the instructions ``ys`` (after it) store ``x`` may not move past: what writes
+        its local range, reads or writes its DRAM range, a barrier."""
+        local = self.writes_local[ys] & self._local_overlap(x, ys)
+        overlap = (self.dram_lo[ys] <= self.dram_hi[x]) & (self.dram_lo[x] <= self.dram_hi[ys])
+        dram = (self.dram_bank[ys] == self.store_bank[x]) & overlap
+        return self.barrier[ys] | local | dram
 
 
 def prefetch_across_nodes(
@@ -122,7 +155,7 @@ def prefetch_across_nodes(
         if measure:  # the simulation up to the window: the program before it is final
             sim.advance(Program(rows[simulated:a].tobytes(), program.layout).fields())
             simulated = a
-        win = _Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, saturating)
+        win = Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, saturating)
         order = np.arange(z - a)
         heads = [i for i in range(starts[k] - a, first_mm - a) if win.load[i]]
         if measure:
@@ -132,29 +165,21 @@ def prefetch_across_nodes(
         moved = 0
         for x in heads:
             at = int(np.flatnonzero(order == x)[0])
-            blocked = np.flatnonzero(win.blocks(x, order[:at]))
+            blocked = np.flatnonzero(win.holds_load(x, order[:at]))
             earliest = int(blocked[-1]) + 1 if len(blocked) else 0
             if earliest >= at:
                 continue
-            rest = np.delete(order, at)
             if measure:
-                before = sim.fork()  # what precedes every position tried, run once
-                before.run(win.columns[:, order[:earliest]])
-                tried = []
-                for p in sorted(set(np.linspace(earliest, at - 1, POSITIONS).astype(int).tolist())):
-                    o = np.concatenate([rest[:p], [x], rest[p:]])
-                    trial = before.fork()
-                    trial.run(win.columns[:, o[earliest:]])
-                    tried.append((trial.dispatch, p, o))
-                cycles, p, o = min(tried, key=lambda t: t[0])
+                cycles, o = win.fastest(sim, order, at, earliest, at - 1, earliest, finish=False)
                 if cycles >= best:
                     continue
                 best = cycles
             else:
-                p, o = earliest, np.concatenate([rest[:earliest], [x], rest[earliest:]])
+                rest = np.delete(order, at)
+                o = np.concatenate([rest[:earliest], [x], rest[earliest:]])
+            moves.append(Prefetch(k, x + a, at - int(np.flatnonzero(o == x)[0])))
             order = o
             moved += 1
-            moves.append(Prefetch(k, x + a, at - p))
         if moved:
             rows[a:z] = rows[a:z][order]
             starts[k] += moved

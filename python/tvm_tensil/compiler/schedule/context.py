@@ -49,6 +49,9 @@ class CompileOptions:
     # Each node's first loads move up into the node before, where the latency model finds it faster
     # (``compiler.prefetch``).
     prefetch: bool = True
+    # Each node's last stores move down into the node after, where the latency model finds it
+    # faster (``compiler.sink``).
+    sink_stores: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.
