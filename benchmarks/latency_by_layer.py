@@ -6,7 +6,8 @@ Compiles a zoo model (random weights) for the architecture and runs growing pref
 on the "verilator" device: the program up to the end of each compiled node (a layer, with what was
 fused into it). A node's cycles are the growth of the prefix's total, on the RTL and in the latency
 model; the difference says which layers the model misjudges (a prefix's end waits for everything in
-flight, so a node's figure includes what its predecessors leave running). DRAM contents do not
+flight, so a node's figure includes what its predecessors leave running). Beside them, the resource
+the node's instructions keep busiest and its cycles: no schedule of the node runs in fewer. DRAM contents do not
 matter for cycles; the programs run on zeroed memory.
 
 Writes benchmarks/results/latency_by_layer_<arch>_<model>[_<size>].json.
@@ -63,6 +64,8 @@ def main() -> None:
                 "model_cycles": model - before[1],
             }
             row["model_minus_rtl"] = row["model_cycles"] - row["rtl_cycles"]
+            # The resource the node's instructions keep busiest, alone (``latency.resource_bounds``).
+            row["busiest"], row["busiest_cycles"] = max(node["busy"].items(), key=lambda kv: kv[1])
             rows.append(row)
             before = (rtl, model)
             print(json.dumps(row), flush=True)

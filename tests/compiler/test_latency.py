@@ -204,6 +204,60 @@ def test_accumulator_cycles_count_simd_instructions_and_moves():
     assert accumulator_cycles(lir.pending_rows()) == 10 + 10 + COSTS["move"]
 
 
+def test_resource_bounds_count_each_resource_per_node():
+    """Per node: MatMul vectors on the array, LoadWeights rows on the weights engine, moves and SIMD
+    on the accumulator engine, LoadWeights reads and DRAM vectors on local port B (MatMuls read
+    through port A, the moves through either), bus beats per DRAM engine."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.latency import beats_per_vector, resource_bounds
+    from tvm_tensil.compiler.lir import LIR
+    from tvm_tensil.isa.instructions import Direction, SIMDOp
+
+    arch = PRESETS["ultra96v2_300mhz"]
+    bpv = beats_per_vector(arch)
+    lir = LIR(arch)
+    lir.datamove(Direction.DRAM1_TO_LOCAL, 0, 0, 17)
+    lir.load_weights(0, 17)
+    lir.load_weights(0, 17, zeroes=True)  # the weights engine's, no local read
+    lir.matmul(100, 0, 64)
+    second = len(lir)
+    lir.matmul(0, 0, 8, zeroes=True)  # the array's, no local read
+    lir.simd_run(SIMDOp.MAX, 0, 10, left=0, right=1)
+    lir.datamove(Direction.ACC_TO_LOCAL, 200, 0, 10)
+    lir.datamove(Direction.LOCAL_TO_DRAM0, 200, 0, 10)
+    lir.datamove(Direction.DRAM0_TO_LOCAL, 300, 50, 30)
+    first, then = resource_bounds(lir.program(), arch, [0, second])
+    assert first == dict.fromkeys(("accumulators", "dram0_read", "dram0_write", "dram1_write"), 0) | {
+        "array": 64, "weights": 34, "local_port_b": 17 + 17, "local_ports": (17 + 17 + 64 + 1) // 2,
+        "dram1_read": 17 * bpv,
+    }  # fmt: skip
+    assert then == dict.fromkeys(("weights", "dram1_read", "dram1_write"), 0) | {
+        "array": 8, "accumulators": 10 + 10, "local_port_b": 10 + 30, "local_ports": (10 + 30 + 10) // 2,
+        "dram0_read": 30 * bpv, "dram0_write": 10 * bpv,
+    }  # fmt: skip
+
+
+def test_no_program_runs_faster_than_its_busiest_resource():
+    """The model's total is at least every resource's cycles over the whole program (the small
+    CNN's programs, at one and two bus beats per vector); the report's nodes carry their parts."""
+    from tvm.relax.frontend.onnx import from_onnx
+
+    import tvm_tensil
+    from tvm_tensil.compiler.latency import estimate_cycles, resource_bounds
+
+    for preset in ("arty_a7_35", "ultra96v2_300mhz"):
+        ex = tvm_tensil.build(from_onnx(zoo.small_cnn(), keep_params_in_input=False), target="tensil", arch=preset)
+        (part,) = ex.tensil_report.compiled.values()
+        (whole,) = resource_bounds(part.program, part.arch)
+        total = estimate_cycles(part.program, part.arch)["total"]
+        assert max(whole.values()) <= total, (preset, whole, total)
+        nodes = part.report["nodes"]
+        assert [max(n["busy"].values()) for n in nodes] and all(n["busy"] for n in nodes)
+        assert {k: sum(n["busy"].get(k, 0) for n in nodes) for k in whole if k != "local_ports"} == {
+            k: v for k, v in whole.items() if k != "local_ports"
+        }
+
+
 @pytest.mark.parametrize("matmul", [12, 16, 20])
 def test_weight_loads_under_a_dram_stream_within_one_percent_of_the_rtl(matmul):
     """The next weight group's DRAM1 run (one response every two cycles, pynqz1) under a chain of

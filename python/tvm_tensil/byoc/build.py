@@ -142,7 +142,7 @@ class BuildReport:
         for sym, p in self.partitions.items():
             mem = p["memory"]
             lines.append(
-                f"partition {sym}: {p['instructions']} instructions, ~{p['cycles']['total']} cycles (latency model)"
+                f"partition {sym}: {p['instructions']} instructions, ~{p['cycles']['total']:,} cycles (latency model)"
             )
             lines.append(
                 f"  memory: DRAM0 {mem['dram0_vectors']} vectors, DRAM1 {mem['dram1_vectors']}, "
@@ -152,8 +152,10 @@ class BuildReport:
             for node in p["nodes"]:
                 ep = f" + {'+'.join(node['epilogue'])}" if node["epilogue"] else ""
                 two = f", weights in two parts (residue 2^-{node['residue_bits']})" if "residue_bits" in node else ""
+                busiest = max(node["busy"].items(), key=lambda kv: kv[1], default=("nothing", 0))
                 lines.append(
-                    f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions{two} "
+                    f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions, "
+                    f"~{sum(node['cycles'].values()):,} cycles (busiest: {busiest[0]} {busiest[1]:,}){two} "
                     f"(from {', '.join(node['relax_ops'])})"
                 )
             if p.get("calibration_samples"):

@@ -16,7 +16,7 @@ from ..placement import Patches, TensorPlacement
 from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Channels, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
-from .latency import critical_path
+from .latency import critical_path, resource_bounds
 from .lir import LIR
 from .memory import ConstTable, Dram0Allocator
 from .prefetch import prefetch_across_nodes
@@ -559,8 +559,9 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     for entry, start, end in zip(per_node, node_starts, node_starts[1:] + [len(program)]):
         entry["instructions"] = end - start
     path = critical_path(program, arch, node_starts)
-    for entry, cycles in zip(per_node, path["by_node"]):
+    for entry, cycles, bounds in zip(per_node, path["by_node"], resource_bounds(program, arch, node_starts)):
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
+        entry["busy"] = {k: v for k, v in bounds.items() if v}  # each resource's cycles for them alone
     report = {
         "nodes": _phases_merged(per_node, graph),
         "instructions": len(program),
@@ -619,8 +620,8 @@ def _phases_merged(entries: list[dict], graph: Graph) -> list[dict]:
             if merged and merged[-1]["output"] == src and merged[-1]["op"] == entry["op"]:
                 last = merged[-1]
                 last["instructions"] += entry["instructions"]
-                last["cycles"] = {k: last["cycles"].get(k, 0) + entry["cycles"].get(k, 0)
-                                  for k in last["cycles"] | entry["cycles"]}  # fmt: skip
+                for key in ("cycles", "busy"):
+                    last[key] = {k: last[key].get(k, 0) + entry[key].get(k, 0) for k in last[key] | entry[key]}
                 continue
         merged.append(entry)
     return merged

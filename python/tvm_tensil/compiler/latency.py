@@ -141,6 +141,46 @@ def critical_path(program: Program, arch: Architecture, node_starts=(), timing: 
     }
 
 
+# What bounds a stretch of the program from below, each resource alone at its full rate (cycles):
+# the array (a MatMul vector a cycle), the weights engine, the accumulator engine (moves and SIMD),
+# local memory's port B (every LoadWeights read and DRAM vector: the MatMuls read through port A),
+# both ports together (the accumulator engine's moves take whichever is free), each DRAM bank's
+# reader and writer (a bus beat a cycle).
+RESOURCES = ("array", "weights", "accumulators", "local_port_b", "local_ports", "dram0_read", "dram0_write",
+             "dram1_read", "dram1_write")  # fmt: skip
+
+
+def resource_bounds(program: Program, arch: Architecture, node_starts=()) -> list[dict[str, int]]:
+    """Per node (instructions from ``node_starts[k]`` up to the next start), each resource's busy
+    cycles in ``RESOURCES``: no schedule of the node's instructions alone runs in fewer cycles than
+    the largest. (A node's share of the critical path can be smaller: its work may run under its
+    neighbours'.)"""
+    starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
+    totals = np.zeros((starts.size, len(RESOURCES)), dtype=np.int64)
+    bpv = beats_per_vector(arch)
+    for start, f in program.chunks():
+        node = np.maximum(np.searchsorted(starts, np.arange(start, start + f.opcode.shape[0]), side="right") - 1, 0)
+        op, fl, size, lw_size = f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1
+        reads = (op == _MATMUL) & ((fl & _MATMUL_ZEROES) == 0)
+        weights = (op == _LOADWEIGHTS) & ((fl & _LOADWEIGHTS_ZEROES) == 0)
+        move = op == _DATAMOVE
+        dram = [move & (fl == d) for d in (0, 1, 2, 3)]  # DRAM0 read, write, DRAM1 read, write
+        acc_moves = move & (fl >= _ACC_TO_LOCAL)
+        port_b = np.where(weights, lw_size, 0) + np.where(move & (fl < 4), size, 0)
+        per = [
+            np.where(op == _MATMUL, size, 0),
+            np.where(op == _LOADWEIGHTS, lw_size, 0),
+            np.where(acc_moves, size, 0) + (op == _SIMD),
+            port_b,
+            port_b + np.where(reads | acc_moves, size, 0),  # halved below: two ports
+            *(np.where(d, size * bpv, 0) for d in dram),
+        ]
+        for r, values in enumerate(per):
+            np.add.at(totals[:, r], node, values)
+    totals[:, RESOURCES.index("local_ports")] = (totals[:, RESOURCES.index("local_ports")] + 1) // 2
+    return [{name: int(v) for name, v in zip(RESOURCES, row)} for row in totals]
+
+
 def _cycles(busy: np.ndarray, state: np.ndarray) -> dict[str, int]:
     out = {op.name.lower(): int(busy[int(op)]) for op in Opcode if busy[int(op)]}
     out["total"] = int(state[_FINISH])
