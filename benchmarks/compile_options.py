@@ -5,7 +5,9 @@
 Each zoo network (random weights) is built in a fresh process with the ``CompileOptions`` field
 ``--option`` off and on: compile seconds and the latency model's cycles. ``look_ahead`` off: each
 conv's tiling chosen greedily on its own; ``prefetch`` off: no node's first loads move into the
-node before; ``sink_stores`` off: no node's last stores move into the node after. Writes
+node before; ``sink_stores`` off: no node's last stores move into the node after;
+``shortcut_in_place`` off: a residual conv loads its shortcut from DRAM0 even where the conv before
+left it in local memory. Writes
 benchmarks/results/options_<option>.json. Run it alone (the machine has 2 cores), and twice after
 the latency model changed: the first build then also recompiles its numba kernel.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 import machine
 
 HERE = Path(__file__).parent
-OPTIONS = ("look_ahead", "prefetch", "sink_stores")
+OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place")
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""

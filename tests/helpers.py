@@ -118,24 +118,27 @@ def built(convs: int, seed: int, arch="pynqz1"):
     return relax.VirtualMachine(ex, tvm.cpu()), report, x, cpu
 
 
-def schedule_context(graph, arch: Architecture, options=None):
+def schedule_context(graph, arch: Architecture, options=None, read_once: bool = False):
     """The scheduler's ``Context`` for ``graph`` as ``compile_graph`` makes it (fused, placed), and
-    the fused graph."""
+    the fused graph (``read_once``: with the intermediates only one node reads, else none)."""
     from tvm_tensil.compiler import CompileOptions, fuse
     from tvm_tensil.compiler.compile import mark_flattened, place_tensors
-    from tvm_tensil.compiler.schedule import Context
+    from tvm_tensil.compiler.schedule import Context, _read_once
 
     fused = mark_flattened(fuse(graph))
     place, dram0 = place_tensors(fused, arch)
-    return Context(arch, fused, place, frozenset(), dram0, options or CompileOptions()), fused
+    once = _read_once(fused) if read_once else frozenset()
+    return Context(arch, fused, place, once, dram0, options or CompileOptions()), fused
 
 
-def conv_plan(graph, arch: Architecture, node: int = 0, given=None, buffers: int = 1, **kwargs):
+def conv_plan(
+    graph, arch: Architecture, node: int = 0, given=None, buffers: int = 1, read_once: bool = False, **kwargs
+):
     """The plan the scheduler makes for the graph's ``node``-th node (a conv) after ``given``."""
     from tvm_tensil.compiler.memory import ConstTable
     from tvm_tensil.compiler.schedule import NOTHING, conv
 
-    ctx, fused = schedule_context(graph, arch)
+    ctx, fused = schedule_context(graph, arch, read_once=read_once)
     return conv.plan(fused.nodes[node], ctx, given or NOTHING, ConstTable(arch), buffers, **kwargs)
 
 

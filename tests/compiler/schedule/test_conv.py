@@ -87,6 +87,42 @@ def test_a_residual_whose_shortcut_is_still_carried_is_not_handed_over():
     assert p.memory.handed is False
 
 
+def projection(x_shape, co):
+    """x -> conv 3x3 -> c; x -> conv 1x1 (the projection) -> s; y = c + s (the residual conv's
+    shortcut is s, which only it reads)."""
+    n, h, w, ci = x_shape
+    rng = np.random.default_rng(0)
+    nodes = [
+        Node("conv2d", ["x"], "c", dict(weight=2, bias=3, padding=(1,) * 4, groups=1)),
+        Node("conv2d", ["x"], "s", dict(weight=0, bias=1, padding=(0,) * 4, groups=1)),
+        Node("add", ["c", "s"], "y"),
+    ]
+    tensors = {t: Tensor(t, (n, h, w, co)) for t in ("s", "c", "y")} | {"x": Tensor("x", x_shape)}
+    consts = [rng.standard_normal(shape).astype("float32") for shape in [(co, ci, 1, 1), co, (co, ci, 3, 3), co]]
+    return Graph(tensors, nodes, ["x"], ["y"], consts)
+
+
+def test_a_shortcut_left_whole_in_local_memory_is_the_store_buffer():
+    """The result overwrites it block by block, each block's shortcut taken first; nothing else of
+    the conv's overlaps it. Where another node also reads the shortcut (its stores must go out) or
+    it does not fit beside, the shortcut is loaded into a store buffer of the conv's own."""
+    g = projection((1, 6, 5, 8), 16)
+    held = HandOver({"s": (1000, 60)}, (("s", ()),))
+    p = conv_plan(g, ARCH, node=1, given=held, read_once=True)
+    m = p.memory
+    assert m.shortcut_handed and m.stores == (1000,)
+    slab = 6 * 5 * 1  # the input's whole map: one block
+    assert max(m.slabs[0] + slab, m.identity) <= 1000 or m.weights >= 1060
+    assert not conv_plan(g, ARCH, node=1, given=HandOver({"x": (1000, 30)}), read_once=True).memory.shortcut_handed
+    two_readers = Graph(g.tensors | {"z": Tensor("z", (1, 6, 5, 16))}, g.nodes + [Node("relu", ["s"], "z")], ["x"],
+                        ["y", "z"], g.constants)  # fmt: skip
+    assert not conv_plan(two_readers, ARCH, node=1, given=held, read_once=True).memory.shortcut_handed
+    cramped = ARCH.replace(local_depth=400, name="cramped")  # the conv's 192 vectors fit neither side
+    middle = HandOver({"s": (150, 60)}, (("s", ()),))
+    p = conv_plan(g, cramped, node=1, given=middle, read_once=True)
+    assert not p.memory.shortcut_handed and p.memory.weights + 192 + 60 <= 400
+
+
 @pytest.mark.parametrize("early", [True, False])
 def test_with_one_store_buffer_a_blocks_stores_follow_its_gather(early):
     """Early: an output block's stores go out beside the next blocks' MatMuls, before the tile's

@@ -52,6 +52,9 @@ class CompileOptions:
     # Each node's last stores move down into the node after, where the latency model finds it
     # faster (``compiler.sink``).
     sink_stores: bool = True
+    # A residual conv uses the shortcut the conv before left whole in local memory where it lies
+    # (``schedule.conv``; whether the conv before keeps it whole, the latency model decides).
+    shortcut_in_place: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.
@@ -72,6 +75,12 @@ class HandOver:
 
     def carries(self, name: str) -> bool:
         return any(n == name for n, _ in self.carried)
+
+    def without(self, name: str) -> "HandOver":
+        """The same, but ``name`` neither held nor stored (a node that consumes it in place)."""
+        return HandOver(
+            {k: v for k, v in self.in_local.items() if k != name}, tuple(c for c in self.carried if c[0] != name)
+        )
 
     def issue(self, lir: LIR) -> "HandOver":
         """Issue every carried store now; nothing is left in local memory after that."""

@@ -91,6 +91,9 @@ class LocalMap:
     slabs: tuple[int, ...]
     handed: bool
     geometry: tuple[int, int, int, int] | None
+    # The conv before left this residual conv's shortcut (read by nobody else) whole in local memory
+    # in the store buffer's layout: it is the store buffer, and its stores to DRAM0 are dropped.
+    shortcut_handed: bool = False
 
 
 @dataclass(frozen=True)
@@ -483,7 +486,9 @@ def _constants(node: Node, dt, lanes: int) -> list:
     return consts + [2.0**-residue] if residue and 2.0**-residue not in consts else consts
 
 
-def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes) -> LocalMap:
+def _local_map(
+    node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes, shortcut_in_place=True
+) -> LocalMap:
     """The local memory map of a plan. When the conv before left this conv's whole input in local
     memory, that is the slab, and the rest goes below or above it (and above what it still has to
     store)."""
@@ -493,26 +498,50 @@ def _local_map(node, ctx, given, cut, window, padding, weights, resident, buffer
     store_size = rows * cols * out.blocks
     full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
     slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
-    own = weights.staging + resident + (2 if second else 1) * buffers * store_size
     whole = _one_whole_map(cut, out.shape)
-    handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts) if whole else None
+    short = _shortcut_held(node, ctx, given, store_size) if whole and shortcut_in_place else None
+    own = weights.staging + resident + ((2 if second else 1) * buffers - (short is not None)) * store_size
+    handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts, short is not None) if whole else None
     lo, geometry = (0, None) if handed is None else (handed[0], handed[2])
+    if short is not None and handed is None:  # everything of this conv's beside what is held
+        lo = given.room_beside(ctx.arch, own + buffers * slab, consts)
+        if lo is None:
+            args = (weights, resident, buffers, consts, recipes)
+            return _local_map(node, ctx, given, cut, window, padding, *args, shortcut_in_place=False)
     second_weights = lo + weights.staging
     identity = second_weights + (recipes.second.size if recipes.second else 0)
     stores = [lo + weights.staging + resident + k * store_size for k in range(buffers * (2 if second else 1))]
+    if short is not None:  # (one tile: one buffer of each)
+        stores = [short] + stores[:-1]
     slabs = (lo + own + k * slab for k in range(buffers)) if handed is None else handed[1]
     return LocalMap(
         lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), tuple(slabs),
-        handed is not None, geometry,
+        handed is not None, geometry, short is not None,
     )  # fmt: skip
 
 
-def _handed_over(node: Node, ctx: Context, given: HandOver, tile: Tile, window: Window, padding, own: int, consts: int):
+def _shortcut_held(node: Node, ctx: Context, given: HandOver, store_size: int) -> int | None:
+    """Where the conv before left this conv's whole shortcut in local memory, when nobody else reads
+    it (its stores are dropped, so the result may overwrite it) and its layout is the store
+    buffer's (the same vectors, block-major); else None."""
+    if not (ctx.options.shortcut_in_place and node.attrs.residual) or node.inputs[1] not in ctx.read_once:
+        return None
+    held = given.in_local.get(node.inputs[1])
+    if held is None or held[1] != store_size or ctx.place[node.inputs[1]].blocks != ctx.place[node.output].blocks:
+        return None
+    return held[0]
+
+
+def _handed_over(
+    node: Node, ctx: Context, given: HandOver, tile: Tile, window: Window, padding, own: int, consts: int,
+    shortcut_in_place: bool = False,
+):  # fmt: skip
     """``(lo, [slab], geometry)`` when the conv before left this conv's whole input in local memory
     where this conv can read it as its slab, with its own ``own`` vectors from ``lo`` (below or
-    above everything the conv before still holds); else None."""
+    above everything the conv before still holds); else None. (A shortcut still to be stored
+    first would be read back from DRAM0, unless it is used in place.)"""
     held = given.in_local.get(node.inputs[0])
-    if held is None or any(given.carries(t) for t in node.inputs[1:]):
+    if held is None or any(given.carries(t) for t in node.inputs[1 + shortcut_in_place :]):
         return None
     inp = ctx.place[node.inputs[0]]
     _, geometry = slab_moves(inp, tile, window, padding, 0, whole_width=True)
@@ -756,6 +785,8 @@ def emit(
     returns what the conv leaves the next node."""
     inp, result = ctx.place[node.inputs[0]], ctx.place[node.output]
     lir, m = out.lir, p.memory
+    if m.shortcut_handed:  # the shortcut stays where it is: its stores are dropped
+        given = given.without(node.inputs[1])
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
         given.issue(lir)
     half = ctx.arch.accumulator_depth // 2
@@ -775,7 +806,7 @@ def emit(
     geometry = m.geometry
     if not m.handed:
         geometry = _load_slab(lir.datamove, inp, p.tiles[0], p, m.slabs[0], full_rows)
-    if short:
+    if short and not m.shortcut_handed:
         load_tile(short, p.tiles[0], m.stores[0], lir.datamove)
     if p.recipes.identity:
         lir.datamove(Direction.DRAM1_TO_LOCAL, m.identity, p.recipes.identity.base, p.recipes.identity.size)

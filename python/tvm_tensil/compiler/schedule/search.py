@@ -61,10 +61,11 @@ def cheapest(
     slower than the one before it). ``won`` gets the index of the one kept.
 
     What a node leaves to the next one counts too: the stores it carries, and, when the fastest
-    alternative does not leave the next conv's input in local memory but another does, that conv
-    itself: those are then measured with the next node lowered after them (a greedy choice would
-    keep the faster tiling of this node and pay a DRAM round trip of its whole output in the
-    next). A hand-over that is fastest on its own is kept without looking."""
+    alternative does not leave an input of the next conv (its input, or a residual's shortcut) in
+    local memory but another does, that conv itself: those are then measured with the next node
+    lowered after them (a greedy choice would keep the faster tiling of this node and pay a DRAM
+    round trip of its whole output in the next). A hand-over that is fastest on its own is kept
+    without looking."""
     if len(alternatives) == 1:
         if won is not None:
             won.append(0)
@@ -84,7 +85,7 @@ def cheapest(
         if stop_when_worse and i >= 2 and tried[-1].cycles > tried[-2].cycles:
             break
     nxt = ctx.following
-    hands = [nxt is not None and nxt.inputs[0] in t.left.in_local for t in tried]
+    hands = [nxt is not None and any(name in t.left.in_local for name in nxt.inputs) for t in tried]
     fastest = min(range(len(tried)), key=lambda i: tried[i].cycles)
     index = list(range(len(tried)))
     if (
