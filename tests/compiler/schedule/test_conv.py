@@ -114,6 +114,10 @@ def test_a_shortcut_left_whole_in_local_memory_is_the_store_buffer():
     slab = 6 * 5 * 1  # the input's whole map: one block
     assert max(m.slabs[0] + slab, m.identity) <= 1000 or m.weights >= 1060
     assert not conv_plan(g, ARCH, node=1, given=HandOver({"x": (1000, 30)}), read_once=True).memory.shortcut_handed
+    # y = conv(x) + x: the result would overwrite the input the later output blocks' MatMuls read.
+    own_input = conv((1, 6, 5, 16), 16, residual=True)
+    taken = HandOver({"x": (1000, 60)}, (("x", ()),))
+    assert not conv_plan(own_input, ARCH, given=taken, read_once=True).memory.shortcut_handed
     two_readers = Graph(g.tensors | {"z": Tensor("z", (1, 6, 5, 16))}, g.nodes + [Node("relu", ["s"], "z")], ["x"],
                         ["y", "z"], g.constants)  # fmt: skip
     assert not conv_plan(two_readers, ARCH, node=1, given=held, read_once=True).memory.shortcut_handed

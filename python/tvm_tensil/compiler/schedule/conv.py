@@ -522,9 +522,12 @@ def _local_map(
 
 def _shortcut_held(node: Node, ctx: Context, given: HandOver, store_size: int) -> int | None:
     """Where the conv before left this conv's whole shortcut in local memory, when nobody else reads
-    it (its stores are dropped, so the result may overwrite it) and its layout is the store
-    buffer's (the same vectors, block-major); else None."""
-    if not (ctx.options.shortcut_in_place and node.attrs.residual) or node.inputs[1] not in ctx.read_once:
+    it (its stores are dropped, so the result may overwrite it: not even this conv's MatMuls, as
+    its input) and its layout is the store buffer's (the same vectors, block-major); else None."""
+    a = node.attrs
+    if not (ctx.options.shortcut_in_place and a.residual) or node.inputs[1] not in ctx.read_once:
+        return None
+    if node.inputs[1] == node.inputs[0]:
         return None
     held = given.in_local.get(node.inputs[1])
     if held is None or held[1] != store_size or ctx.place[node.inputs[1]].blocks != ctx.place[node.output].blocks:
