@@ -101,12 +101,14 @@ class Window:
     def _local_overlap(self, x: int, ys: np.ndarray) -> np.ndarray:
         return (self.local_lo[ys] <= self.local_hi[x]) & (self.local_lo[x] <= self.local_hi[ys])
 
+    def _dram_overlap(self, x: int, ys: np.ndarray) -> np.ndarray:
+        return (self.dram_lo[ys] <= self.dram_hi[x]) & (self.dram_lo[x] <= self.dram_hi[ys])
+
     def holds_load(self, x: int, ys: np.ndarray) -> np.ndarray:
         """Which of the instructions ``ys`` load ``x`` may not pass."""
         local = self.uses_local[ys] & self._local_overlap(x, ys)
         bank = int(self.f.flags[x] == int(Direction.DRAM1_TO_LOCAL))
-        overlap = (self.dram_lo[ys] <= self.dram_hi[x]) & (self.dram_lo[x] <= self.dram_hi[ys])
-        dram = (self.store_bank[ys] == bank) & overlap
+        dram = (self.store_bank[ys] == bank) & self._dram_overlap(x, ys)
         held = self.barrier[ys] | local | dram
         if self.saturating and self.f.flags[x] == int(Direction.DRAM0_TO_LOCAL):
             held |= self.f.opcode[ys] == _LOADWEIGHTS
@@ -116,8 +118,7 @@ class Window:
         """Which of the instructions ``ys`` (after it) store ``x`` may not move past: what writes
         its local range, reads or writes its DRAM range, a barrier."""
         local = self.writes_local[ys] & self._local_overlap(x, ys)
-        overlap = (self.dram_lo[ys] <= self.dram_hi[x]) & (self.dram_lo[x] <= self.dram_hi[ys])
-        dram = (self.dram_bank[ys] == self.store_bank[x]) & overlap
+        dram = (self.dram_bank[ys] == self.store_bank[x]) & self._dram_overlap(x, ys)
         return self.barrier[ys] | local | dram
 
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arch import Architecture
+from ..isa.instructions import Opcode
 from ..isa.layout import layout_of
 from ..isa.program import Program
 from .latency import Simulation
-from .prefetch import _MATMUL, Window
+from .prefetch import Window
 
 # A node's trailing stores: those after its last MatMul, within its last TRAILING instructions.
 TRAILING = 4096
@@ -53,7 +54,7 @@ def sink_across_nodes(
         end = starts[k + 1] if k + 1 < len(starts) else n
         lo = max(starts[k - 1], starts[k] - TRAILING, simulated)
         tail = Program(rows[lo : starts[k]].tobytes(), program.layout).fields()
-        matmuls = np.flatnonzero(tail.opcode == _MATMUL)
+        matmuls = np.flatnonzero(tail.opcode == int(Opcode.MATMUL))
         a = max(lo + (int(matmuls[-1]) + 1 if len(matmuls) else 0), starts[k] - REACH)
         z = min(end, starts[k] + REACH + AFTER_LAST_POSITION)
         if a >= starts[k] or starts[k] >= z:
