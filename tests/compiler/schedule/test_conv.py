@@ -150,3 +150,50 @@ def test_with_one_store_buffer_a_blocks_stores_follow_its_gather(early):
     first_store = next(i for i, ln in enumerate(lines) if ln[1:] == ["local_to_dram0"])
     last_of_first_tile = matmuls[len(matmuls) // len(p.tiles) - 1]
     assert (first_store < last_of_first_tile) == early
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_a_tiles_shortcut_goes_out_block_by_block_beside_its_matmuls(defer):
+    """Deferred, each block's shortcut load goes out before the block's move into the accumulators
+    and the later blocks' loads beside the first blocks' MatMuls; else all before the first MatMul.
+    The latency model finds the deferred program faster."""
+    from helpers import schedule_context
+    from tvm_tensil.compiler import CompileOptions
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.compiler.lir import LIR
+    from tvm_tensil.compiler.memory import ConstTable
+    from tvm_tensil.compiler.schedule import NOTHING, Out
+    from tvm_tensil.compiler.schedule import conv as lowering
+    from tvm_tensil.isa.asm import disassemble
+
+    arch = Architecture("FP16BP8", 8, 8192, 1024, 1024, 512)
+    graph = conv((1, 16, 16, 32), 32, k=1, padding=0, residual=True)
+    cycles = {}
+    for deferred in (True, False):
+        ctx, fused = schedule_context(graph, arch, CompileOptions(defer_shortcut=deferred))
+        out = Out(LIR(arch), ConstTable(arch))
+        p = lowering.plan(fused.nodes[0], ctx, NOTHING, out.consts, 1)
+        assert p.buffers == 1 and len(p.tiles) > 1 and len(p.weights.groups) == 4
+        lowering.emit(fused.nodes[0], ctx, NOTHING, out, p)
+        program = out.lir.program("t")
+        cycles[deferred] = estimate_cycles(program, arch)["total"]
+        if deferred != defer:
+            continue
+        lines = [ln.split() for ln in disassemble(program).splitlines() if not ln.startswith(";")]
+        store = p.memory.stores[0]
+        count = p.tiles[0].pixels
+        loaded_at = {}  # store buffer block -> line of its latest shortcut load
+        first_matmul, after_matmul = None, 0
+        for k, ln in enumerate(lines):
+            if ln[0] == "matmul" and first_matmul is None:
+                first_matmul = k
+            if ln[:2] == ["datamove", "dram0_to_local"]:
+                local = int(ln[2].split("=")[1], 16)
+                if store <= local < store + 4 * count:
+                    loaded_at[(local - store) // count] = k
+                    after_matmul += first_matmul is not None and k < len(lines) // len(p.tiles)
+            if ln[:2] == ["datamove", "local_to_acc"]:
+                block = (int(ln[2].split("=")[1], 16) - store) // count
+                assert block in loaded_at  # its shortcut is in
+        assert (after_matmul > 0) == defer
+    assert cycles[True] < cycles[False]

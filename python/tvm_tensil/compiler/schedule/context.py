@@ -55,6 +55,9 @@ class CompileOptions:
     # A residual conv uses the shortcut the conv before left whole in local memory where it lies
     # (``schedule.conv``; whether the conv before keeps it whole, the latency model decides).
     shortcut_in_place: bool = True
+    # A residual conv's shortcut loaded before a tile's MatMuls goes out block by block beside them,
+    # each block's before it enters the accumulators (else all of it before the first MatMul).
+    defer_shortcut: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

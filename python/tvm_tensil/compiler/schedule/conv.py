@@ -809,8 +809,12 @@ def emit(
     geometry = m.geometry
     if not m.handed:
         geometry = _load_slab(lir.datamove, inp, p.tiles[0], p, m.slabs[0], full_rows)
+    # A tile's shortcut loaded before its MatMuls (the first tile's, each tile's with one buffer):
+    # deferred, each block's settled just before it enters the accumulators, so the later blocks'
+    # loads go out beside the first blocks' MatMuls, not all ahead of them.
+    load_shortcut = s.overlap.defer if ctx.options.defer_shortcut else lir.datamove
     if short and not m.shortcut_handed:
-        load_tile(short, p.tiles[0], m.stores[0], lir.datamove)
+        load_tile(short, p.tiles[0], m.stores[0], load_shortcut)
     if p.recipes.identity:
         lir.datamove(Direction.DRAM1_TO_LOCAL, m.identity, p.recipes.identity.base, p.recipes.identity.size)
     s.fetch(0)
@@ -819,7 +823,7 @@ def emit(
         if i and p.buffers == 1:
             geometry = _load_slab(lir.datamove, inp, tile, p, m.slabs[0], full_rows)
             if short:
-                load_tile(short, tile, m.stores[0], lir.datamove)
+                load_tile(short, tile, m.stores[0], load_shortcut)
         geometry = _emit_tile(node, ctx, s, p, i, geometry, cvecs)
         if _one_whole_map(p.tiles, result.shape):
             left = _keep_in_local(node, ctx, p, tile)
@@ -955,6 +959,7 @@ def _move_next_shortcut(ctx, s: _Stream, p: ConvPlan, i: int, after: int) -> Non
     if after < len(p.weights.groups):
         count, store = p.tiles[i].pixels, p.memory.stores[i % p.buffers]
         bank = _bank(p, i, after) * (ctx.arch.accumulator_depth // 2)
+        s.overlap.settle(store + after * count, store + (after + 1) * count)
         s.lir.datamove(Direction.LOCAL_TO_ACC, store + after * count, bank, count)
         s.shortcuts_moved.add((i, after))
 
@@ -1011,6 +1016,8 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
     if residue:  # the residue's MatMuls start the accumulators; the shortcut comes after them
         first = p.covering is not None
     else:
+        if short:
+            s.overlap.settle(store + ob * count, store + (ob + 1) * count)  # this block's shortcut
         if p.recipes.identity:  # the shortcut through the array: acc = shortcut * 1
             s.load_weights(p.memory.identity, block)
             s.matmul(store + ob * count, acc0, count)
@@ -1035,6 +1042,7 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
                 part_now = part
                 _rescale(s, acc0, count, cvec, residue)
                 if p.recipes.identity:
+                    s.overlap.settle(store + ob * count, store + (ob + 1) * count)
                     s.load_weights(p.memory.identity, block)
                     s.matmul(store + ob * count, acc0, count, accumulate=True)
             if ib is None:  # the bias into row 0 of a MatMul of zeroes
