@@ -3,12 +3,12 @@
     python benchmarks/compile_options.py [--option look_ahead] [--arch ultra96v2_300mhz] [--nets mobilenetv2 resnet20v2]
 
 Each zoo network (random weights) is built in a fresh process with the ``CompileOptions`` field
-``--option`` off and on: compile seconds and the latency model's cycles. ``look_ahead`` off: each
-conv's tiling chosen greedily on its own; ``prefetch`` off: no node's first loads move into the
-node before; ``sink_stores`` off: no node's last stores move into the node after;
-``shortcut_in_place`` off: a residual conv loads its shortcut from DRAM0 even where the conv before
-left it in local memory; ``defer_shortcut`` off: a tile's shortcut is loaded whole before its first
-MatMul. Writes
+``--option`` off and on (its default): compile seconds and the latency model's cycles.
+``look_ahead`` off: each conv's tiling chosen greedily on its own (``one_node``: measured through
+the next node only); ``prefetch`` off: no node's first loads move into the node before;
+``sink_stores`` off: no node's last stores move into the node after; ``shortcut_in_place`` off: a
+residual conv loads its shortcut from DRAM0 even where the conv before left it in local memory;
+``defer_shortcut`` off: a tile's shortcut is loaded whole before its first MatMul. Writes
 benchmarks/results/options_<option>.json. Run it alone (the machine has 2 cores), and twice after
 the latency model changed: the first build then also recompiles its numba kernel.
 """
@@ -36,7 +36,7 @@ from tvm_tensil.compiler import CompileOptions
 name, arch, option, on, size = {name!r}, {arch!r}, {option!r}, {on!r}, {size!r}
 mod = from_onnx(getattr(zoo, name)(**({{"size": size}} if size else {{}})), keep_params_in_input=False)
 t0 = time.perf_counter()
-options = CompileOptions(**{{option: on}})
+options = CompileOptions(**({{}} if on is True else {{option: on}}))  # on: the default
 report = tvm_tensil.build(mod, target="tensil", arch=arch, options=options).tensil_report
 print(json.dumps({{"compile_seconds": round(time.perf_counter() - t0, 2), "cycles": report.total_cycles}}))
 """
@@ -52,10 +52,12 @@ def main() -> None:
     for arch in args.arch:
         for name in args.nets:
             row = {"net": name, "arch": arch}
-            for on in (False, True):
+            # look_ahead is a depth: also through one node only (1).
+            values = {"off": False, "on": True} | ({"one_node": 1} if args.option == "look_ahead" else {})
+            for key, on in values.items():
                 code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-                row["on" if on else "off"] = json.loads(out.stdout.strip().splitlines()[-1])
+                row[key] = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(row), flush=True)
             rows.append(row)
     machine.write_results(HERE / "results" / f"options_{args.option}.json", rows)

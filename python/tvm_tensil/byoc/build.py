@@ -538,7 +538,7 @@ def build(
         224)}``. A symbolic batch alone is bound to 1 with a warning; other symbolic dimensions need
         a shape here (the TCU needs static shapes).
     options : tvm_tensil.compiler.CompileOptions, optional
-        Scheduling choices to turn off, to see what they gain (e.g. ``CompileOptions(look_ahead=False)``).
+        Scheduling choices to turn off, to see what they gain (e.g. ``CompileOptions(look_ahead=0)``).
 
     Returns
     -------

@@ -2,7 +2,7 @@
 of the others."""
 
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.compiler import Graph, Node, Tensor
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor
 from tvm_tensil.compiler.lir import LIR
 from tvm_tensil.compiler.memory import ConstTable
 from tvm_tensil.compiler.schedule import NOTHING, Context, HandOver, Out, lower_node
@@ -91,3 +91,44 @@ def test_the_winner_is_named_and_replays_into_another_fork():
     assert won == [1]
     assert [r.args["values"] for r in out.consts.recipes] == [[2.0]]
     assert out.lir.program().fields().operand2[0] + 1 == 20
+
+
+def test_a_shortcut_kept_for_the_next_conv_is_measured_two_nodes_ahead():
+    """Keeping ``y`` (the next conv's shortcut) whole pays only when that conv keeps its own result
+    whole for the node after it, which then drops its stores: measured through the next node alone,
+    those stores count in full at its end and the alternative that keeps nothing wins; two nodes
+    ahead the chain wins (the next conv choosing with the node after it as its own next). Where
+    what is kept is the next conv's first input, the search looks one node ahead only."""
+    b = Node("conv2d", ["x", "y"], "z", {})  # z = conv(x) + y
+    c = Node("conv2d", ["z"], "w", {})
+    graph = Graph({t: Tensor(t, (1, 8, 8, 8)) for t in "xyzw"}, [b, c], ["x", "y"], ["w"], [])
+    seen = []
+
+    def lower(node, ctx, given, out):
+        seen.append((node.output, ctx.following and ctx.following.output, ctx.looking_ahead))
+        if node is b:
+            if not given.holds("y") and not given.holds("x"):
+                out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 100)
+                return NOTHING
+            out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 10)
+            return HandOver({"z": (0, 500)}, (("z", ((Direction.LOCAL_TO_DRAM0, 0, 0, 500),)),))
+        if given.holds("z"):  # the only reader of z: its stores are dropped
+            out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 10)
+            return NOTHING
+        given.issue(out.lir)
+        out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 100)
+        return NOTHING
+
+    def pick(depth, kept):
+        seen.clear()
+        options = CompileOptions(look_ahead=depth)
+        ctx = Context(ARCH, graph, {}, frozenset(), options=options, following=b, lower_next=lower)
+        out = Out(LIR(ARCH), ConstTable(ARCH))
+        return cheapest([alternative(20, 1.0), alternative(60, 2.0, kept)], ctx, NOTHING, out)
+
+    keeps_y, keeps_x = HandOver({"y": (0, 64)}), HandOver({"x": (0, 64)})
+    assert pick(1, keeps_y) is NOTHING
+    assert all(following is None for _, following, _ in seen) and ("w", None, 1) not in seen
+    assert pick(2, keeps_y) is keeps_y
+    assert ("z", "w", 1) in seen and ("w", None, 2) in seen
+    assert pick(2, keeps_x) is NOTHING and all(output == "z" for output, _, _ in seen)

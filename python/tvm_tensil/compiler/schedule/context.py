@@ -22,9 +22,11 @@ class CompileOptions:
     """Choices a caller (a test, a benchmark) may turn off to see what they gain, and the output
     error calibration aims for."""
 
-    # Measure a conv's alternatives through the node after it when one of them hands its result
-    # over in local memory (else each node takes its own fastest schedule).
-    look_ahead: bool = True
+    # How far a conv's alternatives are measured when one of them leaves an input of the next node
+    # in local memory: 0, not at all (each node takes its own fastest schedule); 1, through the next
+    # node; 2, also through the node after it where what is left is the next conv's shortcut (a
+    # projection kept for the residual conv pays only if that conv keeps its own result whole too).
+    look_ahead: int = 2
     # A global average pool reads a map the conv before it left whole in local memory.
     pool_hand_over: bool = True
     # A fused residual's shortcut enters the accumulators by a move ("move"), by a MatMul with
@@ -76,6 +78,11 @@ class HandOver:
     def holds(self, name: str) -> bool:
         return name in self.in_local
 
+    @property
+    def key(self) -> tuple:
+        """The hand-over as a hashable value."""
+        return tuple(sorted(self.in_local.items())), self.carried
+
     def carries(self, name: str) -> bool:
         return any(n == name for n, _ in self.carried)
 
@@ -110,8 +117,9 @@ NOTHING = HandOver()
 class Context:
     """What a lowering reads: the architecture, the graph, every tensor's DRAM0 placement, the
     intermediates only one node reads, where temporaries come from, the options, the node lowered
-    after this one (a search looks ahead into it; None while looking ahead) and how to lower it
-    (the dispatch table's ``lower_node``; without it a search does not look ahead)."""
+    after this one (a search looks ahead into it), how many look-aheads this lowering is inside and
+    how to lower the next node (the dispatch table's ``lower_node``; without it a search does not
+    look ahead)."""
 
     arch: Architecture
     graph: Graph
@@ -120,8 +128,11 @@ class Context:
     dram0: object = None  # Dram0Allocator, for temporaries
     options: CompileOptions = CompileOptions()
     following: Node | None = None
-    looking_ahead: bool = False
+    looking_ahead: int = 0
     lower_next: Callable[[Node, "Context", "HandOver", "Out"], "HandOver"] | None = None
+    # The look-ahead's lowerings of a next node, by what it was handed (a search meets the same
+    # hand-over again in its nested comparisons): (instructions, what it leaves).
+    looked_ahead: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -129,6 +140,13 @@ class Context:
 
     def before(self, following: Node | None) -> "Context":
         return replace(self, following=following)
+
+    def node_after(self, node: Node | None) -> Node | None:
+        """The graph's node lowered after ``node`` (None after the last, or for a node the graph
+        does not hold)."""
+        nodes = self.graph.nodes
+        k = next((i for i, other in enumerate(nodes) if other is node), None)
+        return nodes[k + 1] if k is not None and k + 1 < len(nodes) else None
 
 
 @dataclass

@@ -40,12 +40,27 @@ def cycles_with(lir: LIR, left: HandOver) -> int:
     return estimate_cycles(trial.program(), lir.arch)["total"]
 
 
-def cycles_through(ctx: Context, tried: Tried) -> int:
-    """Cycles of an alternative and then the next node lowered after it."""
-    ahead = Out(LIR(ctx.arch), tried.out.consts.fork())
-    ahead.lir.extend(tried.out.lir)
-    left = ctx.lower_next(ctx.following, replace(ctx, following=None, looking_ahead=True), tried.left, ahead)
-    return cycles_with(ahead.lir, left)
+def cycles_through(ctx: Context, tried: Tried, further: bool = False) -> int:
+    """Cycles of an alternative and then the next node lowered after it. ``further``: the next node
+    chooses through the node after it, and that node is lowered too, so what the next node hands
+    over (a map left whole, its stores carried) is measured as it is used, not as stores all issued
+    at its end. The lowerings are kept by what they were handed: a search meets the same hand-over
+    again in its nested comparisons."""
+    key = (ctx.following.output, ctx.following.op, ctx.looking_ahead, further, tried.left.key)
+    if key not in ctx.looked_ahead:
+        ahead = Out(LIR(ctx.arch), tried.out.consts.fork())
+        after = ctx.node_after(ctx.following) if further else None
+        depth = ctx.looking_ahead + 1 if after is not None else ctx.options.look_ahead
+        left = ctx.lower_next(ctx.following, replace(ctx, following=after, looking_ahead=depth), tried.left, ahead)
+        if after is not None:
+            last = replace(ctx, following=None, looking_ahead=ctx.options.look_ahead)
+            left = ctx.lower_next(after, last, left, ahead)
+        ctx.looked_ahead[key] = (ahead.lir, left)
+    lir, left = ctx.looked_ahead[key]
+    trial = LIR(ctx.arch)
+    trial.extend(tried.out.lir)
+    trial.extend(lir)
+    return cycles_with(trial, left)
 
 
 def cheapest(
@@ -89,17 +104,21 @@ def cheapest(
     fastest = min(range(len(tried)), key=lambda i: tried[i].cycles)
     index = list(range(len(tried)))
     if (
-        ctx.options.look_ahead
+        ctx.looking_ahead < ctx.options.look_ahead
         and ctx.lower_next is not None
-        and not ctx.looking_ahead
         and not hands[fastest]  # a hand-over that is fastest on its own is kept
         and any(hands)
         and nxt.op in TAKES_HAND_OVER
     ):
         # The next node costs about the same after any alternative that does not hand over: only
-        # the fastest (of all) is looked through, beside each one that does.
+        # the fastest (of all) is looked through, beside each one that does. Where one leaves the
+        # next conv's shortcut (its second input) to use in place, that conv pays only with its
+        # result kept whole too: the next conv is then measured choosing through the node after it.
         index = [fastest] + [i for i, h in enumerate(hands) if h]
-        tried = [replace(tried[i], cycles=cycles_through(ctx, tried[i])) for i in index]
+        further = ctx.looking_ahead + 1 < ctx.options.look_ahead and any(
+            name in t.left.in_local for t in tried for name in nxt.inputs[1:]
+        )
+        tried = [replace(tried[i], cycles=cycles_through(ctx, tried[i], further)) for i in index]
     pick = min(range(len(tried)), key=lambda i: tried[i].cycles)
     best = tried[pick]
     if won is not None:
