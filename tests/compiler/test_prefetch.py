@@ -128,11 +128,13 @@ def test_a_load_never_passes_a_configure():
     assert moves == ()
 
 
-@pytest.mark.parametrize("preset, passes", [("ultra96v2_300mhz", False), ("pynqz1_12x12", True)])
-def test_a_dram0_load_passes_no_load_weights_where_two_readers_fill_the_port(preset, passes):
-    """At two bus beats per vector a DRAM0 load stays behind the node's last LoadWeights (its
-    responses would take local port B from the loads beside a DRAM1 weight stream); elsewhere it
-    may pass them."""
+@pytest.mark.parametrize("preset, behind", [("ultra96v2_300mhz", False), ("ultra96v2_300mhz", True),
+                                             ("pynqz1_12x12", False)])  # fmt: skip
+def test_a_dram0_load_passes_load_weights_unless_asked_to_stay_behind(preset, behind):
+    """A DRAM0 load may pass the node's LoadWeights, also at two bus beats per vector (where two
+    readers' responses fill local port B: the model keeps within 1% there); asked to, it stays
+    behind the last one (what benchmarks/prefetch_port_b.py compares)."""
+    passes = not behind
     arch = load_arch(preset)
     lir = LIR(arch)
     for k in range(4):
@@ -141,5 +143,5 @@ def test_a_dram0_load_passes_no_load_weights_where_two_readers_fill_the_port(pre
     second = len(lir)
     lir.datamove(Direction.DRAM0_TO_LOCAL, 2000, 0, 64)
     lir.matmul(2000, 0, 64)
-    _, _, moves = prefetch_across_nodes(lir.program(), arch, [0, second], measure=False)
+    _, _, moves = prefetch_across_nodes(lir.program(), arch, [0, second], measure=False, dram0_behind_loads=behind)
     assert [m.ahead for m in moves] == [second if passes else 1]
