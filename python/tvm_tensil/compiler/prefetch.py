@@ -53,9 +53,9 @@ class Prefetch:
 class Window:
     """The decoded instructions of one boundary's window and what each touches."""
 
-    def __init__(self, f: ProgramFields, depth: int, saturating: bool):
+    def __init__(self, f: ProgramFields, depth: int, dram0_behind_loads: bool):
         self.f = f
-        self.saturating = saturating
+        self.dram0_behind_loads = dram0_behind_loads
         op, fl = f.opcode, f.flags
         size = np.where(op == _LOADWEIGHTS, f.raw1, f.operand2) + 1
         lo = f.addr0
@@ -110,7 +110,7 @@ class Window:
         bank = int(self.f.flags[x] == int(Direction.DRAM1_TO_LOCAL))
         dram = (self.store_bank[ys] == bank) & self._dram_overlap(x, ys)
         held = self.barrier[ys] | local | dram
-        if self.saturating and self.f.flags[x] == int(Direction.DRAM0_TO_LOCAL):
+        if self.dram0_behind_loads and self.f.flags[x] == int(Direction.DRAM0_TO_LOCAL):
             held |= self.f.opcode[ys] == _LOADWEIGHTS
         return held
 
@@ -138,7 +138,6 @@ def prefetch_across_nodes(
     starts = list(node_starts)
     ends = starts[1:] + [n]
     sim, simulated = Simulation(arch), 0
-    saturating = dram0_behind_loads
     moves: list[Prefetch] = []
     for k in range(1, len(starts)):
         head_end = min(ends[k], starts[k] + LEADING)
@@ -154,7 +153,7 @@ def prefetch_across_nodes(
         if measure:  # the simulation up to the window: the program before it is final
             sim.advance(Program(rows[simulated:a].tobytes(), program.layout).fields())
             simulated = a
-        win = Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, saturating)
+        win = Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, dram0_behind_loads)
         order = np.arange(z - a)
         heads = [i for i in range(starts[k] - a, first_mm - a) if win.load[i]]
         if measure:
