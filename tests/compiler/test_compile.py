@@ -586,6 +586,44 @@ def test_a_conv_keeps_its_map_whole_when_the_next_conv_gains_more():
         assert loaded(greedy.program) >= loaded(part.program) + 16 * 16 * 4  # greedy: a read back
 
 
+@pytest.mark.parametrize("kernel, strides", [(3, 1), (1, 2)])
+def test_a_tiled_conv_reads_a_whole_map_left_in_local_memory_in_place(kernel, strides):
+    """The conv before keeps its result whole; this conv's output does not fit local memory as one
+    tile, so its tiles read that map where it lies (no slab loaded): the map, read by nobody else,
+    never goes to DRAM0. Exact, with a padded 3x3 window and a strided 1x1."""
+    from tvm_tensil.isa.instructions import Direction
+
+    arch = ARCH.replace(local_depth=1024, name="pynqz1_1k")
+    rng = np.random.default_rng(11)
+    x_shape, pad = (1, 12, 12, 8), (kernel // 2,) * 4
+    out_hw = 12 // strides
+    w1 = grid(rng, (8, 8, 1, 1), -16, 16)
+    w2 = rng.choice([-1.0, 1.0], (64, 8, kernel, kernel)) * (rng.random((64, 8, kernel, kernel)) < 0.2)
+    x = grid(rng, x_shape, -4, 4)
+    t = {"x": Tensor("x", x_shape), "a": Tensor("a", x_shape), "y": Tensor("y", (1, out_hw, out_hw, 64))}
+    conv2 = dict(weight=1, bias=None, padding=pad, strides=(strides, strides), groups=1)
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "a", dict(weight=0, bias=None, groups=1)),
+            Node("conv2d", ["a"], "y", conv2, [("relu", {})]),
+        ],
+        ["x"],
+        ["y"],
+        [w1, w2],
+    )
+    y, part, _ = run(g, {"x": x}, arch)
+    a = conv2d_nhwc(x, w1, None)
+    expect = np.maximum(conv2d_nhwc(a, w2, None, strides=(strides, strides), padding=pad), 0)
+    np.testing.assert_array_equal(y["y"], expect)
+    f = part.program.fields()
+    moved = {
+        d: int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == d)] + 1).sum())
+        for d in (Direction.DRAM0_TO_LOCAL, Direction.LOCAL_TO_DRAM0)
+    }
+    assert moved == {Direction.DRAM0_TO_LOCAL: 12 * 12, Direction.LOCAL_TO_DRAM0: 8 * out_hw * out_hw}  # x in, y out
+
+
 def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     """A conv whose tiles fit half the accumulators puts consecutive output blocks in the two halves,
     and one block's ReLU runs between the next block's MatMuls (the core overlaps them); the result

@@ -7,7 +7,7 @@ import pytest
 from helpers import conv_plan
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import Graph, Node, Tensor
-from tvm_tensil.compiler.schedule import HandOver
+from tvm_tensil.compiler.schedule import HandOver, ScheduleError
 
 ARCH = PRESETS["pynqz1"]  # 8x8
 
@@ -78,6 +78,28 @@ def test_a_whole_input_left_in_local_memory_becomes_the_slab():
     assert own_end <= 1000 or p.memory.weights >= 1030
     elsewhere = conv_plan(g, ARCH, given=HandOver({"z": (1000, 30)}))
     assert not elsewhere.memory.handed and elsewhere.memory.slabs != (1000,)
+
+
+def test_tiles_smaller_than_a_held_map_read_it_in_place():
+    """The conv before left x whole (120 vectors at 700); the tiles planned over all of local memory
+    (8 output blocks) do not fit beside it, so that plan reads x back from DRAM0. In place, every
+    tile's slab is the held map read as a whole (no slab of its own), and the conv's own buffers
+    sit below or above it."""
+    g = conv((1, 12, 10, 8), 64)
+    arch = ARCH.replace(local_depth=1400, name="pynqz1_1400")
+    held = HandOver({"x": (700, 120)}, (("x", ()),))
+    loaded = conv_plan(g, arch, given=held)
+    assert not loaded.memory.handed
+    p = conv_plan(g, arch, given=held, in_place=True)
+    m = p.memory
+    assert len(p.tiles) > 1 and m.handed and m.slabs == (700,) and m.geometry == (0, 0, 10, 120)
+    own = [(m.weights, m.weights + p.weights.staging)] + [(b, b + p.rows * p.cols * 8) for b in m.stores]
+    assert all(hi <= 700 or lo >= 820 for lo, hi in own)
+    with pytest.raises(ScheduleError, match="not whole in local memory"):
+        conv_plan(g, arch, given=HandOver({"z": (700, 120)}), in_place=True)
+    cramped = ARCH.replace(local_depth=130, name="pynqz1_130")  # 5 vectors free below x and above
+    with pytest.raises(ScheduleError):
+        conv_plan(g, cramped, given=HandOver({"x": (5, 120)}, (("x", ()),)), in_place=True)
 
 
 def test_a_residual_whose_shortcut_is_still_carried_is_not_handed_over():

@@ -99,6 +99,13 @@ class HandOver:
                 lir.datamove(*move)
         return NOTHING
 
+    def most_beside(self, arch: Architecture, consts: int) -> int:
+        """The most vectors ``room_beside`` can place (the larger free span below or above)."""
+        spans = [(a, a + n) for a, n in self.in_local.values()]
+        if not spans:
+            return arch.local_depth - consts
+        return max(0, min(a for a, _ in spans), arch.local_depth - consts - max(b for _, b in spans))
+
     def room_beside(self, arch: Architecture, own: int, consts: int) -> int | None:
         """Where ``own`` vectors of local memory fit below or above everything held in local
         memory, the top ``consts`` vectors kept free (constants pass through them); else None."""

@@ -218,8 +218,16 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     overlaps DRAM with compute but halves the tiles (more weight loads per pixel). Layers of up to
     64 tiles (a small local memory cuts even CIFAR-sized maps into 8-16) are emitted each way and
     compared; a layer of more tiles keeps the single-buffered plan (emitting it several times would
-    cost compile time)."""
+    cost compile time). Where the conv before left the whole input in local memory and this conv
+    cannot take it as one slab (its tiles are smaller than the map), every tile reads it in place
+    when its own buffers fit beside it: no stores issued and read back."""
     single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
+    in_place = False
+    if not single.memory.handed and held_input(node, ctx, given) is not None:
+        try:
+            single, in_place = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, True), True
+        except ScheduleError:
+            pass
     oh = ctx.place[node.output].shape[1]
     options = [(1, None)]
     if tile_count(node, ctx, single) <= 64 and dram_share(node, ctx) >= 0.05:
@@ -227,7 +235,7 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     plans: dict[tuple, ConvPlan] = {}
     for buffers, max_rows in options:
         try:
-            p = plan(node, ctx, given, out.consts, buffers, max_rows, shortcut_matmul)
+            p = plan(node, ctx, given, out.consts, buffers, max_rows, shortcut_matmul, in_place)
         except ScheduleError:
             continue
         plans.setdefault(p.key, p)
@@ -245,7 +253,7 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
             for e in (True, False)
         ]
         ways[0] = lambda c, g, o: cheapest(stores, c, g, o)
-    banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul)
+    banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul, in_place)
     may_pace = ctx.options.paced_epilogues is None and _accumulator_heavy(node, single)
     streams = _streams_weights(ctx, single)
     if (
@@ -295,7 +303,9 @@ def _accumulator_heavy(node: Node, p: ConvPlan) -> bool:
     return 2 * (1 + len(node.epilogue)) >= loads
 
 
-def _banked_plans(node: Node, ctx: Context, given: HandOver, out: Out, single: ConvPlan, shortcut_matmul: bool):
+def _banked_plans(
+    node: Node, ctx: Context, given: HandOver, out: Out, single: ConvPlan, shortcut_matmul: bool, in_place: bool
+):
     """When the largest tile needs more than half the accumulators (the first layers of a large
     image), plans whose tiles fit half of them: output blocks then alternate banks, so one block's
     epilogue and gather run beside the next one's MatMuls, which pays where the epilogue is long
@@ -308,7 +318,7 @@ def _banked_plans(node: Node, ctx: Context, given: HandOver, out: Out, single: C
     plans = {}
     for buffers in (1, 2):
         try:
-            p = plan(node, ctx, given, out.consts, buffers, rows, shortcut_matmul)
+            p = plan(node, ctx, given, out.consts, buffers, rows, shortcut_matmul, in_place)
         except ScheduleError:
             continue
         if p.banked:
@@ -404,12 +414,16 @@ def plan(
     buffers: int,
     max_rows: int | None = None,
     shortcut_matmul: bool = False,
+    in_place: bool = False,
 ) -> ConvPlan:
     """One way to run ``node``: up to ``buffers`` slabs and store buffers, at most ``max_rows``
     output rows per tile; ``shortcut_matmul``: a fused residual's shortcut enters each output
     block's accumulators through a MatMul with identity weights (exact: x * 1 + 0) instead of a
-    move. Places the conv's constants in ``consts``."""
+    move; ``in_place``: every tile reads the input where the conv before left it whole in local
+    memory (``held_input``), no slab loaded. Places the conv's constants in ``consts``."""
     a = node.attrs
+    if in_place and held_input(node, ctx, given) is None:
+        raise ScheduleError(f"{node.output}: its input is not whole in local memory")
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     window, padding = _window(node, ctx), tuple(a.padding)
     taps = window.taps
@@ -429,13 +443,15 @@ def plan(
     cvals = tuple(_constants(node, ctx.arch.data_type, ctx.n))
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     resident = sum(r.size for r in (recipes.second, recipes.identity) if r)
-    local_free = ctx.arch.local_depth - len(cvals) - resident
+    # Read in place, everything of the conv's own goes below or above what the conv before holds.
+    room = given.most_beside(ctx.arch, len(cvals)) if in_place else ctx.arch.local_depth - len(cvals)
+    local_free = room - resident
 
     def fit(room: int) -> tuple[int, int]:
         """Tile rows and columns with ``room`` vectors of local memory for slab and store buffer."""
         return plan_tiles(
             out.shape, window, inp.blocks, room, acc_free, store_blocks=out.blocks * (2 if second else 1),
-            max_rows=max_rows, in_w=inp.shape[2],
+            max_rows=max_rows, in_w=inp.shape[2], slab_room=not in_place,
         )  # fmt: skip
 
     for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
@@ -467,7 +483,10 @@ def plan(
     # and gather run beside the next one's MatMuls.
     half = ctx.arch.accumulator_depth // 2
     banked = rows * cols <= half - len(cvals) and len(cut) * out.blocks > 1
-    memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes)
+    if in_place:
+        memory = _in_place_map(node, ctx, given, weights, resident, buffers, len(cvals), recipes, rows * cols)
+    else:
+        memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
         shortcut_matmul, memory,
@@ -518,6 +537,37 @@ def _local_map(
         lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), tuple(slabs),
         handed is not None, geometry, short is not None,
     )  # fmt: skip
+
+
+def held_input(node: Node, ctx: Context, given: HandOver) -> int | None:
+    """Where the conv before left this conv's whole input in local memory (one image, block-major:
+    block ``b``'s map at ``b * H * W``), which any tiling can read as its slab; None when it did not,
+    or when a shortcut it still has to store would be read back from DRAM0 first."""
+    held = given.in_local.get(node.inputs[0])
+    inp = ctx.place[node.inputs[0]]
+    if held is None or inp.shape[0] != 1 or held[1] != inp.pixels * inp.blocks:
+        return None
+    if any(given.carries(t) for t in node.inputs[1:]):
+        return None
+    return held[0]
+
+
+def _in_place_map(node, ctx, given, weights, resident, buffers, consts, recipes, tile_pixels) -> LocalMap:
+    """The local memory map of a plan whose tiles read the input where it lies (``held_input``):
+    weights and store buffers below or above what the conv before holds."""
+    out, inp = ctx.place[node.output], ctx.place[node.inputs[0]]
+    stores_each = (2 if node.attrs.second else 1) * buffers
+    store_size = tile_pixels * out.blocks
+    lo = given.room_beside(ctx.arch, weights.staging + resident + stores_each * store_size, consts)
+    if lo is None:
+        raise ScheduleError(f"{node.output}: its buffers do not fit beside its input in local memory")
+    second_weights = lo + weights.staging
+    identity = second_weights + (recipes.second.size if recipes.second else 0)
+    stores = [lo + weights.staging + resident + k * store_size for k in range(stores_each)]
+    _, h, w, _ = inp.shape
+    slabs = (held_input(node, ctx, given),) * buffers
+    return LocalMap(lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), slabs, True,
+                    (0, 0, w, h * w))  # fmt: skip
 
 
 def _shortcut_held(node: Node, ctx: Context, given: HandOver, store_size: int) -> int | None:
@@ -821,7 +871,8 @@ def emit(
     left = HandOver()
     for i, tile in enumerate(p.tiles):
         if i and p.buffers == 1:
-            geometry = _load_slab(lir.datamove, inp, tile, p, m.slabs[0], full_rows)
+            if not m.handed:
+                geometry = _load_slab(lir.datamove, inp, tile, p, m.slabs[0], full_rows)
             if short:
                 load_tile(short, tile, m.stores[0], load_shortcut)
         geometry = _emit_tile(node, ctx, s, p, i, geometry, cvecs)
@@ -857,10 +908,12 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     ]  # fmt: skip
     if p.buffers == 2 and i + 1 < len(p.tiles):  # the next tile's slab, beside this tile's MatMuls
         full_rows = p.cols == ctx.place[node.output].shape[2]
-        geometry = _load_slab(s.overlap.defer, inp, p.tiles[i + 1], p, m.slabs[(i + 1) % 2], full_rows)
+        if not m.handed:
+            geometry = _load_slab(s.overlap.defer, inp, p.tiles[i + 1], p, m.slabs[(i + 1) % 2], full_rows)
         if short:
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
-    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols
+    # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
+    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
     blocks = len(p.weights.groups)
     paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
     for ob in range(blocks):
@@ -877,8 +930,9 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     if s.pipelined and i + 1 < len(p.tiles):
         # The tile's last epilogue and gather go out beside the next tile's MatMuls, which read
         # the next slab: its loads are issued; stores still deferred may wait.
-        lo = m.slabs[(i + 1) % 2]
-        s.overlap.settle(lo, lo + abs(m.slabs[1] - m.slabs[0]))
+        if not m.handed:
+            lo = m.slabs[(i + 1) % 2]
+            s.overlap.settle(lo, lo + abs(m.slabs[1] - m.slabs[0]))
         return geometry
     s.release()  # the tile's last epilogue and gather, before its stores
     s.defer_waiting()

@@ -38,9 +38,11 @@ def plan_tiles(
     max_rows: int | None = None,
     in_w: int | None = None,
     acc_plane: bool = False,
+    slab_room: bool = True,
 ) -> tuple[int, int]:
     """The largest tile (rows, cols) whose accumulator vectors, store buffer and input slab fit
-    (``acc_plane``: one channel block of the slab in the accumulators too)."""
+    (``acc_plane``: one channel block of the slab in the accumulators too; ``slab_room=False``: the
+    input is read where it lies, only the store buffer takes room)."""
     _, oh, ow, _ = out_shape
     cols = ow
     while cols >= 1:
@@ -48,7 +50,7 @@ def plan_tiles(
             vectors = rows * cols
             slab = slab_size(rows, cols, window, in_blocks, in_w if cols == ow else None)
             acc = vectors + extra_acc_per_col * cols + (slab // in_blocks if acc_plane else 0)
-            if acc <= acc_free and vectors * store_blocks + slab <= local_free:
+            if acc <= acc_free and vectors * store_blocks + (slab if slab_room else 0) <= local_free:
                 return rows, cols
         cols = cols // 2 if cols > 1 else 0
     raise ScheduleError(
