@@ -624,6 +624,51 @@ def test_a_tiled_conv_reads_a_whole_map_left_in_local_memory_in_place(kernel, st
     assert moved == {Direction.DRAM0_TO_LOCAL: 12 * 12, Direction.LOCAL_TO_DRAM0: 8 * out_hw * out_hw}  # x in, y out
 
 
+def test_a_whole_map_stays_in_local_memory_for_a_later_conv(monkeypatch):
+    """m (kept whole by the conv that makes it) is read only by the last conv, after two convs that
+    do not read it: they lay their buffers out beside it, and the last conv reads it where it lies
+    (a projection after the block's other convs). Its stores go out, it is never read back. Exact;
+    with nothing kept, the last conv reads m back from DRAM0."""
+    from tvm_tensil.compiler.schedule import conv as conv_schedule
+    from tvm_tensil.isa.instructions import Direction
+
+    rng = np.random.default_rng(13)
+    x_shape = (1, 8, 8, 48)  # (48 channels: few DRAM vectors per MatMul, each conv one tile)
+    w = [rng.choice([-1.0, 1.0], shape) * (rng.random(shape) < 0.05) for shape in
+         [(48, 48, 3, 3), (48, 48, 3, 3), (48, 48, 3, 3), (32, 48, 1, 1)]]  # fmt: skip
+    x = grid(rng, x_shape, -4, 4)
+    t = {k: Tensor(k, x_shape) for k in ("x", "m", "p", "q")} | {"r": Tensor("r", (1, 4, 4, 32))}
+    same = dict(bias=None, padding=(1, 1, 1, 1), groups=1)
+    g = Graph(
+        t,
+        [
+            Node("conv2d", ["x"], "m", dict(weight=0, **same)),
+            Node("conv2d", ["x"], "p", dict(weight=1, **same)),
+            Node("conv2d", ["p"], "q", dict(weight=2, **same)),
+            Node("conv2d", ["m"], "r", dict(weight=3, bias=None, strides=(2, 2), groups=1)),
+        ],
+        ["x"],
+        ["q", "r"],
+        w,
+    )
+    m = conv2d_nhwc(x, w[0], None, padding=(1,) * 4)
+    q = conv2d_nhwc(conv2d_nhwc(x, w[1], None, padding=(1,) * 4), w[2], None, padding=(1,) * 4)
+
+    def loaded(part):
+        f = part.program.fields()
+        return int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)] + 1).sum())
+
+    y, kept, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y["q"], q)
+    np.testing.assert_array_equal(y["r"], conv2d_nhwc(m, w[3], None, strides=(2, 2)))
+    monkeypatch.setattr(conv_schedule, "kept_maps", lambda *args: ())
+    y, dropped, _ = run(g, {"x": x})
+    np.testing.assert_array_equal(y["r"], conv2d_nhwc(m, w[3], None, strides=(2, 2)))
+    x_vectors = 8 * 8 * 6
+    assert loaded(kept) <= 2 * x_vectors  # x, by the two convs that read it; m never
+    assert loaded(dropped) > loaded(kept)  # m read back
+
+
 def test_output_blocks_alternate_accumulator_banks_and_interleave_epilogues():
     """A conv whose tiles fit half the accumulators puts consecutive output blocks in the two halves,
     and one block's ReLU runs between the next block's MatMuls (the core overlaps them); the result

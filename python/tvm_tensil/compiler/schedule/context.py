@@ -148,6 +148,12 @@ class Context:
     def before(self, following: Node | None) -> "Context":
         return replace(self, following=following)
 
+    def nodes_after(self, node: Node) -> tuple[Node, ...]:
+        """The graph's nodes lowered after ``node`` (matched by its output: a lowering may rebuild
+        the node), none for a node the graph does not hold."""
+        outputs = [other.output for other in self.graph.nodes]
+        return tuple(self.graph.nodes[outputs.index(node.output) + 1 :]) if node.output in outputs else ()
+
     def node_after(self, node: Node | None) -> Node | None:
         """The graph's node lowered after ``node`` (None after the last, or for a node the graph
         does not hold)."""

@@ -27,10 +27,10 @@ from ..graph import Conv, Node, grouped, kernel_size
 from ..latency import COSTS, accumulator_cycles, beats_per_vector
 from ..lir import LIR, no_rows
 from ..memory import ConstTable
-from .context import Context, HandOver, Out, ScheduleError, Tile, Window
+from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
-from .search import cheapest, lowered
+from .search import TAKES_HAND_OVER, cheapest, lowered
 from .tiles import ceil_div, covering_tap, merge_runs, plan_tiles, slab_moves, slab_size, tap_runs, tiles
 
 OPS = ("conv2d", "bias_add")
@@ -94,6 +94,9 @@ class LocalMap:
     # The conv before left this residual conv's shortcut (read by nobody else) whole in local memory
     # in the store buffer's layout: it is the store buffer, and its stores to DRAM0 are dropped.
     shortcut_handed: bool = False
+    # Maps the conv before left whole in local memory that this conv does not read but a later conv
+    # does (``kept_maps``): they stay where they are, and this conv hands them on.
+    kept: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -214,20 +217,39 @@ def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
 
 
 def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul: bool) -> HandOver:
+    """Where the conv before left the whole input in local memory and this conv cannot take it as
+    one slab (its tiles are smaller than the map), its tiles reading it in place (its own buffers
+    beside it) or the stores issued and the input read back; where it left maps a later conv reads
+    (``kept_maps``), those kept where they are or not: whichever the latency model finds faster,
+    a tie kept and in place."""
+    single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
+
+    def feasible(in_place: bool, keep: bool) -> bool:
+        try:
+            plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, in_place, keep)
+        except ScheduleError:
+            return False
+        return True
+
+    keeps = [True, False] if kept_maps(node, ctx, given) and feasible(False, True) else [False]
+    held = not single.memory.handed and held_input(node, ctx, given) is not None
+    ways = [(in_place, keep) for keep in keeps for in_place in ([True, False] if held else [False])]
+    ways = [way for way in ways if way == (False, False) or feasible(*way)]
+    if len(ways) == 1:
+        return _plans_as(node, ctx, given, out, shortcut_matmul, False, False)
+    alternatives = [lambda c, g, o, w=way: _plans_as(node, c, g, o, shortcut_matmul, *w) for way in ways]
+    return cheapest(alternatives, ctx, given, out)
+
+
+def _plans_as(
+    node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul: bool, in_place: bool, keep: bool
+) -> HandOver:
     """The fastest of the single- and double-buffered plans, by the latency model: double buffering
     overlaps DRAM with compute but halves the tiles (more weight loads per pixel). Layers of up to
     64 tiles (a small local memory cuts even CIFAR-sized maps into 8-16) are emitted each way and
     compared; a layer of more tiles keeps the single-buffered plan (emitting it several times would
-    cost compile time). Where the conv before left the whole input in local memory and this conv
-    cannot take it as one slab (its tiles are smaller than the map), every tile reads it in place
-    when its own buffers fit beside it: no stores issued and read back."""
-    single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
-    in_place = False
-    if not single.memory.handed and held_input(node, ctx, given) is not None:
-        try:
-            single, in_place = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, True), True
-        except ScheduleError:
-            pass
+    cost compile time)."""
+    single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, in_place, keep)
     oh = ctx.place[node.output].shape[1]
     options = [(1, None)]
     if tile_count(node, ctx, single) <= 64 and dram_share(node, ctx) >= 0.05:
@@ -235,7 +257,7 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     plans: dict[tuple, ConvPlan] = {}
     for buffers, max_rows in options:
         try:
-            p = plan(node, ctx, given, out.consts, buffers, max_rows, shortcut_matmul, in_place)
+            p = plan(node, ctx, given, out.consts, buffers, max_rows, shortcut_matmul, in_place, keep)
         except ScheduleError:
             continue
         plans.setdefault(p.key, p)
@@ -253,7 +275,7 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
             for e in (True, False)
         ]
         ways[0] = lambda c, g, o: cheapest(stores, c, g, o)
-    banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul, in_place)
+    banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul, in_place, keep)
     may_pace = ctx.options.paced_epilogues is None and _accumulator_heavy(node, single)
     streams = _streams_weights(ctx, single)
     if (
@@ -304,8 +326,9 @@ def _accumulator_heavy(node: Node, p: ConvPlan) -> bool:
 
 
 def _banked_plans(
-    node: Node, ctx: Context, given: HandOver, out: Out, single: ConvPlan, shortcut_matmul: bool, in_place: bool
-):
+    node: Node, ctx: Context, given: HandOver, out: Out, single: ConvPlan, shortcut_matmul: bool, in_place: bool,
+    keep: bool,
+):  # fmt: skip
     """When the largest tile needs more than half the accumulators (the first layers of a large
     image), plans whose tiles fit half of them: output blocks then alternate banks, so one block's
     epilogue and gather run beside the next one's MatMuls, which pays where the epilogue is long
@@ -318,7 +341,7 @@ def _banked_plans(
     plans = {}
     for buffers in (1, 2):
         try:
-            p = plan(node, ctx, given, out.consts, buffers, rows, shortcut_matmul, in_place)
+            p = plan(node, ctx, given, out.consts, buffers, rows, shortcut_matmul, in_place, keep)
         except ScheduleError:
             continue
         if p.banked:
@@ -415,15 +438,19 @@ def plan(
     max_rows: int | None = None,
     shortcut_matmul: bool = False,
     in_place: bool = False,
+    keep: bool = False,
 ) -> ConvPlan:
     """One way to run ``node``: up to ``buffers`` slabs and store buffers, at most ``max_rows``
     output rows per tile; ``shortcut_matmul``: a fused residual's shortcut enters each output
     block's accumulators through a MatMul with identity weights (exact: x * 1 + 0) instead of a
     move; ``in_place``: every tile reads the input where the conv before left it whole in local
-    memory (``held_input``), no slab loaded. Places the conv's constants in ``consts``."""
+    memory (``held_input``), no slab loaded; ``keep``: the maps ``kept_maps`` names stay where they
+    are. Places the conv's constants in ``consts``."""
     a = node.attrs
     if in_place and held_input(node, ctx, given) is None:
         raise ScheduleError(f"{node.output}: its input is not whole in local memory")
+    kept = kept_maps(node, ctx, given) if keep else ()
+    holding = HandOver({name: given.in_local[name] for name in kept})
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     window, padding = _window(node, ctx), tuple(a.padding)
     taps = window.taps
@@ -444,7 +471,7 @@ def plan(
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     resident = sum(r.size for r in (recipes.second, recipes.identity) if r)
     # Read in place, everything of the conv's own goes below or above what the conv before holds.
-    room = given.most_beside(ctx.arch, len(cvals)) if in_place else ctx.arch.local_depth - len(cvals)
+    room = (given if in_place else holding).most_beside(ctx.arch, len(cvals))
     local_free = room - resident
 
     def fit(room: int) -> tuple[int, int]:
@@ -486,7 +513,9 @@ def plan(
     if in_place:
         memory = _in_place_map(node, ctx, given, weights, resident, buffers, len(cvals), recipes, rows * cols)
     else:
-        memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes)
+        memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes,
+                            holding=holding)  # fmt: skip
+    memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
         shortcut_matmul, memory,
@@ -506,11 +535,12 @@ def _constants(node: Node, dt, lanes: int) -> list:
 
 
 def _local_map(
-    node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes, shortcut_in_place=True
-) -> LocalMap:
+    node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes, shortcut_in_place=True,
+    holding: HandOver = NOTHING,
+) -> LocalMap:  # fmt: skip
     """The local memory map of a plan. When the conv before left this conv's whole input in local
     memory, that is the slab, and the rest goes below or above it (and above what it still has to
-    store)."""
+    store); else below or above what is ``holding`` (the maps it keeps for a later conv)."""
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     rows, cols = cut[0].rows, cut[0].cols
     second = bool(node.attrs.second)
@@ -522,11 +552,15 @@ def _local_map(
     own = weights.staging + resident + ((2 if second else 1) * buffers - (short is not None)) * store_size
     handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts, short is not None) if whole else None
     lo, geometry = (0, None) if handed is None else (handed[0], handed[2])
+    if short is None and handed is None and holding.in_local:
+        lo = holding.room_beside(ctx.arch, own + buffers * slab, consts)
+        if lo is None:
+            raise ScheduleError(f"{node.output}: its buffers do not fit beside the maps kept in local memory")
     if short is not None and handed is None:  # everything of this conv's beside what is held
         lo = given.room_beside(ctx.arch, own + buffers * slab, consts)
         if lo is None:
             args = (weights, resident, buffers, consts, recipes)
-            return _local_map(node, ctx, given, cut, window, padding, *args, shortcut_in_place=False)
+            return _local_map(node, ctx, given, cut, window, padding, *args, shortcut_in_place=False, holding=holding)
     second_weights = lo + weights.staging
     identity = second_weights + (recipes.second.size if recipes.second else 0)
     stores = [lo + weights.staging + resident + k * store_size for k in range(buffers * (2 if second else 1))]
@@ -536,6 +570,18 @@ def _local_map(
     return LocalMap(
         lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), tuple(slabs),
         handed is not None, geometry, short is not None,
+    )  # fmt: skip
+
+
+def kept_maps(node: Node, ctx: Context, given: HandOver) -> tuple[str, ...]:
+    """Maps the conv before left whole in local memory that this conv does not read and a later
+    conv (or pool) of the graph reads as its input: kept where they are, that one can read them
+    there (a projection's input read after the block's other convs). (A shortcut is used in place
+    only by a conv of one whole tile: not kept for that.)"""
+    later = ctx.nodes_after(node)
+    return tuple(
+        name for name in sorted(given.in_local)
+        if name not in node.inputs and any(tuple(n.inputs[:1]) == (name,) and n.op in TAKES_HAND_OVER for n in later)
     )  # fmt: skip
 
 
@@ -890,6 +936,8 @@ def emit(
     s.release()
     s.defer_waiting()
     s.overlap.drain()
+    if m.kept:  # (their stores were issued above, beside this conv or before it)
+        left = HandOver({**left.in_local, **{name: given.in_local[name] for name in m.kept}}, left.carried)
     return left
 
 
