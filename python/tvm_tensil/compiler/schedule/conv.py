@@ -221,7 +221,7 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     one slab (its tiles are smaller than the map), its tiles reading it in place (its own buffers
     beside it) or the stores issued and the input read back; where it left maps a later conv reads
     (``kept_maps``), those kept where they are or not: whichever the latency model finds faster,
-    a tie kept and in place."""
+    a tie kept and in place (kept without comparing where only its buffers move)."""
     single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
 
     def feasible(in_place: bool, keep: bool) -> bool:
@@ -231,7 +231,14 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
             return False
         return True
 
-    keeps = [True, False] if kept_maps(node, ctx, given) and feasible(False, True) else [False]
+    keeps = [False]
+    if kept_maps(node, ctx, given):
+        try:
+            kept = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, False, True)
+            # The same plan but for where its buffers go: kept without comparing.
+            keeps = [True] if replace(kept, memory=single.memory) == single else [True, False]
+        except ScheduleError:
+            pass
     held = not single.memory.handed and held_input(node, ctx, given) is not None
     ways = [(in_place, keep) for keep in keeps for in_place in ([True, False] if held else [False])]
     ways = [way for way in ways if way == (False, False) or feasible(*way)]
