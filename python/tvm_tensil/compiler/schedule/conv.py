@@ -30,7 +30,7 @@ from ..memory import ConstTable
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
-from .search import TAKES_HAND_OVER, cheapest, lowered
+from .search import TAKES_HAND_OVER, cheapest, cycles_with, lowered
 from .tiles import ceil_div, covering_tap, merge_runs, plan_tiles, slab_moves, slab_size, tap_runs, tiles
 
 OPS = ("conv2d", "bias_add")
@@ -221,7 +221,8 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
     one slab (its tiles are smaller than the map), its tiles reading it in place (its own buffers
     beside it) or the stores issued and the input read back; where it left maps a later conv reads
     (``kept_maps``), those kept where they are or not: whichever the latency model finds faster,
-    a tie kept and in place (kept without comparing where only its buffers move)."""
+    a tie kept and in place (without comparing, kept where only the conv's buffers move, in place
+    where its tiles are as large)."""
     single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul)
 
     def feasible(in_place: bool, keep: bool) -> bool:
@@ -239,13 +240,33 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
             keeps = [True] if replace(kept, memory=single.memory) == single else [True, False]
         except ScheduleError:
             pass
-    held = not single.memory.handed and held_input(node, ctx, given) is not None
-    ways = [(in_place, keep) for keep in keeps for in_place in ([True, False] if held else [False])]
+    ins = [False]
+    if not single.memory.handed and held_input(node, ctx, given) is not None:
+        try:
+            reading = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, True)
+            # Tiles as large in place: nothing to weigh against reading the map back. Smaller: the
+            # single-buffered plans weighed alone (weighing every plan both ways costs compile time).
+            ins = [True]
+            if reading.rows * reading.cols < single.rows * single.cols:
+                ins = [_faster_alone(node, ctx, given, out, [reading, single]) == 0]
+        except ScheduleError:
+            pass
+    ways = [(in_place, keep) for keep in keeps for in_place in ins]
     ways = [way for way in ways if way == (False, False) or feasible(*way)]
     if len(ways) == 1:
-        return _plans_as(node, ctx, given, out, shortcut_matmul, False, False)
+        return _plans_as(node, ctx, given, out, shortcut_matmul, *ways[0])
     alternatives = [lambda c, g, o, w=way: _plans_as(node, c, g, o, shortcut_matmul, *w) for way in ways]
     return cheapest(alternatives, ctx, given, out)
+
+
+def _faster_alone(node: Node, ctx: Context, given: HandOver, out: Out, plans: list[ConvPlan]) -> int:
+    """The index of the plan whose instructions (and the stores it leaves) the latency model finds
+    fastest, each emitted alone (a tie: the first)."""
+    cycles = []
+    for p in plans:
+        trial = out.fork()
+        cycles.append(cycles_with(trial.lir, emit(node, ctx, given, trial, p)))
+    return cycles.index(min(cycles))
 
 
 def _plans_as(
