@@ -252,7 +252,8 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
         except ScheduleError:
             pass
     ways = [(in_place, keep) for keep in keeps for in_place in ins]
-    ways = [way for way in ways if way == (False, False) or feasible(*way)]
+    # (Keeping was tried reading the input back; in place it may not fit: then not kept.)
+    ways = [way for way in ways if way == (False, False) or feasible(*way)] or [(ins[0], False)]
     if len(ways) == 1:
         return _plans_as(node, ctx, given, out, shortcut_matmul, *ways[0])
     alternatives = [lambda c, g, o, w=way: _plans_as(node, c, g, o, shortcut_matmul, *w) for way in ways]
