@@ -99,19 +99,22 @@ class HandOver:
                 lir.datamove(*move)
         return NOTHING
 
+    def _hole(self) -> tuple[int, int] | None:
+        """The span from the lowest to the highest vector held in local memory (None: nothing)."""
+        spans = [(a, a + n) for a, n in self.in_local.values()]
+        return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+
     def most_beside(self, arch: Architecture, consts: int) -> int:
         """The most vectors ``room_beside`` can place (the larger free span below or above)."""
-        spans = [(a, a + n) for a, n in self.in_local.values()]
-        if not spans:
-            return arch.local_depth - consts
-        return max(0, min(a for a, _ in spans), arch.local_depth - consts - max(b for _, b in spans))
+        hole, limit = self._hole(), arch.local_depth - consts
+        return limit if hole is None else max(0, hole[0], limit - hole[1])
 
     def room_beside(self, arch: Architecture, own: int, consts: int) -> int | None:
         """Where ``own`` vectors of local memory fit below or above everything held in local
         memory, the top ``consts`` vectors kept free (constants pass through them); else None."""
-        spans = [(a, a + n) for a, n in self.in_local.values()]
-        hole = (min(a for a, _ in spans), max(b for _, b in spans))
-        limit = arch.local_depth - consts
+        hole, limit = self._hole(), arch.local_depth - consts
+        if hole is None:
+            return 0 if own <= limit else None
         if hole[1] > limit:
             return None
         return 0 if own <= hole[0] else hole[1] if hole[1] + own <= limit else None

@@ -539,11 +539,8 @@ def plan(
     # and gather run beside the next one's MatMuls.
     half = ctx.arch.accumulator_depth // 2
     banked = rows * cols <= half - len(cvals) and len(cut) * out.blocks > 1
-    if in_place:
-        memory = _in_place_map(node, ctx, given, weights, resident, buffers, len(cvals), recipes, rows * cols)
-    else:
-        memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes,
-                            holding=holding)  # fmt: skip
+    memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes,
+                        holding=holding, in_place=in_place)  # fmt: skip
     memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
@@ -565,11 +562,12 @@ def _constants(node: Node, dt, lanes: int) -> list:
 
 def _local_map(
     node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes, shortcut_in_place=True,
-    holding: HandOver = NOTHING,
+    holding: HandOver = NOTHING, in_place: bool = False,
 ) -> LocalMap:  # fmt: skip
     """The local memory map of a plan. When the conv before left this conv's whole input in local
-    memory, that is the slab, and the rest goes below or above it (and above what it still has to
-    store); else below or above what is ``holding`` (the maps it keeps for a later conv)."""
+    memory, that is the slab (``in_place``: of every tile, read as the whole map), and the rest goes
+    below or above it (and above what it still has to store); else below or above what is
+    ``holding`` (the maps it keeps for a later conv)."""
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     rows, cols = cut[0].rows, cut[0].cols
     second = bool(node.attrs.second)
@@ -577,9 +575,14 @@ def _local_map(
     full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
     slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
     whole = _one_whole_map(cut, out.shape)
-    short = _shortcut_held(node, ctx, given, store_size) if whole and shortcut_in_place else None
+    short = _shortcut_held(node, ctx, given, store_size) if whole and shortcut_in_place and not in_place else None
     own = weights.staging + resident + ((2 if second else 1) * buffers - (short is not None)) * store_size
     handed = _handed_over(node, ctx, given, cut[0], window, padding, own, consts, short is not None) if whole else None
+    if in_place:  # (``plan`` checked that the input is held)
+        lo = given.room_beside(ctx.arch, own, consts)
+        if lo is None:
+            raise ScheduleError(f"{node.output}: its buffers do not fit beside its input in local memory")
+        handed = (lo, [held_input(node, ctx, given)] * buffers, (0, 0, inp.shape[2], inp.shape[1] * inp.shape[2]))
     lo, geometry = (0, None) if handed is None else (handed[0], handed[2])
     if short is None and handed is None and holding.in_local:
         lo = holding.room_beside(ctx.arch, own + buffers * slab, consts)
@@ -625,24 +628,6 @@ def held_input(node: Node, ctx: Context, given: HandOver) -> int | None:
     if any(given.carries(t) for t in node.inputs[1:]):
         return None
     return held[0]
-
-
-def _in_place_map(node, ctx, given, weights, resident, buffers, consts, recipes, tile_pixels) -> LocalMap:
-    """The local memory map of a plan whose tiles read the input where it lies (``held_input``):
-    weights and store buffers below or above what the conv before holds."""
-    out, inp = ctx.place[node.output], ctx.place[node.inputs[0]]
-    stores_each = (2 if node.attrs.second else 1) * buffers
-    store_size = tile_pixels * out.blocks
-    lo = given.room_beside(ctx.arch, weights.staging + resident + stores_each * store_size, consts)
-    if lo is None:
-        raise ScheduleError(f"{node.output}: its buffers do not fit beside its input in local memory")
-    second_weights = lo + weights.staging
-    identity = second_weights + (recipes.second.size if recipes.second else 0)
-    stores = [lo + weights.staging + resident + k * store_size for k in range(stores_each)]
-    _, h, w, _ = inp.shape
-    slabs = (held_input(node, ctx, given),) * buffers
-    return LocalMap(lo, second_weights, identity, tuple(stores[:buffers]), tuple(stores[buffers:]), slabs, True,
-                    (0, 0, w, h * w))  # fmt: skip
 
 
 def _shortcut_held(node: Node, ctx: Context, given: HandOver, store_size: int) -> int | None:
