@@ -76,6 +76,16 @@ def test_presets_round_trip(name, tmp_path):
     assert list(plain) == list(TARCH_KEYS)
 
 
+def test_the_window_matmul_extension_stays_with_the_architecture(tmp_path):
+    """An instruction set extension is part of the architecture: it tells archs apart and a model
+    file's plain architecture keeps it (a program using it cannot run without it)."""
+    a = PRESETS["pynqz1"].replace(window_matmul=True)
+    assert a != PRESETS["pynqz1"]
+    assert a.to_dict(plain=True)["tvm_tensil"] == {"window_matmul": True}
+    assert Architecture.from_dict(a.to_dict(plain=True)) == a
+    assert "tvm_tensil" not in PRESETS["pynqz1"].to_dict(plain=True)
+
+
 def test_layout_pynqz1_and_wide_architectures():
     lay = layout_of(PRESETS["pynqz1"])
     assert (lay.operand0_bits, lay.operand1_bits, lay.operand2_bits, lay.instruction_bytes) == (16, 24, 16, 8)
@@ -109,6 +119,7 @@ def _base():
         ({"array_sise": 8}, "unknown key 'array_sise'; did you mean 'array_size'?"),
         ({"tvm_tensil": {"clock": 1}}, "unknown key 'tvm_tensil.clock'"),
         ({"tvm_tensil": {"axi_data_width": 48}}, "axi_data_width"),
+        ({"tvm_tensil": {"window_matmul": 1}}, "key 'tvm_tensil.window_matmul': 1 is not true or false"),
     ],
 )
 def test_invalid_values_name_the_key(change, message):

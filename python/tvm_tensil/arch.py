@@ -45,7 +45,10 @@ TARCH_KEYS = (
     "thread_queue_depth",
 )
 EXTENSION_KEY = "tvm_tensil"
-EXTENSION_FIELDS = ("name", "board", "part", "clock_mhz", "axi_data_width")
+EXTENSION_FIELDS = ("name", "board", "part", "clock_mhz", "axi_data_width", "window_matmul")
+# Extensions of the instruction set: a program using one cannot run without it, so they stay in
+# the architecture a model file carries.
+ISA_EXTENSION_FIELDS = ("window_matmul",)
 
 # Allowed ranges, inclusive. Local/accumulator depths follow the Tensil reference
 # (up to 2**16 vectors); DRAM banks are addressed with at most 32 bits.
@@ -100,6 +103,8 @@ class Architecture:
     part: str | None = field(default=None, compare=False)
     clock_mhz: float | None = field(default=None, compare=False)
     axi_data_width: int | None = field(default=None, compare=False)
+    # The window MatMul (docs/isa.md): an instruction set extension, so it takes part in equality.
+    window_matmul: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_type", _check_data_type(self.data_type, self._where()))
@@ -118,6 +123,10 @@ class Architecture:
             raise ArchitectureError(
                 f"{self._where()}key '{EXTENSION_KEY}.part': {self.part!r} is not an FPGA part "
                 'name; give a string such as "xc7z020clg400-1"'
+            )
+        if not isinstance(self.window_matmul, bool):
+            raise ArchitectureError(
+                f"{self._where()}key '{EXTENSION_KEY}.window_matmul': {self.window_matmul!r} is not true or false"
             )
         if self.axi_data_width is not None and self.axi_data_width not in _AXI_WIDTHS:
             raise ArchitectureError(
@@ -167,11 +176,14 @@ class Architecture:
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self, plain: bool = False) -> dict[str, Any]:
-        """The .tarch JSON object; ``plain=True`` leaves out our extension key."""
+        """The .tarch JSON object; ``plain=True`` leaves out our extension key but for the
+        instruction set extensions a program may use (``window_matmul``)."""
         d: dict[str, Any] = {k: getattr(self, k) for k in TARCH_KEYS}
         d["data_type"] = self.data_type.name
-        ext = {k: getattr(self, k) for k in EXTENSION_FIELDS if getattr(self, k) is not None}
-        if ext and not plain:
+        ext = {k: getattr(self, k) for k in EXTENSION_FIELDS if getattr(self, k) not in (None, False)}
+        if plain:
+            ext = {k: v for k, v in ext.items() if k in ISA_EXTENSION_FIELDS}
+        if ext:
             d[EXTENSION_KEY] = ext
         return d
 

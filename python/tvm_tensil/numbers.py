@@ -235,6 +235,18 @@ class DataType:
                 out[start + rows] = self._matmul_sequential(x[start + rows], weights, bias, sat)
         return out
 
+    def window_matmul(self, stream, taps, bias, stride: int = 1, sat: SaturationCounter | None = None) -> np.ndarray:
+        """The array's window step (a MatMul with the window flag): ``stream`` (T, N) vectors,
+        ``taps`` (K, N) weight rows, ``bias`` (N,). Output i, lane o: ``acc = bias[o]``, then for j in
+        0..K-1 ``acc = mac(stream[i*stride + j][o], taps[j][o], acc)``; (T - K) // stride + 1 outputs."""
+        stream = np.asarray(stream, dtype=np.int64)
+        taps = np.asarray(taps, dtype=np.int64)
+        count = (stream.shape[0] - taps.shape[0]) // stride + 1
+        acc = np.broadcast_to(np.asarray(bias, dtype=np.int64), (count, stream.shape[1])).copy()
+        for j in range(taps.shape[0]):
+            acc = self.mac(stream[j : j + (count - 1) * stride + 1 : stride], taps[j][None, :], acc, sat)
+        return acc
+
     def _matmul_sequential(self, x, w, bias, sat) -> np.ndarray:
         x = np.asarray(x, dtype=np.int64)
         w = np.asarray(w, dtype=np.int64)

@@ -20,7 +20,8 @@ from tvm_tensil.isa import (
     SIMDOp,
     decode_word,
 )
-from tvm_tensil.isa.fuzz import random_instruction
+from tvm_tensil.isa.fuzz import random_instruction, random_program
+from tvm_tensil.isa.instructions import TapWindow
 from tvm_tensil.isa.layout import layout_of
 
 
@@ -194,3 +195,64 @@ def test_decode_rejects_nonzero_padding_and_unknown_opcode():
     word = MatMul(0, 0, 1).encode(lay) | (1 << (16 + 23))  # operand1: 20 address + 3 stride bits, 1 padding
     with pytest.raises(InvalidInstruction, match="padding bits"):
         decode_word(word, lay)
+
+
+# -- the window MatMul (ours) --------------------------------------------------------------------
+
+WINDOWED = PRESETS["pynqz1"].replace(window_matmul=True, name="pynqz1_window")
+WL = layout_of(WINDOWED)
+
+
+def test_tap_window_register_value_round_trips():
+    for w in (TapWindow(3, 1, 1, 1), TapWindow(8, 7, 0, 8), TapWindow(1), TapWindow(5, 2, 2, 2)):
+        assert w.problem(8) is None
+        assert TapWindow.from_value(w.value) == w
+    assert TapWindow(3, 1, 1, 2).reads(4) == 7  # a 7-wide row, pad 1, stride 2: 4 outputs
+    assert TapWindow(3, 1, 0, 2).fitting(8, 4) == TapWindow(3, 1, 0, 2)  # 8 wide: the last tap is inside
+    assert TapWindow(3, 1, 0, 1).fitting(6, 6) == TapWindow(3, 1, 1, 1)
+    assert "taps" in TapWindow(9).problem(8)
+    assert "padding" in TapWindow(3, 3).problem(8)
+    assert "stride" in TapWindow(3, stride=3).problem(8)
+
+
+def test_window_matmuls_round_trip_and_need_the_extension():
+    inst = MatMul(16, 4, 6, 0, 1, accumulate=True, window=True)
+    data = inst.to_bytes(WL)
+    assert decode_word(int.from_bytes(data, "little"), WL) == inst
+    with pytest.raises(InvalidInstruction, match="no window MatMul") as e:
+        inst.to_bytes(L)  # plain Tensil has no window flag ...
+    assert e.value.field == "window"
+    with pytest.raises(InvalidInstruction, match="undefined bits"):
+        decode_word(int.from_bytes(data, "little"), L)  # ... nor does its decoder
+    with pytest.raises(InvalidInstruction, match="no window MatMul"):
+        Configure(ConfigRegister.WINDOW, TapWindow(3, 1, 1).value).to_bytes(L)
+    with pytest.raises(InvalidInstruction, match="not a tap window: 9 taps"):
+        Configure(ConfigRegister.WINDOW, TapWindow(9).value).to_bytes(WL)
+
+
+def test_a_window_matmul_reads_what_its_window_says():
+    """Program-level validation: the run a window MatMul reads depends on the register."""
+    win = Configure(ConfigRegister.WINDOW, TapWindow(3, 1, 1, 2).value)
+    ok = [win, MatMul(8192 - 7, 0, 4, window=True)]  # 4 outputs of stride 2 read 7 vectors: fits
+    assert not Program.from_instructions(ok, WL).invalid_mask().any()
+    Program.from_instructions(ok, WL).check()
+    over = [win, MatMul(8192 - 6, 0, 4, window=True)]
+    assert list(Program.from_instructions(over, WL).invalid_mask()) == [False, True]
+    unset = [NoOp(), MatMul(0, 0, 4, window=True)]  # no window configured in the program
+    assert list(Program.from_instructions(unset, WL).invalid_mask()) == [False, True]
+    # The register carries from one chunk of a program to the next.
+    prog = Program.from_instructions(ok + [MatMul(0, 0, 4, window=True)], WL)
+    f = prog.fields()
+    first, rest = prog.fields(0, 2), prog.fields(2, 3)
+    assert not prog.invalid_mask(rest, prog.window_after(first)).any()
+    assert prog.invalid_mask(rest).all()
+    assert not prog.invalid_mask(f).any()
+
+
+def test_random_window_programs_round_trip():
+    rng = random.Random(5)
+    prog = random_program(rng, WINDOWED, 3000, max_size=64)
+    assert any(getattr(i, "window", False) for i in prog)
+    p = Program.from_instructions(prog, WL)
+    assert p.instructions() == prog
+    assert not p.invalid_mask().any()

@@ -416,3 +416,89 @@ def test_the_instruction_loop_is_loaded_when_the_emulator_is_made():
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr[-2000:]
+
+
+# -- the window MatMul (ours) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "taps, lead, trail, stride", [(3, 1, 1, 1), (3, 1, 0, 2), (5, 2, 2, 1), (1, 0, 0, 4), (8, 0, 7, 2)]
+)
+def test_window_matmul_is_a_depthwise_conv_along_the_vectors(Emulator, taps, lead, trail, stride):
+    """Values on a 1/16 grid (every product exact): output i, lane o = bias[o] + sum over taps j of
+    W[j+1][o] * stream[i*stride + j][o], the stream padded with ``lead`` and ``trail`` zero vectors.
+    Weight rows past the taps are not used."""
+    from tvm_tensil.isa.instructions import TapWindow
+
+    rng = np.random.default_rng(taps * 7 + stride)
+    emu = Emulator(small_arch(window_matmul=True))
+    win = TapWindow(taps, lead, trail, stride)
+    outputs = 6
+    reads = win.reads(outputs)
+    x = rng.integers(-32, 32, (reads, N)) / 16
+    w = rng.integers(-32, 32, (N + 1, N)) / 16  # row 0: the bias
+    emu.write_dram(1, 0, fixed(w))
+    emu.write_dram(0, 100, fixed(x))
+    run(
+        emu,
+        f"""
+        datamove dram1_to_local local=0 dram1=0 size={N + 1}
+        loadweights local=0 size={N + 1}
+        datamove dram0_to_local local=0x40 dram0=100 size={reads}
+        datamove dram0_to_local local=0x80 dram0=100 size={outputs}
+        datamove local_to_acc local=0x80 acc=0x20 size={outputs}
+        configure window value={win.value}
+        matmul window local=0x40 acc=0 size={outputs}
+        matmul window accumulate local=0x40 acc=0x20 size={outputs}
+        datamove acc_to_local local=0x100 acc=0 size={outputs}
+        datamove acc_to_local local=0x140 acc=0x20 size={outputs}
+        datamove local_to_dram0 local=0x100 dram0=500 size={outputs}
+        datamove local_to_dram0 local=0x140 dram0=600 size={outputs}
+        """,
+    )
+    stream = np.vstack([np.zeros((lead, N)), x, np.zeros((trail, N))])
+    want = np.array([w[0] + sum(w[j + 1] * stream[i * stride + j] for j in range(taps)) for i in range(outputs)])
+    np.testing.assert_array_equal(emu.read_dram(0, 500, outputs) / ONE, want)
+    np.testing.assert_array_equal(emu.read_dram(0, 600, outputs) / ONE, want + x[:outputs])
+
+
+def test_window_matmul_rounds_like_a_matmul_one_tap_at_a_time(Emulator):
+    """Off the grid, each tap's product is rounded into the running sum (half to even on the sum's
+    parity), as the array does for a plain MatMul's input channels."""
+    from tvm_tensil.isa.instructions import TapWindow
+
+    rng = np.random.default_rng(3)
+    emu = Emulator(small_arch(window_matmul=True))
+    win = TapWindow(3, 1, 1, 1)
+    x = rng.integers(-3000, 3000, (5, N))
+    w = rng.integers(-600, 600, (N + 1, N))
+    emu.local[0 : N + 1] = w
+    emu.local[0x40:0x45] = x
+    run(
+        emu,
+        f"loadweights local=0 size={N + 1}\nconfigure window value={win.value}\nmatmul window local=0x40 acc=0 size=5",
+    )
+    stream = np.vstack([np.zeros((1, N), np.int64), x, np.zeros((1, N), np.int64)])
+    for i in range(5):
+        for o in range(N):
+            z = int(w[0, o])
+            for j in range(3):
+                z = mac_ref(int(stream[i + j, o]), int(w[j + 1, o]), z)
+            assert emu.acc[i, o] == z
+
+
+WINDOW_ARCHS = [a.replace(window_matmul=True, name=f"{a.name}_window") for a in DIFFERENTIAL_ARCHS[:2]]
+
+
+@pytest.mark.parametrize("arch", WINDOW_ARCHS, ids=lambda a: a.name)
+def test_the_emulator_matches_the_reference_on_random_window_programs(arch, full):
+    from tvm_tensil.runtime.differential import compare, random_programs, report
+
+    fast, ref = CompiledEmulator(arch), ReferenceEmulator(arch)
+    seen = set()
+    for _, body, dram in random_programs(arch, 2000 if full else 300, seed=12):
+        seen |= _coverage(body)
+        diff = compare(fast, ref, body, dram)
+        assert diff is None, report(fast, ref, body, dram, diff)
+        assert fast.last_stats.saturations == ref.last_stats.saturations
+    assert {("MATMUL", f) for f in range(8)} <= seen

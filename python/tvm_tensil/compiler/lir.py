@@ -64,6 +64,7 @@ class LIR:
         }
         self._simd_bits = lay.simd_operand_bits
         self._discarding = False
+        self._window: int | None = None  # the window register after the instructions encoded
 
     def __len__(self) -> int:
         return self._done + len(self._rows) // _ROW
@@ -143,6 +144,17 @@ class LIR:
                 s if n > 1 else 0,
                 n - 1,
             )
+
+    def window_matmul(
+        self, local: int, acc: int, outputs: int, local_step: int = 1, acc_step: int = 1, accumulate: bool = False
+    ) -> None:
+        """A MatMul with the window flag (ours): ``outputs`` outputs of the window last configured
+        (``configure(ConfigRegister.WINDOW, ...)``), which sets how many vectors it reads."""
+        ls, s = self._stride0.get(local_step), self._stride1.get(acc_step)
+        if ls is None or s is None or outputs > self._run_limit["acc"]:
+            raise ValueError(f"window MatMul of {outputs} outputs, steps {local_step}/{acc_step}: not encodable")
+        fl = int(MatMulFlag.WINDOW | MatMulFlag.ACCUMULATE * accumulate)
+        self._emit(_MATMUL, fl, local, ls, acc, s if outputs > 1 else 0, outputs - 1)
 
     def load_weights(self, local: int, size: int, local_step: int = 1, zeroes: bool = False) -> None:
         ls = 0 if zeroes else self._stride0.get(local_step)
@@ -287,7 +299,9 @@ class LIR:
         out[:, col] = fl | (op << 4)
         data = out.tobytes()
         chunk = Program(data, lay, "lir")
-        bad = chunk.invalid_mask()
+        f = chunk.fields()
+        bad = chunk.invalid_mask(f, self._window)  # (a window MatMul needs its Configure in this LIR)
+        self._window = chunk.window_after(f, self._window)
         if bad.any():
             i = int(np.argmax(bad))
             try:

@@ -60,7 +60,7 @@ _MNEMONICS = {
 # (allowed flags, allowed keys) per mnemonic; a key naming an address accepts ADDR:STEP.
 _SYNTAX = {
     "noop": ((), ()),
-    "matmul": (("accumulate", "zeroes"), ("local", "acc", "size")),
+    "matmul": (("accumulate", "zeroes", "window"), ("local", "acc", "size")),
     "datamove": (tuple(d.mnemonic for d in Direction), ("local", "dram0", "dram1", "acc", "size")),
     "loadweights": (("zeroes",), ("local", "size")),
     "simd": (
@@ -159,7 +159,7 @@ def _build(mnemonic: str, flags: list[str], keys: dict[str, str]) -> Instruction
         return NoOp()
     if mnemonic == "matmul":
         (la, ls), (aa, as_) = addr("local"), addr("acc")
-        return MatMul(la, aa, size(), ls, as_, "accumulate" in flags, "zeroes" in flags)
+        return MatMul(la, aa, size(), ls, as_, "accumulate" in flags, "zeroes" in flags, "window" in flags)
     if mnemonic == "datamove":
         if len(flags) != 1:
             raise ValueError("give exactly one direction: " + ", ".join(d.mnemonic for d in Direction))
@@ -229,7 +229,7 @@ def format_instruction(inst: Instruction) -> str:
     if isinstance(inst, NoOp):
         return "noop"
     if isinstance(inst, MatMul):
-        words = ["matmul"] + [f for f in ("accumulate", "zeroes") if getattr(inst, f)]
+        words = ["matmul"] + [f for f in ("accumulate", "zeroes", "window") if getattr(inst, f)]
         words += [
             _fmt_addr("local", inst.local, inst.local_stride),
             _fmt_addr("acc", inst.acc, inst.acc_stride),

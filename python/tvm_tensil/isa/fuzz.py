@@ -21,6 +21,7 @@ from .instructions import (
     MatMul,
     NoOp,
     SIMDOp,
+    TapWindow,
 )
 from .layout import layout_of
 
@@ -49,15 +50,38 @@ def _size(rng: random.Random, arch: Architecture, memories, max_size: int) -> in
     return rng.randint(1, limit)
 
 
+def random_window(rng: random.Random, arch: Architecture) -> TapWindow:
+    """A random valid tap window (mostly short ones, as depthwise convs use)."""
+    taps = rng.randint(1, min(arch.array_size, rng.choice((3, 5, 256))))
+    return TapWindow(taps, rng.randrange(taps), rng.randrange(taps), rng.choice(TapWindow.STRIDES))
+
+
 def random_instruction(
-    rng: random.Random, arch: Architecture, max_size: int = 64, kinds: tuple[str, ...] | None = None
+    rng: random.Random,
+    arch: Architecture,
+    max_size: int = 64,
+    kinds: tuple[str, ...] | None = None,
+    window: TapWindow | None = None,
 ) -> Instruction:
-    """One random valid instruction (LoadLUT excluded: no TCU has lookup tables)."""
+    """One random valid instruction (LoadLUT excluded: no TCU has lookup tables). ``window``: the
+    window register's value, if set (a window MatMul is drawn only then)."""
     kinds = kinds or ("noop", "matmul", "datamove", "loadweights", "simd", "configure")
     kind = rng.choice(kinds)
     s0, s1 = arch.stride0_depth, arch.stride1_depth
     if kind == "noop":
         return NoOp()
+    if kind == "matmul" and window is not None and rng.random() < 0.4:
+        # At least one vector read; at most max_size outputs and reads inside local memory.
+        short = window.lead + window.trail - window.taps + 1  # reads(1) = 1 - short
+        least = 1 + max(0, -(-short // window.stride))
+        most = min(arch.accumulator_depth, max_size, (arch.local_depth - 1 + short) // window.stride + 1)
+        outputs = rng.randint(least, max(least, most))
+        zeroes = rng.random() < 0.1
+        local, ls = _run(rng, arch, window.reads(outputs), "local", s0)
+        acc, as_ = _run(rng, arch, outputs, "acc", s1)
+        return MatMul(0 if zeroes else local, acc, outputs, 0 if zeroes else ls, as_, rng.random() < 0.5, zeroes, True)
+    if kind == "configure" and arch.window_matmul and rng.random() < 0.5:
+        return Configure(ConfigRegister.WINDOW, random_window(rng, arch).value)
     if kind == "matmul":
         size = _size(rng, arch, ("local", "acc"), max_size)
         zeroes = rng.random() < 0.2
@@ -107,7 +131,18 @@ def random_instruction(
 
 
 def random_program(rng: random.Random, arch: Architecture, length: int, max_size: int = 64) -> list[Instruction]:
-    return [random_instruction(rng, arch, max_size) for _ in range(length)]
+    """``length`` random instructions; with the window MatMul, the first sets the window."""
+    body: list[Instruction] = []
+    window = None
+    if arch.window_matmul and length:
+        window = random_window(rng, arch)
+        body.append(Configure(ConfigRegister.WINDOW, window.value))
+    while len(body) < length:
+        inst = random_instruction(rng, arch, max_size, window=window)
+        if isinstance(inst, Configure) and inst.register is ConfigRegister.WINDOW:
+            window = TapWindow.from_value(inst.value)
+        body.append(inst)
+    return body
 
 
 def power_on_preamble(arch: Architecture) -> list[Instruction]:

@@ -30,6 +30,7 @@ __all__ = [
     "SIMDFlag",
     "SIMDOp",
     "ConfigRegister",
+    "TapWindow",
     "InvalidInstruction",
     "Instruction",
     "NoOp",
@@ -101,6 +102,7 @@ class MatMulFlag(IntFlag):
 
     ACCUMULATE = 1  # add to the accumulators instead of overwriting them
     ZEROES = 2  # feed zero vectors (local memory is not read): the output is the bias row
+    WINDOW = 4  # (ours) a 1-D depthwise window over the vectors read (``TapWindow``)
 
 
 class LoadWeightsFlag(IntFlag):
@@ -156,10 +158,59 @@ class ConfigRegister(IntEnum):
     TRACEPOINT = 9
     PROGRAM_COUNTER = 10
     SAMPLE_INTERVAL = 11
+    WINDOW = 12  # (ours) the tap window of MatMuls with the window flag (``TapWindow``)
 
     @property
     def mnemonic(self) -> str:
         return self.name.lower()
+
+
+@dataclass(frozen=True)
+class TapWindow:
+    """The window of a MatMul with the window flag (ours; docs/isa.md, "Window MatMul").
+
+    The MatMul reads ``reads(outputs)`` vectors ``in[0..]``; the stream is ``lead`` zero vectors,
+    those vectors, then ``trail`` zero vectors; output ``i`` is, lane by lane, the bias plus
+    ``W[j+1] * stream[i*stride + j]`` for ``j`` in ``0..taps-1``, accumulated one tap at a time
+    like a plain MatMul's inputs (each lane ``o`` uses lane ``o`` of every vector: a depthwise
+    convolution along the vectors, ``taps`` wide)."""
+
+    taps: int
+    lead: int = 0
+    trail: int = 0
+    stride: int = 1
+
+    # Register bits: taps - 1 (8), lead (8), trail (8), log2 stride (2).
+    STRIDES: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+
+    def problem(self, array_size: int) -> str | None:
+        """Why this window is not one the array can run, or None."""
+        if not 1 <= self.taps <= min(array_size, 256):
+            return f"{self.taps} taps: a window has 1..{min(array_size, 256)} taps (one per weight row)"
+        if not (0 <= self.lead < self.taps and 0 <= self.trail < self.taps):
+            return f"padding {self.lead}/{self.trail} with {self.taps} taps: each side pads 0..taps-1 vectors"
+        if self.stride not in self.STRIDES:
+            return f"stride {self.stride}: allowed {', '.join(map(str, self.STRIDES))}"
+        return None
+
+    @property
+    def value(self) -> int:
+        return (self.taps - 1) | self.lead << 8 | self.trail << 16 | self.STRIDES.index(self.stride) << 24
+
+    @classmethod
+    def from_value(cls, value: int) -> "TapWindow":
+        """The window a register value holds (bits above 26 ignored)."""
+        return cls((value & 0xFF) + 1, (value >> 8) & 0xFF, (value >> 16) & 0xFF, 1 << ((value >> 24) & 3))
+
+    def reads(self, outputs: int) -> int:
+        """Vectors read from local memory for ``outputs`` outputs (at least 1 for a valid MatMul)."""
+        return (outputs - 1) * self.stride + self.taps - self.lead - self.trail
+
+    def fitting(self, length: int, outputs: int) -> "TapWindow":
+        """This window with ``trail`` set so that ``outputs`` outputs read at most ``length`` vectors
+        (exactly, unless the last outputs do not reach the end)."""
+        trail = max(0, (outputs - 1) * self.stride + self.taps - self.lead - length)
+        return TapWindow(self.taps, self.lead, trail, self.stride)
 
 
 # Vectors a DRAM reader's response queue holds. Half full, its responses go first on local memory's
@@ -366,6 +417,9 @@ class MatMul(Instruction):
     acc_stride: int = 0
     accumulate: bool = False
     zeroes: bool = False
+    # (ours) a depthwise window over the vectors read (``TapWindow``, set by Configure): ``size``
+    # counts the outputs; how many vectors it reads depends on the window register.
+    window: bool = False
 
     opcode: ClassVar[Opcode] = Opcode.MATMUL
     name: ClassVar[str] = "MatMul"
@@ -373,14 +427,23 @@ class MatMul(Instruction):
     def check(self, layout) -> None:
         _check_flag(self.name, "accumulate", self.accumulate)
         _check_flag(self.name, "zeroes", self.zeroes)
+        _check_flag(self.name, "window", self.window)
+        if self.window and not layout.arch.window_matmul:
+            raise InvalidInstruction(
+                self.name, "window", "this architecture has no window MatMul (set tvm_tensil.window_matmul)"
+            )
         _check_size(layout, self.name, self.size, ("local", "acc"))
+        # A window MatMul's read run depends on the window register: checked over the program.
         _check_address(
-            layout, self.name, "local", "local", self.local, self.local_stride, self.size, used=not self.zeroes
-        )
+            layout, self.name, "local", "local", self.local, self.local_stride,
+            1 if self.window else self.size, used=not self.zeroes,
+        )  # fmt: skip
         _check_address(layout, self.name, "acc", "acc", self.acc, self.acc_stride, self.size)
 
     def flags(self) -> int:
-        return int(MatMulFlag.ACCUMULATE * self.accumulate | MatMulFlag.ZEROES * self.zeroes)
+        return int(
+            MatMulFlag.ACCUMULATE * self.accumulate | MatMulFlag.ZEROES * self.zeroes | MatMulFlag.WINDOW * self.window
+        )
 
     def operands(self, layout):
         return (
@@ -568,6 +631,14 @@ class Configure(Instruction):
             )
         bits = layout.configure_value_bits
         _check_int(self.name, "value", self.value, 0, (1 << bits) - 1, f"the value field holds {bits} bits")
+        if self.register is ConfigRegister.WINDOW:
+            if not layout.arch.window_matmul:
+                raise InvalidInstruction(
+                    self.name, "register", "this architecture has no window MatMul (set tvm_tensil.window_matmul)"
+                )
+            problem = TapWindow.from_value(self.value).problem(layout.arch.array_size)
+            if problem or self.value >> 26:
+                raise InvalidInstruction(self.name, "value", f"not a tap window: {problem or 'bits above 25 set'}")
 
     def encode(self, layout) -> int:
         self.check(layout)
@@ -634,10 +705,13 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         _require_zero(o0 | o1 | o2, name, "operands", "NoOp has no operands; they must be zero")
         inst: Instruction = NoOp()
     elif op is Opcode.MATMUL:
-        flag_bits(0b11)
+        flag_bits(0b111 if layout.arch.window_matmul else 0b11)
         local, ls = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
         acc, as_ = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
-        inst = MatMul(local, acc, o2 + 1, ls, as_, bool(flags & MatMulFlag.ACCUMULATE), bool(flags & MatMulFlag.ZEROES))
+        inst = MatMul(
+            local, acc, o2 + 1, ls, as_, bool(flags & MatMulFlag.ACCUMULATE), bool(flags & MatMulFlag.ZEROES),
+            bool(flags & MatMulFlag.WINDOW),
+        )  # fmt: skip
     elif op is Opcode.DATAMOVE:
         try:
             direction = Direction(flags)

@@ -176,8 +176,31 @@ class Program:
             pad1=pad1,
         )
 
-    def invalid_mask(self, f: ProgramFields | None = None) -> np.ndarray:
-        """True for every instruction ``decode_word`` would reject, in one vectorised pass."""
+    def _windows_through(self, f: ProgramFields, window: int | None) -> np.ndarray:
+        """The window register after each instruction of ``f`` (-1: not set), from ``window`` before."""
+        is_window = (f.opcode == Opcode.CONFIGURE) & ((f.raw0 & 0xF) == ConfigRegister.WINDOW)
+        # The register's low 27 bits (all a window uses) from the operands' low bits.
+        values = ((f.raw0 >> 4) | (f.raw1 << (self.layout.operand0_bits - 4))) & ((1 << 27) - 1)
+        last = np.maximum.accumulate(np.where(is_window, np.arange(len(f)), -1))
+        return np.where(last >= 0, values[np.maximum(last, 0)], -1 if window is None else window)
+
+    def window_values(self, f: ProgramFields, window: int | None = None) -> np.ndarray:
+        """The window register's value each instruction of ``f`` sees (-1: not set in this
+        program), from ``window``, its value before ``f``'s first instruction."""
+        through = self._windows_through(f, window)
+        return np.concatenate([[-1 if window is None else window], through[:-1]]).astype(np.int64)
+
+    def window_after(self, f: ProgramFields, window: int | None = None) -> int | None:
+        """The window register's value after ``f`` (``window`` before it; None: never set)."""
+        if not self.layout.arch.window_matmul or not len(f):
+            return window
+        last = int(self._windows_through(f, window)[-1])
+        return None if last < 0 else last
+
+    def invalid_mask(self, f: ProgramFields | None = None, window: int | None = None) -> np.ndarray:
+        """True for every instruction ``decode_word`` would reject, in one vectorised pass; a window
+        MatMul also needs the window register set earlier in the program (``window``: its value
+        before ``f``'s first instruction, None if not set yet) and its reads inside local memory."""
         f = self.fields() if f is None else f
         lay = self.layout
         arch = lay.arch
@@ -196,14 +219,23 @@ class Program:
             Opcode.NOOP: (fl != 0) | (f.raw0 != 0) | (f.raw1 != 0) | (o2 != 0),
         }
         zeroes = (fl & MatMulFlag.ZEROES) != 0
+        windowed = (fl & MatMulFlag.WINDOW) != 0
+        reads = count
+        win_values = np.full(len(op), -1, dtype=np.int64)
+        if arch.window_matmul:
+            win_values = self.window_values(f, window)
+            v = np.maximum(win_values, 0)
+            taps, lead, trail = (v & 0xFF) + 1, (v >> 8) & 0xFF, (v >> 16) & 0xFF
+            reads = np.where(windowed, (count - 1) * np.left_shift(1, (v >> 24) & 3) + taps - lead - trail, count)
         verdicts[Opcode.MATMUL] = (
-            (fl > 3)
+            (fl > (7 if arch.window_matmul else 3))
             | f.pad0
             | f.pad1
             | bad_s0
             | bad_s1
             | (count > min(L, A, size_max))
-            | (~zeroes & run_bad(a0, s0, count, L))
+            | (windowed & ((win_values < 0) | (reads < 1)))
+            | (~zeroes & run_bad(a0, s0, np.maximum(reads, 1), L))
             | run_bad(a1, s1, count, A)
         )
         other = np.select(
@@ -242,6 +274,16 @@ class Program:
         verdicts[Opcode.SIMD] = simd
         verdicts[Opcode.LOADLUT] = (fl != 0) | (o2 != 0) | f.pad0 | bad_s0 | (a0 >= L)
         verdicts[Opcode.CONFIGURE] = (fl != 0) | ~np.isin(f.raw0 & 0xF, [int(r) for r in ConfigRegister])
+        set_window = (f.raw0 & 0xF) == ConfigRegister.WINDOW
+        if arch.window_matmul:  # taps <= N, each side's padding < taps, nothing above bit 25
+            value = (
+                (f.raw0 >> 4)
+                | (f.raw1 << (lay.operand0_bits - 4))
+                | (o2 << (lay.operand0_bits + lay.operand1_bits - 4))
+            )
+            taps, lead, trail = (value & 0xFF) + 1, (value >> 8) & 0xFF, (value >> 16) & 0xFF
+            set_window &= (taps > arch.array_size) | (lead >= taps) | (trail >= taps) | ((value >> 26) != 0)
+        verdicts[Opcode.CONFIGURE] |= set_window
 
         bad = np.ones(len(op), dtype=bool)  # unknown opcodes stay bad
         for code, verdict in verdicts.items():
@@ -264,8 +306,10 @@ class Program:
         counts = np.zeros(16, dtype=np.int64)
         vectors = np.zeros(16, dtype=np.int64)
         writes_dram1, first_loadlut = False, None
+        window = None
         for start, f in self.chunks():
-            self._raise_first_invalid(self.invalid_mask(f), start)
+            self._raise_first_invalid(self.invalid_mask(f, window), start)
+            window = self.window_after(f, window)
             counts += np.bincount(f.opcode, minlength=16)
             sizes = np.where(
                 f.opcode == Opcode.LOADWEIGHTS,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..arch import Architecture
+from ..arch import Architecture, ArchitectureError
 from ..isa.layout import layout_of
 
 
@@ -17,6 +17,11 @@ def _bits(depth: int) -> int:
 
 
 def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> dict[str, int]:
+    if arch.window_matmul:  # every RTL build (simulation, synthesis, a board's project) comes here
+        raise ArchitectureError(
+            f"architecture '{arch.name or '(unnamed)'}': the RTL core does not implement the window "
+            "MatMul (tvm_tensil.window_matmul) yet; run its programs on the emulator"
+        )
     lay = layout_of(arch)
     return {
         "ARRAY_SIZE": arch.array_size,

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..isa.asm import disassemble
-from ..isa.fuzz import dump_epilogue, random_instruction
+from ..isa.fuzz import dump_epilogue, random_program
 from ..isa.instructions import Instruction
 from ..isa.layout import layout_of
 from ..isa.program import Program
@@ -78,7 +78,7 @@ def random_programs(arch, count: int, seed: int = 0, max_size: int = 12, length:
     """(index, body, dram) for ``count`` random valid programs (all opcodes, strides, sizes, flags)."""
     rng = random.Random(seed)
     for i in range(count):
-        body = [random_instruction(rng, arch, max_size=max_size) for _ in range(rng.randint(*length))]
+        body = random_program(rng, arch, rng.randint(*length), max_size=max_size)
         yield i, body, random_dram(arch, seed * 100003 + i)
 
 

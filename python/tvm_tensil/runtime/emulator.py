@@ -29,6 +29,7 @@ _DRAM0_TO_LOCAL, _LOCAL_TO_DRAM0 = int(Direction.DRAM0_TO_LOCAL), int(Direction.
 _DRAM1_TO_LOCAL, _LOCAL_TO_DRAM1 = int(Direction.DRAM1_TO_LOCAL), int(Direction.LOCAL_TO_DRAM1)
 _ACC_TO_LOCAL, _LOCAL_TO_ACC = int(Direction.ACC_TO_LOCAL), int(Direction.LOCAL_TO_ACC)
 _MM_ACCUMULATE, _MM_ZEROES = int(MatMulFlag.ACCUMULATE), int(MatMulFlag.ZEROES)
+_MM_WINDOW, _CFG_WINDOW = int(MatMulFlag.WINDOW), int(ConfigRegister.WINDOW)
 _LW_ZEROES = int(LoadWeightsFlag.ZEROES)
 _SIMD_READ, _SIMD_WRITE, _SIMD_ACCUMULATE = int(SIMDFlag.READ), int(SIMDFlag.WRITE), int(SIMDFlag.ACCUMULATE)
 (
@@ -244,6 +245,34 @@ def _run_kernel(
         # computed for all outputs at once (the loop over o vectorises).
         zeroes = (fl & _MM_ZEROES) != 0
         accumulate = (fl & _MM_ACCUMULATE) != 0
+        if fl & _MM_WINDOW:  # (ours) output k, lane o: bias, then mac(stream[k*stride + j][o], w[j+1][o])
+            win = config[_CFG_WINDOW]
+            taps, lead = (win & 0xFF) + 1, (win >> 8) & 0xFF
+            stride = np.int64(1) << ((win >> 24) & 3)
+            reads = (cnt - 1) * stride + taps - lead - ((win >> 16) & 0xFF)
+            clipped = 0
+            for k in range(cnt):
+                for o in range(n):
+                    out[o] = weights[0, o]
+                for j in range(taps):
+                    r = k * stride + j - lead  # the vector read, if the stream holds one here
+                    if zeroes or r < 0 or r >= reads:
+                        continue  # a zero input leaves the sum exactly as it is
+                    la = a0 + r * st0
+                    for o in range(n):
+                        q = _round_shift(local[la, o] * weights[j + 1, o] + (out[o] << bp), bp)
+                        z = min(max(q, lo), hi)
+                        clipped += q != z
+                        out[o] = z
+                da = a1 + k * st1
+                if accumulate:
+                    for o in range(n):
+                        acc[da, o] = _saturate(acc[da, o] + out[o], lo, hi, sats, _SAT_MATMUL)
+                else:
+                    for o in range(n):
+                        acc[da, o] = out[o]
+            sats[_SAT_MATMUL] += clipped
+            continue
         for k in range(cnt):
             la = a0 + k * st0
             da = a1 + k * st1

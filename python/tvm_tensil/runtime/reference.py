@@ -26,6 +26,7 @@ from ..isa.instructions import (
     Opcode,
     SIMDFlag,
     SIMDOp,
+    TapWindow,
 )
 from ..isa.layout import layout_of
 from ..isa.program import Program
@@ -165,7 +166,16 @@ class ReferenceEmulator(HostDramDevice):
                 st1 = 1 << s1s[pc]
                 a1 = a1s[pc]
                 dst = slice(a1, a1 + (cnt - 1) * st1 + 1, st1)
-                if fl & MatMulFlag.ZEROES:  # every product is 0, the output is the bias row exactly
+                if fl & MatMulFlag.WINDOW:  # (ours) a depthwise window along the vectors read
+                    win = TapWindow.from_value(config[ConfigRegister.WINDOW])
+                    reads = win.reads(cnt)
+                    st0 = 1 << s0s[pc]
+                    a0 = a0s[pc]
+                    stream = np.zeros((win.lead + reads + win.trail, n), dtype=np.int64)
+                    if not fl & MatMulFlag.ZEROES:
+                        stream[win.lead : win.lead + reads] = local[a0 : a0 + (reads - 1) * st0 + 1 : st0]
+                    out = dt.window_matmul(stream, weights[1 : win.taps + 1], weights[0], win.stride, sat_mm)
+                elif fl & MatMulFlag.ZEROES:  # every product is 0, the output is the bias row exactly
                     out = np.broadcast_to(weights[0], (cnt, n))
                 else:
                     st0 = 1 << s0s[pc]
