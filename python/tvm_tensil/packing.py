@@ -83,6 +83,7 @@ def pack_conv_weights(
     phase: Sequence[int] | None = None,
     residue: Sequence[int] | None = None,
     patches: bool = False,
+    window: bool = False,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
@@ -100,6 +101,8 @@ def pack_conv_weights(
     layout, whose program reads the map as (h, w, c padded to that many blocks) lanes.
     ``phase``: the weight is a transposed conv's; its phase's kernel is packed (``phase_kernel``).
     ``patches``: the conv reads its input as its windows; packed as a 1x1 conv (``patch_kernel``).
+    ``window`` (depthwise): blocks (block, part, kh) for window MatMuls, row 1 + kx = tap kx of
+    that kernel row, lane by lane (``bias_tap`` = (ky, 0)); rows past the row's taps are zero.
     """
     w = np.asarray(consts[weight], dtype=np.float64)
     if patches:
@@ -145,6 +148,17 @@ def pack_conv_weights(
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
+    if window:
+        if kw > n:
+            raise ValueError(f"a window MatMul holds at most {n} taps a row; this kernel has {kw}")
+        out = np.zeros((cbo, len(parts), kh, n + 1, n))
+        for k, part in enumerate(parts):
+            wp = np.zeros((cbo * n, kh, kw))
+            wp[:co] = part[:, 0]
+            out[:, k, :, 1 : kw + 1, :] = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kx, lane)
+        if bias is not None:
+            out[:, -1, bias_tap[0], 0, :] = _bias_rows(consts, bias, cbo, n)
+        return out.reshape(-1, n)
     out = np.zeros((cbo, len(parts), kh, kw, n + 1, n))
     idx = np.arange(n)
     for k, part in enumerate(parts):

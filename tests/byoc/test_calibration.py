@@ -33,8 +33,16 @@ def _logits(vm_main, x: np.ndarray) -> np.ndarray:
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("kind", trained_nets.CLASSIFIERS)
-def test_trained_network_keeps_its_answers_with_calibration(kind):
+WINDOW = tvm_tensil.arch.PRESETS["pynqz1"].replace(window_matmul=True, name="pynqz1_window")
+
+
+@pytest.mark.parametrize(
+    "kind, arch",
+    [(kind, "pynqz1") for kind in trained_nets.CLASSIFIERS]
+    + [(kind, WINDOW) for kind in ("mobilenet", "mobilenetv3")],  # depthwise convs as window MatMuls
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_trained_network_keeps_its_answers_with_calibration(kind, arch):
     """Top-1 on the held-back split within 0.5 point of float, no saturation on it after calibrating on
     the training split, logits within 1% of their range."""
     net, data = trained_nets.trained(kind), trained_nets.digits()
@@ -42,7 +50,7 @@ def test_trained_network_keeps_its_answers_with_calibration(kind):
     x, y = data.x_test[:n], data.y_test[:n]
     mod = trained_nets.relax_module(net, BATCH)
     cpu = _logits(relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"], x)
-    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:CALIBRATION])
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch, calibration=data.x_train[:CALIBRATION])
     assert ex.tensil_report.cpu_ops == []
     with warnings.catch_warnings():
         warnings.simplefilter("error", SaturationWarning)

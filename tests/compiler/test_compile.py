@@ -1079,3 +1079,98 @@ def test_streamed_weights_may_go_in_pieces_the_loads_follow(monkeypatch):
         largest[tried] = int(f.operand2[weights].max()) + 1
     assert largest[False] > conv.WEIGHT_PIECE >= largest[True]
     assert cycles[True] < cycles[False]
+
+
+# -- depthwise convs as window MatMuls (a core with the window MatMul) -------------------------------
+
+WINDOW_ARCH = ARCH.replace(window_matmul=True, name="pynqz1_window")
+
+
+def _window_matmuls(part) -> tuple[int, int]:
+    """(window MatMuls, other MatMuls reading local memory) of a compiled partition."""
+    from tvm_tensil.isa.instructions import MatMulFlag
+
+    f = part.program.fields()
+    mm = f.opcode == Opcode.MATMUL
+    window = mm & ((f.flags & MatMulFlag.WINDOW) != 0)
+    return int(window.sum()), int((mm & ~window & ((f.flags & MatMulFlag.ZEROES) == 0)).sum())
+
+
+@pytest.mark.parametrize(
+    "x_shape, k, strides, padding, arch",
+    [
+        ((1, 7, 7, 12), (3, 3), (1, 1), (1, 1, 1, 1), WINDOW_ARCH),  # a partial channel block
+        ((2, 9, 8, 16), (3, 3), (2, 2), (1, 1, 1, 1), WINDOW_ARCH),  # batch 2, stride 2, even width
+        ((1, 9, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), WINDOW_ARCH),  # odd width: the last tap is padding
+        ((1, 10, 9, 4), (5, 3), (1, 2), (2, 0, 1, 1), WINDOW_ARCH),  # asymmetric kernel, padding, stride
+        ((1, 6, 11, 8), (5, 5), (1, 1), (2, 2, 2, 2), WINDOW_ARCH),  # 5 taps a row
+        ((1, 5, 6, 8), (3, 3), (1, 1), (3, 1, 3, 1), WINDOW_ARCH),  # no kernel row covers every output row
+        # Tiles narrower than the map: each tile's window pads only at the map's edges.
+        (
+            (1, 12, 40, 8),
+            (3, 3),
+            (1, 1),
+            (1, 1, 1, 1),
+            Architecture("FP16BP8", 8, 4096, 4096, 160, 64, window_matmul=True),
+        ),
+        (
+            (1, 12, 40, 8),
+            (3, 3),
+            (2, 2),
+            (1, 1, 1, 1),
+            Architecture("FP16BP8", 8, 4096, 4096, 160, 64, window_matmul=True),
+        ),
+    ],
+)
+def test_depthwise_convs_run_as_window_matmuls_exactly(x_shape, k, strides, padding, arch):
+    """A window MatMul per kernel row and output row, exact on grid values (every product exact), the
+    same as the diagonal blocks the core would otherwise run (``CompileOptions(window_matmul=False)``)."""
+    rng = np.random.default_rng(sum(x_shape) + k[0])
+    c = x_shape[3]
+    w = grid(rng, (c, 1, *k), -4, 4)
+    bias = grid(rng, c)
+    x = grid(rng, x_shape)
+    g, out = conv_graph(x_shape, w, bias, strides, padding, groups=c, epilogue=[("relu", {})])
+    want = np.maximum(conv2d_nhwc(x, w, bias, strides, padding, groups=c), 0)
+    y, part, emu = run(g, {"x": x}, arch)
+    np.testing.assert_array_equal(y[out], want)
+    windows, others = _window_matmuls(part)
+    assert windows > 0 and others == 0
+    plan = conv_plan(g, arch)
+    assert plan.row_window is not None and plan.taps == tuple((ky, 0) for ky in range(k[0]))
+    if arch.local_depth == 160:
+        assert plan.cols < g.tensors[out].shape[2]  # (the case it stands for)
+    diagonal, dpart, _ = run(g, {"x": x}, arch, CompileOptions(window_matmul=False))
+    np.testing.assert_array_equal(diagonal[out], want)
+    assert _window_matmuls(dpart)[0] == 0
+    assert part.report["cycles"]["total"] < dpart.report["cycles"]["total"]
+
+
+@pytest.mark.parametrize(
+    "mode, local_depth", [("resident", 4096), ("input blocks", 200), ("blocks", 120), ("one block", 46)]
+)
+def test_depthwise_weights_in_two_parts_run_as_window_matmuls(mode, local_depth):
+    """Two-part weights (residue, then the rounded weights and the bias) in every weight mode:
+    exact as window MatMuls too (a block a kernel row: the modes need less local memory)."""
+    arch = Architecture("FP16BP8", 4, 4096, 4096, local_depth, 24, window_matmul=True)
+    g, out, x, want, _ = _two_part_conv("depthwise", 1, np.random.default_rng(7))
+    y, part, _ = run(g, {"x": x}, arch)
+    np.testing.assert_array_equal(y[out], want)
+    assert _window_matmuls(part)[0] > 0
+    assert conv_plan(g, arch).weights.mode == mode
+
+
+@pytest.mark.parametrize("k", [(1, 1), (3, 1)])
+def test_depthwise_kernels_one_tap_wide_stay_diagonal_blocks(k):
+    """A window of one tap gains nothing over a diagonal block (a 1x1 one streams the whole tile in
+    one MatMul): those stay diagonal, exact, on a core with the window MatMul (a squeeze-excite's
+    per-channel scale is one)."""
+    rng = np.random.default_rng(4)
+    x_shape = (3, 5, 4, 12)
+    w = grid(rng, (12, 1, *k), -4, 4)
+    x = grid(rng, x_shape)
+    pad = (k[0] // 2, 0, k[0] // 2, 0)
+    g, out = conv_graph(x_shape, w, None, padding=pad, groups=12)
+    y, part, _ = run(g, {"x": x}, WINDOW_ARCH)
+    np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, np.zeros(12), padding=pad, groups=12))
+    assert _window_matmuls(part)[0] == 0 and conv_plan(g, WINDOW_ARCH).row_window is None

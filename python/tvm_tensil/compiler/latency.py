@@ -58,6 +58,7 @@ import numpy as np
 from ..arch import MEMORY_TIMING, Architecture
 from ..isa.instructions import (
     RESPONSE_QUEUE_DEPTH,
+    ConfigRegister,
     DataMoveBit,
     Direction,
     Engine,
@@ -66,8 +67,8 @@ from ..isa.instructions import (
     Opcode,
     SIMDFlag,
 )
-from ..isa.layout import layout_of
-from ..isa.program import Program, ProgramFields
+from ..isa.layout import InstructionLayout, layout_of
+from ..isa.program import Program, ProgramFields, window_register, window_stream
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {
@@ -92,6 +93,7 @@ BANK_HOLD = 3
 
 _SIMD, _MATMUL, _LOADWEIGHTS = int(Opcode.SIMD), int(Opcode.MATMUL), int(Opcode.LOADWEIGHTS)
 _DATAMOVE, _CONFIGURE = int(Opcode.DATAMOVE), int(Opcode.CONFIGURE)
+_WINDOW_REGISTER = int(ConfigRegister.WINDOW)
 _ACC_TO_LOCAL = int(Direction.ACC_TO_LOCAL)
 _SIMD_READ, _SIMD_WRITE = int(SIMDFlag.READ), int(SIMDFlag.WRITE)
 _MATMUL_ZEROES, _LOADWEIGHTS_ZEROES = int(MatMulFlag.ZEROES), int(LoadWeightsFlag.ZEROES)
@@ -163,9 +165,12 @@ def resource_bounds(program: Program, arch: Architecture, node_starts=()) -> lis
     starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
     totals = np.zeros((starts.size, len(RESOURCES)), dtype=np.int64)
     bpv = beats_per_vector(arch)
+    window = None
     for start, f in program.chunks():
         node = np.maximum(np.searchsorted(starts, np.arange(start, start + f.opcode.shape[0]), side="right") - 1, 0)
         op, fl, size, lw_size = f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1
+        streamed = window_stream(f, program.layout, window)  # a window MatMul's array cycles
+        window = window_register(f, program.layout, window)[1]
         reads = (op == _MATMUL) & ((fl & _MATMUL_ZEROES) == 0)
         weights = (op == _LOADWEIGHTS) & ((fl & _LOADWEIGHTS_ZEROES) == 0)
         move = op == _DATAMOVE
@@ -173,7 +178,7 @@ def resource_bounds(program: Program, arch: Architecture, node_starts=()) -> lis
         acc_moves = move & (fl >= _ACC_TO_LOCAL)
         port_b = np.where(weights, lw_size, 0) + np.where(move & (fl < 4), size, 0)
         per = [
-            np.where(op == _MATMUL, size, 0),
+            np.where(op == _MATMUL, streamed, 0),
             np.where(op == _LOADWEIGHTS, lw_size, 0),
             np.where(acc_moves, size, 0) + (op == _SIMD),
             port_b,
@@ -203,7 +208,9 @@ class Simulation:
         self.busy = np.zeros(16, dtype=np.int64)
         self.state = np.zeros(_STATE_SIZE, dtype=np.int64)
         self.state[_LAST_SIMD_WRITE], self.state[_LAST_SIMD_TIME], self.state[_SWAP_AT] = -1, -10, -(1 << 40)
-        ib, bb = layout_of(arch).instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
+        self.layout = layout_of(arch)
+        self.window: int | None = None  # the window register after the instructions run
+        ib, bb = self.layout.instruction_bytes, (arch.axi_data_width or DEFAULT_AXI_BITS) // 8
         self.state[_BUFFERED] = ib + bb  # the instruction buffer starts full
         self.blame = np.zeros((max(nodes, 0), len(KINDS)), dtype=np.int64)
         # The kernel's parameters, grouped: the core's sizes, the memory's timing, the engines' costs.
@@ -213,13 +220,17 @@ class Simulation:
                       c["swap"], c["lw_after_swap"], c["set_free"])  # fmt: skip
 
     @staticmethod
-    def columns(f: ProgramFields) -> np.ndarray:
-        """The fields the model reads, one row each (``run`` takes any selection of columns)."""
-        return np.stack([f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1])
+    def columns(f: ProgramFields, layout: InstructionLayout | None = None, window: int | None = None) -> np.ndarray:
+        """The fields the model reads, one row each (``run`` takes any selection of columns). With
+        the ``layout``, a window MatMul's size is the vectors it streams (``window``: the window
+        register before ``f``)."""
+        size = f.operand2 + 1 if layout is None else window_stream(f, layout, window)
+        return np.stack([f.opcode, f.flags, size, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
         """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
-        self.run(self.columns(f), node)
+        self.run(self.columns(f, self.layout, self.window), node)
+        self.window = window_register(f, self.layout, self.window)[1]
 
     def run(self, columns: np.ndarray, node: np.ndarray | None = None) -> None:
         """Run the instructions given as ``columns``."""
@@ -418,6 +429,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
             simd_end = start + simd_drain
             busy[op] += 1
             finish = max(finish, simd_end)
+        elif op == _CONFIGURE and (a0[i] & 0xF) == _WINDOW_REGISTER:
+            busy[op] += 1  # the window MatMuls after it take its value as they dispatch: no drain
         elif op == _CONFIGURE:
             for e in range(_ENGINES):
                 if end[e] > start:

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..arch import Architecture
 from ..isa.instructions import Direction, LoadWeightsFlag, MatMulFlag, Opcode
-from ..isa.layout import layout_of
-from ..isa.program import Program, ProgramFields
+from ..isa.layout import InstructionLayout, layout_of
+from ..isa.program import Program, ProgramFields, window_register, window_stream
 from .latency import Simulation
 
 # A node's leading loads: those before its first MatMul, within its first LEADING instructions.
@@ -50,14 +50,35 @@ class Prefetch:
     ahead: int
 
 
+def windows_seen(program: Program) -> np.ndarray | None:
+    """The window register each instruction sees (-1: none), or None on a core without the window
+    MatMul. Moving loads and stores never moves a Configure (a barrier), so it stays right."""
+    if not program.layout.arch.window_matmul:
+        return None
+    parts, window = [], None
+    for _, f in program.chunks():
+        seen, window = window_register(f, program.layout, window)
+        parts.append(seen)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def window_at(seen: np.ndarray | None, pc: int) -> int | None:
+    """The window register before instruction ``pc`` (``windows_seen``), None if not set."""
+    return None if seen is None or pc >= len(seen) or seen[pc] < 0 else int(seen[pc])
+
+
 class Window:
     """The decoded instructions of one boundary's window and what each touches."""
 
-    def __init__(self, f: ProgramFields, depth: int, dram0_behind_loads: bool):
+    def __init__(
+        self, f: ProgramFields, depth: int, dram0_behind_loads: bool, layout: InstructionLayout, window: int | None
+    ):
+        """``window``: the window register before ``f`` (a window MatMul's reads depend on it)."""
         self.f = f
         self.dram0_behind_loads = dram0_behind_loads
         op, fl = f.opcode, f.flags
-        size = np.where(op == _LOADWEIGHTS, f.raw1, f.operand2) + 1
+        # (A window MatMul reads fewer vectors than it streams: its stream bounds the run it reads.)
+        size = np.where(op == _LOADWEIGHTS, f.raw1 + 1, window_stream(f, layout, window))
         lo = f.addr0
         hi = lo + (size - 1) * (np.int64(1) << f.stride0)
         wraps = hi >= depth
@@ -78,7 +99,7 @@ class Window:
         # The DRAM bank a DataMove reads or writes (-1: none), and what writes local memory.
         self.dram_bank = np.where((op == _DATAMOVE) & (fl < 4), fl >> 1, -1)
         self.writes_local = (op == _DATAMOVE) & np.isin(fl, _LOADS + (int(Direction.ACC_TO_LOCAL),))
-        self.columns = Simulation.columns(f)  # what a trial runs, in any order
+        self.columns = Simulation.columns(f, layout, window)  # what a trial runs, in any order
 
     def fastest(
         self, sim: Simulation, order: np.ndarray, at: int, first: int, last: int, common: int, finish: bool
@@ -138,6 +159,7 @@ def prefetch_across_nodes(
     starts = list(node_starts)
     ends = starts[1:] + [n]
     sim, simulated = Simulation(arch), 0
+    seen = windows_seen(program)
     moves: list[Prefetch] = []
     for k in range(1, len(starts)):
         head_end = min(ends[k], starts[k] + LEADING)
@@ -153,7 +175,8 @@ def prefetch_across_nodes(
         if measure:  # the simulation up to the window: the program before it is final
             sim.advance(Program(rows[simulated:a].tobytes(), program.layout).fields())
             simulated = a
-        win = Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, dram0_behind_loads)
+        f = Program(rows[a:z].tobytes(), program.layout).fields()
+        win = Window(f, arch.local_depth, dram0_behind_loads, program.layout, window_at(seen, a))
         order = np.arange(z - a)
         heads = [i for i in range(starts[k] - a, first_mm - a) if win.load[i]]
         if measure:

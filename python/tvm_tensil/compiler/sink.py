@@ -20,7 +20,7 @@ from ..isa.instructions import Opcode
 from ..isa.layout import layout_of
 from ..isa.program import Program
 from .latency import Simulation
-from .prefetch import Window
+from .prefetch import Window, window_at, windows_seen
 
 # A node's trailing stores: those after its last MatMul, within its last TRAILING instructions.
 TRAILING = 4096
@@ -49,6 +49,7 @@ def sink_across_nodes(
     rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, ib).copy()
     starts = list(node_starts)
     sim, simulated = Simulation(arch), 0
+    seen = windows_seen(program)
     moves: list[Sink] = []
     for k in range(1, len(starts)):
         end = starts[k + 1] if k + 1 < len(starts) else n
@@ -59,7 +60,8 @@ def sink_across_nodes(
         z = min(end, starts[k] + REACH + AFTER_LAST_POSITION)
         if a >= starts[k] or starts[k] >= z:
             continue
-        win = Window(Program(rows[a:z].tobytes(), program.layout).fields(), arch.local_depth, False)
+        f = Program(rows[a:z].tobytes(), program.layout).fields()
+        win = Window(f, arch.local_depth, False, program.layout, window_at(seen, a))
         tails = [i for i in range(starts[k] - a) if win.store[i]]
         if not tails:
             continue

@@ -176,26 +176,14 @@ class Program:
             pad1=pad1,
         )
 
-    def _windows_through(self, f: ProgramFields, window: int | None) -> np.ndarray:
-        """The window register after each instruction of ``f`` (-1: not set), from ``window`` before."""
-        is_window = (f.opcode == Opcode.CONFIGURE) & ((f.raw0 & 0xF) == ConfigRegister.WINDOW)
-        # The register's low 27 bits (all a window uses) from the operands' low bits.
-        values = ((f.raw0 >> 4) | (f.raw1 << (self.layout.operand0_bits - 4))) & ((1 << 27) - 1)
-        last = np.maximum.accumulate(np.where(is_window, np.arange(len(f)), -1))
-        return np.where(last >= 0, values[np.maximum(last, 0)], -1 if window is None else window)
-
     def window_values(self, f: ProgramFields, window: int | None = None) -> np.ndarray:
         """The window register's value each instruction of ``f`` sees (-1: not set in this
         program), from ``window``, its value before ``f``'s first instruction."""
-        through = self._windows_through(f, window)
-        return np.concatenate([[-1 if window is None else window], through[:-1]]).astype(np.int64)
+        return window_register(f, self.layout, window)[0]
 
     def window_after(self, f: ProgramFields, window: int | None = None) -> int | None:
         """The window register's value after ``f`` (``window`` before it; None: never set)."""
-        if not self.layout.arch.window_matmul or not len(f):
-            return window
-        last = int(self._windows_through(f, window)[-1])
-        return None if last < 0 else last
+        return window_register(f, self.layout, window)[1]
 
     def invalid_mask(self, f: ProgramFields | None = None, window: int | None = None) -> np.ndarray:
         """True for every instruction ``decode_word`` would reject, in one vectorised pass; a window
@@ -381,6 +369,35 @@ class Program:
             pc = first_pc + int(np.argmax(bad))
             self.instruction(pc)  # raises, naming the instruction and the field
             raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
+
+
+def window_register(f: ProgramFields, layout: InstructionLayout, window: int | None) -> tuple[np.ndarray, int | None]:
+    """The window register's value each instruction of ``f`` sees (-1: not set) and its value after
+    ``f``, from ``window`` before it (None: not set)."""
+    before = -1 if window is None else window
+    if not layout.arch.window_matmul or not len(f):
+        return np.full(len(f), before, dtype=np.int64), window
+    is_window = (f.opcode == Opcode.CONFIGURE) & ((f.raw0 & 0xF) == ConfigRegister.WINDOW)
+    # The register's low 27 bits (all a window uses) from the operands' low bits.
+    values = ((f.raw0 >> 4) | (f.raw1 << (layout.operand0_bits - 4))) & ((1 << 27) - 1)
+    last = np.maximum.accumulate(np.where(is_window, np.arange(len(f)), -1))
+    through = np.where(last >= 0, values[np.maximum(last, 0)], before)
+    after = int(through[-1])
+    return np.concatenate([[before], through[:-1]]).astype(np.int64), None if after < 0 else after
+
+
+def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
+    """Each instruction's size, but for a window MatMul the vectors it streams through the array
+    (its reads and padding: ``(outputs - 1) * stride + taps``); a window MatMul without a window
+    set counts its outputs."""
+    size = f.operand2 + 1
+    if not layout.arch.window_matmul:
+        return size
+    seen = window_register(f, layout, window)[0]
+    v = np.maximum(seen, 0)
+    stream = (size - 1) * np.left_shift(1, (v >> 24) & 3) + (v & 0xFF) + 1
+    windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
+    return np.where(windowed, stream, size)
 
 
 def pad_to_beats(stream: bytes, beat_bytes: int, instruction_bytes: int) -> bytes:

@@ -60,6 +60,9 @@ class CompileOptions:
     # A residual conv's shortcut loaded before a tile's MatMuls goes out block by block beside them,
     # each block's before it enters the accumulators (else all of it before the first MatMul).
     defer_shortcut: bool = True
+    # On a core with the window MatMul, a depthwise conv runs a window MatMul per kernel row and
+    # output row (else one diagonal weight block per tap, as on plain Tensil).
+    window_matmul: bool = True
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

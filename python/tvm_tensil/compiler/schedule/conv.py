@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ...isa.instructions import Direction, SIMDOp
+from ...isa.instructions import ConfigRegister, Direction, SIMDOp, TapWindow
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
 from ..latency import COSTS, accumulator_cycles, beats_per_vector
@@ -116,6 +116,9 @@ class ConvPlan:
     banked: bool  # output blocks alternate between the accumulators' halves
     shortcut_matmul: bool
     memory: LocalMap
+    # A depthwise conv on a core with the window MatMul: each kernel row one window MatMul per
+    # output row (``taps`` are then the kernel rows, (ky, 0)); this is the window of a whole row.
+    row_window: TapWindow | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -132,7 +135,10 @@ def _window(node: Node, ctx: Context) -> Window:
     return Window(int(kh), int(kw), *a.strides, *a.dilation)
 
 
-def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool) -> Recipes:
+def _recipes(
+    node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool, rows: bool = False
+) -> Recipes:
+    """``rows``: the weights of window MatMuls, a block per kernel row (``taps`` the rows)."""
     a = node.attrs
     out_c = ctx.place[node.output].shape[3]
     bias = a.bias
@@ -145,6 +151,7 @@ def _recipes(node: Node, ctx: Context, consts: ConstTable, taps, covering, short
         extra |= {"phase": list(a.phase)} if a.phase else {}
         extra |= {"patches": True} if a.patches else {}
         extra |= {"residue": [a.residue, ctx.arch.data_type.binary_point]} if a.residue else {}
+        extra |= {"window": True} if rows else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
@@ -482,13 +489,18 @@ def plan(
     holding = HandOver({name: given.in_local[name] for name in kept})
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     window, padding = _window(node, ctx), tuple(a.padding)
-    taps = window.taps
+    row_window = _row_window(node, ctx, window, padding)
+    taps = [(ky, 0) for ky in range(window.kh)] if row_window else window.taps
     # A tap that reads a real input pixel for every output pixel starts each output block: its
     # MatMuls overwrite the accumulators and its first input block's weights carry the bias, so no
     # bias-initialising MatMul is needed. Without such a tap (padding cuts every tap somewhere) the
-    # accumulators start from the bias by a MatMul of zeroes.
-    cover = covering_tap(inp.shape, out.shape, window, padding, taps)
-    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul)
+    # accumulators start from the bias by a MatMul of zeroes. (A kernel row's window MatMuls pad
+    # the row: the row covers where it reads a real input row for every output row.)
+    if row_window:
+        cover = covering_tap(inp.shape, out.shape, replace(window, kw=1, sw=1, dw=1), padding[:1] + (0,), taps)
+    else:
+        cover = covering_tap(inp.shape, out.shape, window, padding, taps)
+    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, bool(row_window))
     depthwise = _depthwise(a, ctx)
     reads = None
     if a.weight is not None and grouped(ctx.graph.constants, a):
@@ -544,13 +556,39 @@ def plan(
     memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
-        shortcut_matmul, memory,
+        shortcut_matmul, memory, row_window,
     )  # fmt: skip
 
 
 def _depthwise(a: Conv, ctx: Context) -> bool:
     """One diagonal weight block per channel block (an identity with bias, a depthwise conv)."""
     return a.weight is None or (a.groups != 1 and not grouped(ctx.graph.constants, a))
+
+
+def _row_window(node: Node, ctx: Context, window: Window, padding) -> TapWindow | None:
+    """The window of a kernel row's window MatMul over a whole input row, where the core has the
+    window MatMul and the conv is depthwise with a row the array holds (else None: diagonal blocks)."""
+    a = node.attrs
+    if not (ctx.arch.window_matmul and ctx.options.window_matmul and a.weight is not None and _depthwise(a, ctx)):
+        return None
+    # (One tap a row gains nothing over a diagonal block, which a pointwise conv streams whole.)
+    if not 1 < window.kw <= ctx.n or window.dw != 1 or window.sw not in TapWindow.STRIDES:
+        return None
+    w, ow = ctx.place[node.inputs[0]].shape[2], ctx.place[node.output].shape[2]
+    lead, right = padding[1], padding[3]
+    if lead >= window.kw or right >= window.kw:
+        return None
+    return TapWindow(window.kw, lead, 0, window.sw).fitting(w, ow)
+
+
+def _tile_window(p: ConvPlan, tile: Tile, in_w: int) -> tuple[TapWindow, int]:
+    """A tile's row window and the first input column it reads: a tile's columns from x0 read
+    their window from input column x0 * stride - left padding on (the padding only at the edges)."""
+    kw, sw = p.row_window.taps, p.row_window.stride
+    first = tile.x0 * sw - p.padding[1]
+    last = (tile.x0 + tile.cols - 1) * sw - p.padding[1] + kw - 1
+    start = max(0, first)
+    return TapWindow(kw, start - first, 0, sw).fitting(min(in_w, last + 1) - start, tile.cols), start
 
 
 def _constants(node: Node, dt, lanes: int) -> list:
@@ -800,6 +838,7 @@ class _Stream:
         self.clock = _PacedClock(self.overlap) if paced else _SerialClock(self.overlap)
         self.shortcuts_moved: set[tuple[int, int]] = set()  # (tile, block) whose shortcut is in
         self.fresh = False  # an epilogue was queued since the last MatMul
+        self.window: TapWindow | None = None  # the window register as this stream left it
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -815,10 +854,26 @@ class _Stream:
     def matmul(self, local: int, acc: int, size: int, local_step: int = 1, runs: int = 1, **flags) -> None:
         """``runs``: rows joined into this MatMul; the DRAM moves beside it are paced as if each
         were its own MatMul."""
+        self._before_matmul()
+        self.lir.matmul(local, acc, size, local_step, 1, **flags)
+        self._after_matmul(size, runs)
+
+    def window_matmul(self, local: int, acc: int, outputs: int, window: TapWindow, accumulate: bool) -> None:
+        """A window MatMul (the window register set first where it differs): the array streams its
+        reads and padding, ``(outputs - 1) * stride + taps`` vectors."""
+        if window != self.window:
+            self.lir.configure(ConfigRegister.WINDOW, window.value)
+            self.window = window
+        self._before_matmul()
+        self.lir.window_matmul(local, acc, outputs, accumulate=accumulate)
+        self._after_matmul((outputs - 1) * window.stride + window.taps, 1)
+
+    def _before_matmul(self) -> None:
         self._release_earned()
         if self.early and self.waiting and not len(self.backlog):  # their gather is out: beside this
             self.defer_waiting()
-        self.lir.matmul(local, acc, size, local_step, 1, **flags)
+
+    def _after_matmul(self, size: int, runs: int) -> None:
         self.clock.compute(size + runs)
         self.earned = size
         if self.fresh:  # the backlog's first rows wait for its block's last MatMul to leave the array
@@ -955,6 +1010,19 @@ def emit(
     return left
 
 
+def _window_runs(p: ConvPlan, tile: Tile, in_shape, y_lo: int, x_lo: int, scols: int) -> list[list[tuple]]:
+    """Per kernel row: (slab offset, accumulator, outputs, the tile's window) of each output row
+    whose input row is real (the others are padding: nothing to add)."""
+    window, start = _tile_window(p, tile, in_shape[2])
+    w, pt = p.window, p.padding[0]
+    runs = []
+    for ky, _ in p.taps:
+        ys = [(r, (tile.y0 + r) * w.sh - pt + ky * w.dh) for r in range(tile.rows)]
+        runs.append([((y - y_lo) * scols + start - x_lo, r * tile.cols, tile.cols, window)
+                     for r, y in ys if 0 <= y < in_shape[1]])  # fmt: skip
+    return runs
+
+
 def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geometry, cvecs) -> tuple:
     """Tile ``i``: every output block's MatMuls, epilogue and gather (the next tile's slab loads
     deferred beside them with two buffers); returns the geometry of the slab loaded next."""
@@ -963,11 +1031,14 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
     y_lo, x_lo, scols, plane = geometry
     # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
-    runs = [
-        merge_runs([((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
-                    tap_runs(tile, inp.shape, p.window, p.padding, tap)], p.window.sw)
-        for tap in p.taps
-    ]  # fmt: skip
+    if p.row_window:  # per kernel row: a window MatMul per output row it reads a real input row for
+        runs = _window_runs(p, tile, inp.shape, y_lo, x_lo, scols)
+    else:
+        runs = [
+            merge_runs([((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
+                        tap_runs(tile, inp.shape, p.window, p.padding, tap)], p.window.sw)
+            for tap in p.taps
+        ]  # fmt: skip
     if p.buffers == 2 and i + 1 < len(p.tiles):  # the next tile's slab, beside this tile's MatMuls
         full_rows = p.cols == ctx.place[node.output].shape[2]
         if not m.handed:
@@ -975,7 +1046,10 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
         if short:
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
     # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
-    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
+    streamed = (
+        p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
+        and not p.row_window
+    )  # fmt: skip
     blocks = len(p.weights.groups)
     paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
     for ob in range(blocks):
@@ -1171,12 +1245,16 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
                     s.matmul(0, acc0, count, zeroes=True)
                     zero_first = False
                 continue
-            s.load_weights(base + local, block)
+            # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
+            s.load_weights(base + local, p.row_window.taps + 1 if p.row_window else block)
             if zero_first:  # (a residue block's bias row is zero)
                 s.matmul(0, acc0, count, zeroes=True)
                 zero_first = False
             if streamed:
                 s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
+            elif p.row_window:
+                for offset, acc, cnt, window in runs[t]:
+                    s.window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, accumulate=not first)
             else:
                 for offset, acc, cnt, rows in runs[t]:
                     s.matmul(slab + ib * plane + offset, acc0 + acc, cnt, p.window.sw, rows, accumulate=not first)
