@@ -17,6 +17,11 @@
  * A MatMul that swaps the array's weight sets (`s_cmd_swap`: a LoadWeights came since the previous
  * MatMul) holds its first vector until the weights engine has landed that load (`weights_loaded`);
  * the first vector then carries the swap into the array.
+ *
+ * Window MatMul (ours, WINDOW = 1; docs/isa.md): `count` outputs of the window `s_cmd_window_value`
+ * (taps - 1, lead, trail, log2 stride). The engine streams (count - 1) * stride + taps vectors back
+ * to back: `lead` zero vectors, the vectors it reads, `trail` zero vectors; every stride-th of the
+ * first (count - 1) * stride + 1 starts an output (and takes an accumulator address).
  */
 module tcu_compute_engine #
 (
@@ -27,7 +32,9 @@ module tcu_compute_engine #
     // Address bits of local memory
     parameter LOCAL_ADDR_BITS = 13,
     // Address bits of the accumulators
-    parameter ACC_ADDR_BITS = 11
+    parameter ACC_ADDR_BITS = 11,
+    // 1: the window MatMul (an instruction set extension of ours)
+    parameter WINDOW = 0
 )
 (
     input  wire                              clk,
@@ -44,6 +51,9 @@ module tcu_compute_engine #
     input  wire [31:0]                       s_cmd_acc_addr,
     input  wire [31:0]                       s_cmd_acc_step,
     input  wire [31:0]                       s_cmd_count,
+    // (WINDOW) a window MatMul, and the window register's value
+    input  wire                              s_cmd_window,
+    input  wire [25:0]                       s_cmd_window_value,
 
     // The weights engine has no load in flight (a swapping MatMul's first vector waits for it)
     input  wire                              weights_loaded,
@@ -57,6 +67,10 @@ module tcu_compute_engine #
     output reg                               m_array_valid,
     output reg  [ARRAY_SIZE*DATA_WIDTH-1:0]  m_array_data,
     output reg                               m_array_swap,
+    // (WINDOW) the vector starts an output; the output is a window's; its taps - 1
+    output reg                               m_array_start,
+    output reg                               m_array_window,
+    output reg  [7:0]                        m_array_taps,
 
     // The array's results, in the order the vectors went in
     input  wire                              s_array_valid,
@@ -89,18 +103,37 @@ localparam FIFO_BITS = $clog2(ARRAY_SIZE + 4);
 localparam [1:0] S_IDLE = 2'd0, S_ISSUE = 2'd1, S_DRAIN = 2'd2;
 reg [1:0]    state;
 reg          zeroes, accumulate, swap;
+// `count`: vectors streamed (a window MatMul: its reads and padding); `issued`: streamed so far.
 reg [CB-1:0] local_addr, local_step, acc_addr, acc_step, count, issued;
+// A window MatMul: the stream positions read from local memory [first_read, end_read), the last
+// that starts an output, the stride's mask (outputs start where the position's low bits are zero).
+reg          window;
+reg [7:0]    taps;
+reg [CB-1:0] first_read, end_read, last_start, stride_mask;
 reg          rd1_valid, rd1_zero, rd1_swap;   // a vector's data is on local_rd_data (or is zero)
-reg [AA:0]   fifo [0:(1 << FIFO_BITS)-1];     // {accumulate, accumulator address} per vector in flight
+reg          rd1_start, rd1_window;
+reg [7:0]    rd1_taps;
+reg [AA:0]   fifo [0:(1 << FIFO_BITS)-1];     // {accumulate, accumulator address} per output in flight
 reg [FIFO_BITS:0] wr_ptr, rd_ptr;
 
 wire swap_wait = swap && !weights_loaded;   // only the first vector of a swapping MatMul has `swap`
 wire issue_now = state == S_ISSUE && issued < count && !swap_wait;
 wire last_now = issue_now && issued + 1 == count;
 wire start = s_cmd_valid && s_cmd_ready;
+wire read_now = issue_now && !zeroes && (!window || (issued >= first_read && issued < end_read));
+wire starts_output = !window || (issued <= last_start && (issued & stride_mask) == '0);
+
+// The window's fields (register 12): taps - 1, lead, trail, log2 stride.
+wire [7:0]    w_taps = s_cmd_window_value[7:0];
+wire [CB-1:0] w_lead = CB'(s_cmd_window_value[15:8]);
+wire [CB-1:0] w_trail = CB'(s_cmd_window_value[23:16]);
+wire [1:0]    w_shift = s_cmd_window_value[25:24];
+wire [CB-1:0] w_last_start = (s_cmd_count - 1) << w_shift;
+wire [CB-1:0] w_stream = w_last_start + CB'(w_taps) + 1;
+wire          w_on = WINDOW != 0 && s_cmd_window;
 
 assign s_cmd_ready = !rst && (state == S_IDLE || issued == count || last_now);
-assign m_local_rd_valid = issue_now && !zeroes;
+assign m_local_rd_valid = read_now;
 assign m_local_rd_addr = LOCAL_ADDR_BITS'(local_addr);
 assign busy = state != S_IDLE;
 assign issuing = issue_now;
@@ -122,11 +155,13 @@ always @(posedge clk) begin
     end else begin
         if (issue_now) begin
             issued <= issued + 1;
-            local_addr <= local_addr + local_step;
-            acc_addr <= acc_addr + acc_step;
             swap <= 1'b0;
-            fifo[wr_ptr[FIFO_BITS-1:0]] <= {accumulate, AA'(acc_addr)};
-            wr_ptr <= wr_ptr + 1;
+            if (read_now || !window) local_addr <= local_addr + local_step;
+            if (starts_output) begin
+                acc_addr <= acc_addr + acc_step;
+                fifo[wr_ptr[FIFO_BITS-1:0]] <= {accumulate, AA'(acc_addr)};
+                wr_ptr <= wr_ptr + 1;
+            end
         end
         // A new instruction (possibly in the cycle its predecessor issues its last vector) takes over.
         if (start) begin
@@ -138,7 +173,13 @@ always @(posedge clk) begin
             local_step <= s_cmd_local_step;
             acc_addr <= s_cmd_acc_addr;
             acc_step <= s_cmd_acc_step;
-            count <= s_cmd_count;
+            count <= w_on ? w_stream : s_cmd_count;
+            window <= w_on;
+            taps <= w_taps;
+            first_read <= w_lead;
+            end_read <= w_stream - w_trail;
+            last_start <= w_last_start;
+            stride_mask <= (CB'(1) << w_shift) - 1;
             issued <= '0;
             busy_cycles <= '0;
         end else begin
@@ -149,12 +190,18 @@ always @(posedge clk) begin
 
         // Local data -> array -> accumulators
         rd1_valid <= issue_now;
-        rd1_zero <= zeroes;
+        rd1_zero <= !read_now;
         rd1_swap <= issue_now && swap;
+        rd1_start <= starts_output;
+        rd1_window <= window;
+        rd1_taps <= taps;
         if (rd1_valid) begin
             m_array_valid <= 1'b1;
             m_array_swap <= rd1_swap;
             m_array_data <= rd1_zero ? {V{1'b0}} : local_rd_data;
+            m_array_start <= rd1_start;
+            m_array_window <= rd1_window;
+            m_array_taps <= rd1_taps;
         end
         if (s_array_valid) begin
             m_acc_wr_valid <= 1'b1;

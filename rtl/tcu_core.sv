@@ -50,7 +50,9 @@ module tcu_core
     parameter STRIDE1_BITS = 3,
     parameter SIMD_OPERAND_BITS = 1,
     // Bits of an instruction word
-    parameter INSTRUCTION_BITS = 64
+    parameter INSTRUCTION_BITS = 64,
+    // 1: the window MatMul (an instruction set extension of ours, docs/isa.md)
+    parameter WINDOW_MATMUL = 0
 )
 (
     input  wire                              clk,
@@ -147,6 +149,7 @@ wire [ENGINES*32-1:0] engine_busy_cycles;
 wire          start_s;
 wire [3:0]    cmd_flags;
 wire [31:0]   cmd_addr0, cmd_step0, cmd_addr1, cmd_step1, cmd_count, cmd_lw_count, cmd_lw_top;
+wire [25:0]   cmd_window;   // the window register (the window MatMul)
 wire [OPERAND2_BITS-1:0] cmd_operand2;
 wire          cmd_swap, load_continues;
 wire [1:0]    compute_banks, move_banks;
@@ -193,7 +196,8 @@ tcu_dispatch #(
     .OPERAND2_ADDRESS_BITS(OPERAND2_ADDRESS_BITS),
     .STRIDE0_BITS(STRIDE0_BITS),
     .STRIDE1_BITS(STRIDE1_BITS),
-    .INSTRUCTION_BITS(INSTRUCTION_BITS)
+    .INSTRUCTION_BITS(INSTRUCTION_BITS),
+    .WINDOW(WINDOW_MATMUL)
 )
 dispatch_inst (
     .clk(clk), .rst(rst),
@@ -205,7 +209,7 @@ dispatch_inst (
     .acc_wr_valid(o_wr_valid), .acc_wr_accumulate(o_wr_accumulate), .acc_wr_addr(o_wr_addr),
     .cmd_flags(cmd_flags), .cmd_addr0(cmd_addr0), .cmd_step0(cmd_step0), .cmd_addr1(cmd_addr1),
     .cmd_step1(cmd_step1), .cmd_count(cmd_count), .cmd_lw_count(cmd_lw_count), .cmd_lw_top(cmd_lw_top),
-    .cmd_operand2(cmd_operand2), .cmd_swap(cmd_swap), .load_continues(load_continues),
+    .cmd_operand2(cmd_operand2), .cmd_swap(cmd_swap), .cmd_window(cmd_window), .load_continues(load_continues),
     .compute_banks(compute_banks), .move_banks(move_banks),
     .dram0_offset(dram0_offset), .dram0_cache(dram0_cache), .dram1_offset(dram1_offset),
     .dram1_cache(dram1_cache), .sample_interval(sample_interval),
@@ -314,12 +318,15 @@ endgenerate
 wire         arr_w_valid;
 wire [V-1:0] arr_w_data;
 wire         arr_in_valid, arr_in_swap;
+wire         arr_in_start, arr_in_window;  // (the window MatMul)
+wire [7:0]   arr_in_taps;
 wire [V-1:0] arr_in_data;
 wire [V-1:0] arr_out_data;
 wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready, arr_w_ready;
 
 tcu_systolic_array #(
     .ARRAY_SIZE(N),
+    .WINDOW(WINDOW_MATMUL),
     .DATA_WIDTH(W),
     .BINARY_POINT(BINARY_POINT)
 )
@@ -327,6 +334,7 @@ array_inst (
     .clk(clk), .rst(rst),
     .s_weights_data(arr_w_data), .s_weights_valid(arr_w_valid), .s_weights_ready(arr_w_ready),
     .s_in_data(arr_in_data), .s_in_valid(arr_in_valid), .s_in_swap(arr_in_swap), .s_in_ready(arr_in_ready),
+    .s_in_start(arr_in_start), .s_in_window(arr_in_window), .s_in_taps(arr_in_taps),
     .m_out_data(arr_out_data), .m_out_valid(arr_out_valid), .m_out_ready(1'b1),
     .loaded(arr_loaded), .busy(arr_busy), .saturated(arr_saturated)
 );
@@ -532,7 +540,8 @@ tcu_compute_engine #(
     .ARRAY_SIZE(N),
     .DATA_WIDTH(W),
     .LOCAL_ADDR_BITS(LA),
-    .ACC_ADDR_BITS(AA)
+    .ACC_ADDR_BITS(AA),
+    .WINDOW(WINDOW_MATMUL)
 )
 compute_inst (
     .clk(clk), .rst(rst),
@@ -541,9 +550,11 @@ compute_inst (
     .s_cmd_accumulate(cmd_flags[tcu_isa_pkg::MATMUL_FLAG_ACCUMULATE_BIT]), .s_cmd_swap(cmd_swap),
     .s_cmd_local_addr(cmd_addr0), .s_cmd_local_step(cmd_step0), .s_cmd_acc_addr(cmd_addr1),
     .s_cmd_acc_step(cmd_step1), .s_cmd_count(cmd_count),
+    .s_cmd_window(cmd_flags[tcu_isa_pkg::MATMUL_FLAG_WINDOW_BIT]), .s_cmd_window_value(cmd_window),
     .weights_loaded(w_free),
     .m_local_rd_valid(mm_reads_a), .m_local_rd_addr(c_local_rd_addr), .local_rd_data(lm_a_rdata),
     .m_array_valid(arr_in_valid), .m_array_data(arr_in_data), .m_array_swap(arr_in_swap),
+    .m_array_start(arr_in_start), .m_array_window(arr_in_window), .m_array_taps(arr_in_taps),
     .s_array_valid(arr_out_valid), .s_array_data(arr_out_data),
     .m_acc_wr_valid(mm_wr_valid), .m_acc_wr_addr(mm_wr_addr), .m_acc_wr_data(mm_wr_data),
     .m_acc_wr_accumulate(mm_wr_accumulate),

@@ -19,6 +19,10 @@
  * DataMove direction raises `error` and is skipped. The program counter counts dispatched
  * instructions.
  *
+ * With the window MatMul (ours, WINDOW = 1) it keeps the window register (Configure 12, set at
+ * dispatch without waiting: every window MatMul takes its value as it dispatches), and a window
+ * MatMul's local range is the vectors its window reads, (count - 1) * stride + taps - lead - trail.
+ *
  * It also keeps the weight-set bookkeeping: a MatMul dispatched after a LoadWeights swaps the array's
  * weight sets (`cmd_swap`), and a LoadWeights with no MatMul since the previous one continues filling
  * the same set (`load_continues`).
@@ -41,7 +45,9 @@ module tcu_dispatch #
     parameter STRIDE0_BITS = 3,
     parameter STRIDE1_BITS = 3,
     // Bits of an instruction word
-    parameter INSTRUCTION_BITS = 64
+    parameter INSTRUCTION_BITS = 64,
+    // 1: the window MatMul (an instruction set extension of ours)
+    parameter WINDOW = 0
 )
 (
     input  wire                              clk,
@@ -83,6 +89,7 @@ module tcu_dispatch #
     output wire [31:0]                       cmd_lw_top,     // the highest address a LoadWeights reads
     output wire [OPERAND2_BITS-1:0]          cmd_operand2,   // SIMD: op and register selectors
     output reg                               cmd_swap,       // a MatMul: swap weight sets first
+    output reg  [25:0]                       cmd_window,     // the window register (WINDOW)
     output reg                               load_continues, // a LoadWeights: no MatMul since the last one
     // Accumulator banks of the MatMuls in flight and of the move (bit k: bank k)
     output reg  [1:0]                        compute_banks,
@@ -167,12 +174,18 @@ wire f_is_config = f_opcode == tcu_isa_pkg::OPCODE_CONFIGURE;
 wire f_bank1   = f_flags[tcu_isa_pkg::DIRECTION_DRAM1_BIT];
 wire f_to_dram = f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT];
 wire [CB-1:0] f_n = f_is_lw ? f_lw_count : f_count;
+// A window MatMul reads (count - 1) * stride + taps - lead - trail vectors (a valid program has >= 1).
+wire f_window = WINDOW != 0 && f_is_mm && f_flags[tcu_isa_pkg::MATMUL_FLAG_WINDOW_BIT];
+wire [CB-1:0] f_window_reads = ((f_count - 1) << cmd_window[25:24]) + CB'(cmd_window[7:0]) + 1 -
+                               CB'(cmd_window[15:8]) - CB'(cmd_window[23:16]);
+wire [CB-1:0] f_ln = f_window ? f_window_reads : f_n;  // local vectors
+wire f_sets_window = WINDOW != 0 && f_is_config && f_args[3:0] == tcu_isa_pkg::CONFIG_WINDOW;
 
 // -- local memory ranges ---------------------------------------------------------------------------
 wire f_lvalid = f_is_dram || f_is_move || (f_is_mm && !f_flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT]) ||
                 (f_is_lw && !f_flags[tcu_isa_pkg::LOADWEIGHTS_FLAG_ZEROES_BIT]);
 wire f_lwrite = f_is_dram ? !f_to_dram : (f_is_move && f_flags == tcu_isa_pkg::DIRECTION_ACC_TO_LOCAL);
-wire [XB-1:0] f_end = XB'(f_addr0) + (XB'(f_n - 1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS]);
+wire [XB-1:0] f_end = XB'(f_addr0) + (XB'(f_ln - 1) << f_op0[OPERAND0_ADDRESS_BITS +: STRIDE0_BITS]);
 wire          f_wraps = f_end >= XB'(LOCAL_DEPTH);
 wire [CB-1:0] f_lo = f_wraps ? '0 : f_addr0;
 wire [CB-1:0] f_hi = f_wraps ? CB'(LOCAL_DEPTH - 1) : CB'(f_end);
@@ -250,6 +263,7 @@ assign s_instr_ready = !rst && (
     f_is_move ? engine_ready[ENGINE_MOVE] && simd_empty && !f_hazard && !bank_wait_accumulator :
     f_is_lw   ? engine_ready[ENGINE_WEIGHTS] && !f_hazard :
     f_is_dram ? |(engine_ready & f_engine) && !f_hazard && !dram_hazard && !dram_turns :
+    f_sets_window ? 1'b1 :
     f_is_config ? all_idle :
     1'b1);
 wire start = s_instr_valid && s_instr_ready;
@@ -286,6 +300,7 @@ always @(posedge clk) begin
         move_banks <= '0;
         simd_banks <= '0;
         cmd_swap <= 1'b0;
+        cmd_window <= '0;
         mm_since_lw <= 1'b0;
         load_continues <= 1'b0;
         program_counter <= '0;
@@ -313,6 +328,10 @@ always @(posedge clk) begin
                     tcu_isa_pkg::CONFIG_TRACEPOINT:       tracepoint_pc <= 32'(f_args >> 4);
                     tcu_isa_pkg::CONFIG_PROGRAM_COUNTER:  program_counter <= 32'(f_args >> 4);
                     tcu_isa_pkg::CONFIG_SAMPLE_INTERVAL:  sample_interval <= 32'(f_args >> 4);
+                    tcu_isa_pkg::CONFIG_WINDOW: begin
+                        if (WINDOW != 0) cmd_window <= 26'(f_args >> 4);
+                        else error <= 1'b1;
+                    end
                     default: error <= 1'b1;
                 endcase
             end

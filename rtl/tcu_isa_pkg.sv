@@ -54,10 +54,12 @@ localparam logic [3:0] CONFIG_TIMEOUT = 4'd8;
 localparam logic [3:0] CONFIG_TRACEPOINT = 4'd9;
 localparam logic [3:0] CONFIG_PROGRAM_COUNTER = 4'd10;
 localparam logic [3:0] CONFIG_SAMPLE_INTERVAL = 4'd11;
+localparam logic [3:0] CONFIG_WINDOW = 4'd12;
 
 // MatMul flag bits: bit positions
 localparam int MATMUL_FLAG_ACCUMULATE_BIT = 0;
 localparam int MATMUL_FLAG_ZEROES_BIT = 1;
+localparam int MATMUL_FLAG_WINDOW_BIT = 2;
 
 // LoadWeights flag bits: bit positions
 localparam int LOADWEIGHTS_FLAG_ZEROES_BIT = 0;

@@ -40,6 +40,8 @@ module tcu_top #
     parameter STRIDE0_BITS = 3,
     parameter STRIDE1_BITS = 3,
     parameter SIMD_OPERAND_BITS = 1,
+    // 1: the window MatMul (an instruction set extension of ours, docs/isa.md)
+    parameter WINDOW_MATMUL = 0,
     // Instruction stream width in bits
     parameter S_AXIS_DATA_WIDTH = 64,
     // DRAM AXI data width, address width, ID width
@@ -192,7 +194,7 @@ tcu_core #(
     .OPERAND0_BITS(OPERAND0_BITS), .OPERAND1_BITS(OPERAND1_BITS), .OPERAND2_BITS(OPERAND2_BITS),
     .OPERAND0_ADDRESS_BITS(OPERAND0_ADDRESS_BITS), .OPERAND1_ADDRESS_BITS(OPERAND1_ADDRESS_BITS),
     .OPERAND2_ADDRESS_BITS(OPERAND2_ADDRESS_BITS), .STRIDE0_BITS(STRIDE0_BITS), .STRIDE1_BITS(STRIDE1_BITS),
-    .SIMD_OPERAND_BITS(SIMD_OPERAND_BITS), .INSTRUCTION_BITS(INSTRUCTION_BITS)
+    .SIMD_OPERAND_BITS(SIMD_OPERAND_BITS), .INSTRUCTION_BITS(INSTRUCTION_BITS), .WINDOW_MATMUL(WINDOW_MATMUL)
 )
 core_inst (
     .clk(clk), .rst(rst),

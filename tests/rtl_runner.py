@@ -97,13 +97,13 @@ def _make_variables(assignments: str):
             os.environ["MAKEFLAGS"] = before
 
 
-def core_params(n: int, width: int, regs: int = 1, beats: int = 2) -> tuple[dict, dict]:
-    """tcu_core's parameters for a sweep point (``sweep_arch``) with ``beats`` bus beats per vector,
-    and the bench environment naming the architecture."""
+def core_params(n: int, width: int, regs: int = 1, beats: int = 2, window: bool = False) -> tuple[dict, dict]:
+    """tcu_core's parameters for a sweep point (``sweep_arch``) with ``beats`` bus beats per vector
+    (``window``: with the window MatMul), and the bench environment naming the architecture."""
     from tvm_tensil.rtl import core_parameters
     from tvm_tensil.rtl.testbench import arch_env
 
-    arch = sweep_arch(n, width, regs)
+    arch = sweep_arch(n, width, regs).replace(window_matmul=window)
     p = core_parameters(arch)
     given = {"SIMD_REGISTERS": regs, "VECTOR_BEATS": beats, "INSTRUCTION_BITS": layout_of(arch).instruction_bits}
     return {k: given[k] if k in given else p[k] for k in module_parameters("tcu_core")}, arch_env(arch)

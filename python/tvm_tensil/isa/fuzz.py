@@ -51,9 +51,14 @@ def _size(rng: random.Random, arch: Architecture, memories, max_size: int) -> in
 
 
 def random_window(rng: random.Random, arch: Architecture) -> TapWindow:
-    """A random valid tap window (mostly short ones, as depthwise convs use)."""
-    taps = rng.randint(1, min(arch.array_size, rng.choice((3, 5, 256))))
-    return TapWindow(taps, rng.randrange(taps), rng.randrange(taps), rng.choice(TapWindow.STRIDES))
+    """A random valid tap window (mostly short ones, as depthwise convs use) whose register value
+    the architecture's Configure can hold."""
+    bits = layout_of(arch).configure_value_bits
+    while True:
+        taps = rng.randint(1, min(arch.array_size, rng.choice((3, 5, 256))))
+        window = TapWindow(taps, rng.randrange(taps), rng.randrange(taps), rng.choice(TapWindow.STRIDES))
+        if window.value >> bits == 0:
+            return window
 
 
 def random_instruction(
@@ -80,7 +85,7 @@ def random_instruction(
         local, ls = _run(rng, arch, window.reads(outputs), "local", s0)
         acc, as_ = _run(rng, arch, outputs, "acc", s1)
         return MatMul(0 if zeroes else local, acc, outputs, 0 if zeroes else ls, as_, rng.random() < 0.5, zeroes, True)
-    if kind == "configure" and arch.window_matmul and rng.random() < 0.5:
+    if kind == "configure" and window is not None and rng.random() < 0.5:
         return Configure(ConfigRegister.WINDOW, random_window(rng, arch).value)
     if kind == "matmul":
         size = _size(rng, arch, ("local", "acc"), max_size)
@@ -187,7 +192,7 @@ def hand_written_programs(arch: Architecture) -> dict[str, str]:
         for i in range(4)
         if arch.simd_registers_depth
     ]
-    return {
+    programs = {
         "matmul with bias and accumulate": f"""
             datamove dram1_to_local local=0 dram1=0 size={n + 1}
             loadweights local=0 size={n + 1}
@@ -207,6 +212,29 @@ def hand_written_programs(arch: Architecture) -> dict[str, str]:
             datamove local_to_dram1 local=20 dram1=200 size=5
         """,
     }
+    if arch.window_matmul:  # windows back to back, each after another, and a plain MatMul right after
+        k = min(3, n)
+        w3, w2 = TapWindow(k, 1 % k, 1 % k, 1).value, TapWindow(k, 1 % k, 0, 2).value
+        wide = TapWindow(n, n - 1, 0, 1).value
+        programs["window matmuls"] = f"""
+            datamove dram1_to_local local=0 dram1=0 size={n + 1}
+            loadweights local=0 size={n + 1}
+            datamove dram0_to_local local=20 dram0=0 size=16
+            configure window value={w3}
+            matmul window local=20 acc=0 size=7
+            matmul window accumulate local=21 acc=0 size=7
+            configure window value={w2}
+            matmul window local=20:2 acc=8 size=4
+            matmul local=20 acc=12 size=3
+            configure window value={wide}
+            matmul window local=22 acc=16:2 size=5
+            loadweights local=1 size={k + 1}
+            matmul window zeroes accumulate local=0 acc=20 size=2
+            matmul window local=28 acc=24 size=4
+            datamove acc_to_local local=36 acc=0 size=28
+            datamove local_to_dram0 local=36 dram0=40 size=28
+        """
+    return programs
 
 
 def every_simd_op_program(arch: Architecture) -> list[Instruction]:

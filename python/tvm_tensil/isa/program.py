@@ -378,8 +378,9 @@ def window_register(f: ProgramFields, layout: InstructionLayout, window: int | N
     if not layout.arch.window_matmul or not len(f):
         return np.full(len(f), before, dtype=np.int64), window
     is_window = (f.opcode == Opcode.CONFIGURE) & ((f.raw0 & 0xF) == ConfigRegister.WINDOW)
-    # The register's low 27 bits (all a window uses) from the operands' low bits.
-    values = ((f.raw0 >> 4) | (f.raw1 << (layout.operand0_bits - 4))) & ((1 << 27) - 1)
+    # The register's low 27 bits (all a window uses), from the operands (a small core's may span all three).
+    o0, o1 = layout.operand0_bits, layout.operand1_bits
+    values = ((f.raw0 >> 4) | (f.raw1 << (o0 - 4)) | (f.operand2 << (o0 + o1 - 4))) & ((1 << 27) - 1)
     last = np.maximum.accumulate(np.where(is_window, np.arange(len(f)), -1))
     through = np.where(last >= 0, values[np.maximum(last, 0)], before)
     after = int(through[-1])

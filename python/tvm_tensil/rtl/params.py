@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..arch import Architecture, ArchitectureError
+from ..arch import Architecture
 from ..isa.layout import layout_of
 
 
@@ -17,11 +17,6 @@ def _bits(depth: int) -> int:
 
 
 def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> dict[str, int]:
-    if arch.window_matmul:  # every RTL build (simulation, synthesis, a board's project) comes here
-        raise ArchitectureError(
-            f"architecture '{arch.name or '(unnamed)'}': the RTL core does not implement the window "
-            "MatMul (tvm_tensil.window_matmul) yet; run its programs on the emulator"
-        )
     lay = layout_of(arch)
     return {
         "ARRAY_SIZE": arch.array_size,
@@ -46,6 +41,7 @@ def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> di
         "SIMD_OPERAND_BITS": max(1, lay.simd_operand_bits),
         "STORAGE_BYTES": arch.data_type.storage_bytes,
         "AXI_DATA_WIDTH": axi_data_width or arch.axi_data_width or 64,
+        "WINDOW_MATMUL": int(arch.window_matmul),
     }
 
 
@@ -69,6 +65,7 @@ TOP_PARAMETERS = (
     "STRIDE0_BITS",
     "STRIDE1_BITS",
     "SIMD_OPERAND_BITS",
+    "WINDOW_MATMUL",
     "AXI_DATA_WIDTH",
 )
 

@@ -193,30 +193,32 @@ async def dram_moves_overlap_compute_only_without_hazards(dut):
 
 @cocotb.test()
 async def random_programs(dut):
-    from tvm_tensil.isa.fuzz import random_instruction
+    from tvm_tensil.isa.fuzz import random_program
 
     arch = arch_from_env()
     rng = random.Random(3)
     await reset(dut)
     count = int(os.environ.get("TCU_RANDOM_PROGRAMS", "10"))
     for i in range(count):
-        body = [random_instruction(rng, arch, max_size=12) for _ in range(rng.randint(5, 30))]
+        body = random_program(rng, arch, rng.randint(5, 30), max_size=12)
         await check_program(dut, arch, body, rng, f"random program {i}")
 
 
-# (array size, data width, SIMD registers, bus beats per vector): with one beat both banks could
-# answer every cycle, so DRAM -> local moves take turns.
-SWEEP = [(4, 16, 1, 2), (4, 16, 1, 1)]
-FULL_SWEEP = SWEEP + [(2, 16, 1, 2), (8, 16, 2, 2), (4, 32, 1, 4), (12, 16, 1, 3)]
+# (array size, data width, SIMD registers, bus beats per vector, the window MatMul): with one beat
+# both banks could answer every cycle, so DRAM -> local moves take turns.
+SWEEP = [(4, 16, 1, 2, False), (4, 16, 1, 1, False), (4, 16, 1, 2, True)]
+FULL_SWEEP = SWEEP + [
+    (2, 16, 1, 2, False), (8, 16, 2, 2, False), (4, 32, 1, 4, False), (12, 16, 1, 3, False), (8, 16, 1, 2, True),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("n, width, regs, beats", FULL_SWEEP)
-def test_tcu_core(n, width, regs, beats, full):
+@pytest.mark.parametrize("n, width, regs, beats, window", FULL_SWEEP)
+def test_tcu_core(n, width, regs, beats, window, full):
     from rtl_runner import core_params, run_cocotb, skip_unless_swept
 
-    skip_unless_swept((n, width, regs, beats), SWEEP, full)
+    skip_unless_swept((n, width, regs, beats, window), SWEEP, full)
 
-    params, env = core_params(n, width, regs, beats)
+    params, env = core_params(n, width, regs, beats, window)
     env["TCU_RANDOM_PROGRAMS"] = "40" if full else "10"
     from tvm_tensil.rtl.toolchain import rtl_sources
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...isa.instructions import ConfigRegister, Direction, SIMDOp, TapWindow
+from ...isa.layout import layout_of
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
 from ..latency import COSTS, accumulator_cycles, beats_per_vector
@@ -577,6 +578,9 @@ def _row_window(node: Node, ctx: Context, window: Window, padding) -> TapWindow 
     w, ow = ctx.place[node.inputs[0]].shape[2], ctx.place[node.output].shape[2]
     lead, right = padding[1], padding[3]
     if lead >= window.kw or right >= window.kw:
+        return None
+    # (A small core's Configure may not hold every window: its tiles' largest must fit.)
+    if TapWindow(window.kw, lead, window.kw - 1, window.sw).value >> layout_of(ctx.arch).configure_value_bits:
         return None
     return TapWindow(window.kw, lead, 0, window.sw).fitting(w, ow)
 
