@@ -8,7 +8,8 @@ Each zoo network (random weights) is built in a fresh process with the ``Compile
 the next node only); ``prefetch`` off: no node's first loads move into the node before;
 ``sink_stores`` off: no node's last stores move into the node after; ``shortcut_in_place`` off: a
 residual conv loads its shortcut from DRAM0 even where the conv before left it in local memory;
-``defer_shortcut`` off: a tile's shortcut is loaded whole before its first MatMul. Writes
+``defer_shortcut`` off: a tile's shortcut is loaded whole before its first MatMul; ``window_matmul``
+off: depthwise convs as diagonal blocks on a core that has the window MatMul. Writes
 benchmarks/results/options_<option>.json. Run it alone (the machine has 2 cores), and twice after
 the latency model changed: the first build then also recompiles its numba kernel.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 import machine
 
 HERE = Path(__file__).parent
-OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut")
+OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul")
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""

@@ -18,7 +18,7 @@
  * MatMul) holds its first vector until the weights engine has landed that load (`weights_loaded`);
  * the first vector then carries the swap into the array.
  *
- * Window MatMul (ours, WINDOW = 1; docs/isa.md): `count` outputs of the window `s_cmd_window_value`
+ * Window MatMul (ours, WINDOW_MATMUL = 1; docs/isa.md): `count` outputs of the window `s_cmd_window_value`
  * (taps - 1, lead, trail, log2 stride). The engine streams (count - 1) * stride + taps vectors back
  * to back: `lead` zero vectors, the vectors it reads, `trail` zero vectors; every stride-th of the
  * first (count - 1) * stride + 1 starts an output (and takes an accumulator address).
@@ -34,7 +34,7 @@ module tcu_compute_engine #
     // Address bits of the accumulators
     parameter ACC_ADDR_BITS = 11,
     // 1: the window MatMul (an instruction set extension of ours)
-    parameter WINDOW = 0
+    parameter WINDOW_MATMUL = 0
 )
 (
     input  wire                              clk,
@@ -51,7 +51,7 @@ module tcu_compute_engine #
     input  wire [31:0]                       s_cmd_acc_addr,
     input  wire [31:0]                       s_cmd_acc_step,
     input  wire [31:0]                       s_cmd_count,
-    // (WINDOW) a window MatMul, and the window register's value
+    // (WINDOW_MATMUL) a window MatMul, and the window register's value
     input  wire                              s_cmd_window,
     input  wire [25:0]                       s_cmd_window_value,
 
@@ -67,7 +67,7 @@ module tcu_compute_engine #
     output reg                               m_array_valid,
     output reg  [ARRAY_SIZE*DATA_WIDTH-1:0]  m_array_data,
     output reg                               m_array_swap,
-    // (WINDOW) the vector starts an output; the output is a window's; its taps - 1
+    // (WINDOW_MATMUL) the vector starts an output; the output is a window's; its taps - 1
     output reg                               m_array_start,
     output reg                               m_array_window,
     output reg  [7:0]                        m_array_taps,
@@ -130,7 +130,7 @@ wire [CB-1:0] w_trail = CB'(s_cmd_window_value[23:16]);
 wire [1:0]    w_shift = s_cmd_window_value[25:24];
 wire [CB-1:0] w_last_start = (s_cmd_count - 1) << w_shift;
 wire [CB-1:0] w_stream = w_last_start + CB'(w_taps) + 1;
-wire          w_on = WINDOW != 0 && s_cmd_window;
+wire          w_on = WINDOW_MATMUL != 0 && s_cmd_window;
 
 assign s_cmd_ready = !rst && (state == S_IDLE || issued == count || last_now);
 assign m_local_rd_valid = read_now;

@@ -197,7 +197,7 @@ tcu_dispatch #(
     .STRIDE0_BITS(STRIDE0_BITS),
     .STRIDE1_BITS(STRIDE1_BITS),
     .INSTRUCTION_BITS(INSTRUCTION_BITS),
-    .WINDOW(WINDOW_MATMUL)
+    .WINDOW_MATMUL(WINDOW_MATMUL)
 )
 dispatch_inst (
     .clk(clk), .rst(rst),
@@ -326,7 +326,7 @@ wire         arr_out_valid, arr_busy, arr_saturated, arr_in_ready, arr_w_ready;
 
 tcu_systolic_array #(
     .ARRAY_SIZE(N),
-    .WINDOW(WINDOW_MATMUL),
+    .WINDOW_MATMUL(WINDOW_MATMUL),
     .DATA_WIDTH(W),
     .BINARY_POINT(BINARY_POINT)
 )
@@ -541,7 +541,7 @@ tcu_compute_engine #(
     .DATA_WIDTH(W),
     .LOCAL_ADDR_BITS(LA),
     .ACC_ADDR_BITS(AA),
-    .WINDOW(WINDOW_MATMUL)
+    .WINDOW_MATMUL(WINDOW_MATMUL)
 )
 compute_inst (
     .clk(clk), .rst(rst),

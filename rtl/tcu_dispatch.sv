@@ -19,7 +19,7 @@
  * DataMove direction raises `error` and is skipped. The program counter counts dispatched
  * instructions.
  *
- * With the window MatMul (ours, WINDOW = 1) it keeps the window register (Configure 12, set at
+ * With the window MatMul (ours, WINDOW_MATMUL = 1) it keeps the window register (Configure 12, set at
  * dispatch without waiting: every window MatMul takes its value as it dispatches), and a window
  * MatMul's local range is the vectors its window reads, (count - 1) * stride + taps - lead - trail.
  *
@@ -47,7 +47,7 @@ module tcu_dispatch #
     // Bits of an instruction word
     parameter INSTRUCTION_BITS = 64,
     // 1: the window MatMul (an instruction set extension of ours)
-    parameter WINDOW = 0
+    parameter WINDOW_MATMUL = 0
 )
 (
     input  wire                              clk,
@@ -89,7 +89,7 @@ module tcu_dispatch #
     output wire [31:0]                       cmd_lw_top,     // the highest address a LoadWeights reads
     output wire [OPERAND2_BITS-1:0]          cmd_operand2,   // SIMD: op and register selectors
     output reg                               cmd_swap,       // a MatMul: swap weight sets first
-    output reg  [25:0]                       cmd_window,     // the window register (WINDOW)
+    output reg  [25:0]                       cmd_window,     // the window register (WINDOW_MATMUL)
     output reg                               load_continues, // a LoadWeights: no MatMul since the last one
     // Accumulator banks of the MatMuls in flight and of the move (bit k: bank k)
     output reg  [1:0]                        compute_banks,
@@ -175,11 +175,11 @@ wire f_bank1   = f_flags[tcu_isa_pkg::DIRECTION_DRAM1_BIT];
 wire f_to_dram = f_flags[tcu_isa_pkg::DIRECTION_TO_DRAM_BIT];
 wire [CB-1:0] f_n = f_is_lw ? f_lw_count : f_count;
 // A window MatMul reads (count - 1) * stride + taps - lead - trail vectors (a valid program has >= 1).
-wire f_window = WINDOW != 0 && f_is_mm && f_flags[tcu_isa_pkg::MATMUL_FLAG_WINDOW_BIT];
+wire f_window = WINDOW_MATMUL != 0 && f_is_mm && f_flags[tcu_isa_pkg::MATMUL_FLAG_WINDOW_BIT];
 wire [CB-1:0] f_window_reads = ((f_count - 1) << cmd_window[25:24]) + CB'(cmd_window[7:0]) + 1 -
                                CB'(cmd_window[15:8]) - CB'(cmd_window[23:16]);
 wire [CB-1:0] f_ln = f_window ? f_window_reads : f_n;  // local vectors
-wire f_sets_window = WINDOW != 0 && f_is_config && f_args[3:0] == tcu_isa_pkg::CONFIG_WINDOW;
+wire f_sets_window = WINDOW_MATMUL != 0 && f_is_config && f_args[3:0] == tcu_isa_pkg::CONFIG_WINDOW;
 
 // -- local memory ranges ---------------------------------------------------------------------------
 wire f_lvalid = f_is_dram || f_is_move || (f_is_mm && !f_flags[tcu_isa_pkg::MATMUL_FLAG_ZEROES_BIT]) ||
@@ -329,7 +329,7 @@ always @(posedge clk) begin
                     tcu_isa_pkg::CONFIG_PROGRAM_COUNTER:  program_counter <= 32'(f_args >> 4);
                     tcu_isa_pkg::CONFIG_SAMPLE_INTERVAL:  sample_interval <= 32'(f_args >> 4);
                     tcu_isa_pkg::CONFIG_WINDOW: begin
-                        if (WINDOW != 0) cmd_window <= 26'(f_args >> 4);
+                        if (WINDOW_MATMUL != 0) cmd_window <= 26'(f_args >> 4);
                         else error <= 1'b1;
                     end
                     default: error <= 1'b1;

@@ -22,7 +22,7 @@
  * flight still uses the set it would overwrite. The caller keeps program order: a load starts after
  * the previous load's swapping vector went in, and a swapping vector comes after its load's beats.
  *
- * Window MatMul (ours, WINDOW = 1): a vector with s_in_start starts an output (a plain MatMul's
+ * Window MatMul (ours, WINDOW_MATMUL = 1): a vector with s_in_start starts an output (a plain MatMul's
  * vectors all do; a window MatMul's stream has vectors that only feed outputs already in flight).
  * An output started with s_in_window sums taps of the stream instead of its own vector's lanes:
  * stage j multiplies lane o of the vector entering stage 0 in the same cycle by W[j+1][o], for
@@ -37,7 +37,7 @@ module tcu_systolic_array #
     // Array size N: rows and columns; a vector holds N scalars
     parameter ARRAY_SIZE = 8,
     // 1: the window MatMul (an instruction set extension of ours)
-    parameter WINDOW = 0,
+    parameter WINDOW_MATMUL = 0,
     // Bits of a scalar
     parameter DATA_WIDTH = 16,
     // Fractional bits of a scalar
@@ -57,7 +57,7 @@ module tcu_systolic_array #
     input  wire                              s_in_valid,
     input  wire                              s_in_swap,
     output wire                              s_in_ready,
-    // (WINDOW) the vector starts an output; that output is a window's; its taps - 1
+    // (WINDOW_MATMUL) the vector starts an output; that output is a window's; its taps - 1
     input  wire                              s_in_start,
     input  wire                              s_in_window,
     input  wire [7:0]                        s_in_taps,
@@ -82,8 +82,8 @@ generate
     if (N < 2 || N > 256) begin : g_illegal_0
         $fatal(1, "tcu_systolic_array: ARRAY_SIZE (%0d) must be 2..256", N);
     end
-    if (WINDOW != 0 && WINDOW != 1) begin : g_illegal_1
-        $fatal(1, "tcu_systolic_array: WINDOW (%0d) must be 0 or 1", WINDOW);
+    if (WINDOW_MATMUL != 0 && WINDOW_MATMUL != 1) begin : g_illegal_1
+        $fatal(1, "tcu_systolic_array: WINDOW_MATMUL (%0d) must be 0 or 1", WINDOW_MATMUL);
     end
 endgenerate
 
@@ -99,7 +99,7 @@ reg           sat_in_reg [0:N-1];   // saturation in the stages before j
 wire [N-1:0]  sat_cells [0:N-1];
 reg [N-1:0]   valid_reg;
 reg [N-1:0]   set_reg;
-reg [N-1:0]   window_reg;            // (WINDOW) the output in stage j is a window's ...
+reg [N-1:0]   window_reg;            // (WINDOW_MATMUL) the output in stage j is a window's ...
 reg [7:0]     taps_reg [0:N-1];      // ... with these taps - 1
 wire          unused_ok = &{1'b0, window_reg[N-1], taps_reg[N-1]};  // (the last stage's: nobody after)
 
@@ -153,11 +153,11 @@ generate
         wire [N*W-1:0] in_now  = (j == 0) ? s_in_data : in_reg[j == 0 ? 0 : j-1];
         wire [N*W-1:0] acc_now = (j == 0) ? (set_now ? weights1[0] : weights0[0]) : acc_reg[j == 0 ? 0 : j-1];
         wire           sat_now = (j == 0) ? 1'b0 : sat_in_reg[j == 0 ? 0 : j-1] || (|sat_cells[j == 0 ? 0 : j-1]);
-        wire           vld_now = (j == 0) ? s_in_valid && (s_in_start || WINDOW == 0) : valid_reg[j == 0 ? 0 : j-1];
+        wire           vld_now = (j == 0) ? s_in_valid && (s_in_start || WINDOW_MATMUL == 0) : valid_reg[j == 0 ? 0 : j-1];
         wire [N*W-1:0] w_row   = set_now ? weights1[j+1] : weights0[j+1];
         wire           load    = advance && vld_now;
         // A window's output takes lane o of the vector entering now, while its taps last.
-        wire           win_now  = WINDOW != 0 && ((j == 0) ? s_in_window : window_reg[j == 0 ? 0 : j-1]);
+        wire           win_now  = WINDOW_MATMUL != 0 && ((j == 0) ? s_in_window : window_reg[j == 0 ? 0 : j-1]);
         wire [7:0]     taps_now = (j == 0) ? s_in_taps : taps_reg[j == 0 ? 0 : j-1];
         wire           tapping  = (j == 0) || taps_now >= 8'(j);  // (tap 0 always)
 

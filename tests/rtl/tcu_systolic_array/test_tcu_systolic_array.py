@@ -27,6 +27,9 @@ async def streams_match_the_reference(dut):
     dut.s_weights_valid.value = 0
     dut.s_in_valid.value = 0
     dut.s_in_swap.value = 0
+    dut.s_in_start.value = 1  # (with WINDOW_MATMUL = 1: every vector starts an output, none a window's)
+    dut.s_in_window.value = 0
+    dut.s_in_taps.value = 0
     dut.m_out_ready.value = 1
     for _ in range(3):
         await RisingEdge(dut.clk)
@@ -91,19 +94,101 @@ async def streams_match_the_reference(dut):
     assert load_stalls > 0 or n < 4, "no load met vectors in flight on its weight set: the wait went untested"
 
 
-SWEEP = [(2, 16, 8), (8, 16, 8), (8, 32, 16)]
-FULL_SWEEP = SWEEP + [(12, 16, 8), (16, 16, 8), (16, 32, 16), (4, 8, 4), (8, 18, 10)]
+@cocotb.test()
+async def window_streams_match_the_reference(dut):
+    """(WINDOW_MATMUL = 1) Window MatMuls' streams back to back (as the compute engine sends them: taps 1..N,
+    padding, strides 1, 2, 4) between plain MatMuls' vectors and weight loads, with gaps between
+    instructions: each output against DataType.window_matmul with the weights of its window."""
+    from tvm_tensil.isa.instructions import TapWindow
+    from tvm_tensil.numbers import DATA_TYPES
+
+    if int(os.environ.get("PARAM_WINDOW_MATMUL", "0")) == 0:
+        return
+    n, w, bp = (int(os.environ[f"PARAM_{k}"]) for k in ("ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT"))
+    dt = next(t for t in DATA_TYPES.values() if t.width == w and t.binary_point == bp)
+    rng = random.Random(7 * n + w)
+    np_rng = np.random.default_rng(7 * n + w)
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.s_weights_valid.value = 0
+    dut.s_in_valid.value = 0
+    dut.m_out_ready.value = 1  # (the core's accumulators always take the array's outputs)
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    got, expected, windows = [], [], 0
+
+    async def step():
+        await ReadOnly()
+        if int(dut.m_out_valid.value):
+            got.append(unpack_lanes(int(dut.m_out_data.value), n, w))
+        await RisingEdge(dut.clk)
+
+    weights = np.zeros((n + 1, n), dtype=np.int64)
+    for trial in range(40):
+        lim = dt.one * 2 if trial % 5 != 4 else dt.max_int  # every fifth trial saturates
+        rows = n + 1 if trial == 0 or rng.random() < 0.5 else rng.randint(1, n)
+        new = np_rng.integers(-lim, lim + 1, (rows, n))
+        for row in reversed(range(rows)):
+            while True:  # a load waits while vectors in flight still use the set it fills
+                await ReadOnly()
+                if int(dut.m_out_valid.value):
+                    got.append(unpack_lanes(int(dut.m_out_data.value), n, w))
+                if int(dut.s_weights_ready.value):
+                    break
+                await RisingEdge(dut.clk)
+            await RisingEdge(dut.clk)
+            dut.s_weights_data.value = pack_lanes(new[row], w)
+            dut.s_weights_valid.value = 1
+            await step()
+            dut.s_weights_valid.value = 0
+        weights = np.concatenate([new, weights[: n + 1 - rows]]) if rows <= n else new
+        for burst in range(rng.randint(1, 3)):  # MatMuls after the load: the first swaps the sets
+            if rng.random() < 0.7:
+                taps = rng.randint(1, n)
+                win = TapWindow(taps, rng.randrange(taps), rng.randrange(taps), rng.choice((1, 2, 4)))
+                outputs = rng.randint(1, 2 * n)
+                while win.reads(outputs) < 1:
+                    outputs += 1
+                inputs = np_rng.integers(-lim, lim + 1, (win.reads(outputs), n))
+                stream = np.vstack([np.zeros((win.lead, n), np.int64), inputs, np.zeros((win.trail, n), np.int64)])
+                expected.append(dt.window_matmul(stream, weights[1 : taps + 1], weights[0], win.stride))
+                starts = [p % win.stride == 0 and p // win.stride < outputs for p in range(len(stream))]
+                window, windows = True, windows + 1
+            else:
+                stream = np_rng.integers(-lim, lim + 1, (rng.choice([1, 2, n, 2 * n + 3]), n))
+                expected.append(dt.matmul(stream, weights[1:], weights[0]))
+                starts, taps, window = [True] * len(stream), 1, False
+            dut.s_in_window.value = int(window)
+            dut.s_in_taps.value = taps - 1
+            for p, vector in enumerate(stream):  # back to back
+                dut.s_in_valid.value = 1
+                dut.s_in_swap.value = int(burst == 0 and p == 0)
+                dut.s_in_start.value = int(starts[p])
+                dut.s_in_data.value = pack_lanes(vector, w)
+                await step()
+            dut.s_in_valid.value = 0
+            for _ in range(rng.choice([0, 0, 1, 3])):  # a gap between instructions
+                await step()
+    for _ in range(4 * n):
+        await step()
+    np.testing.assert_array_equal(np.array(got), np.concatenate(expected))
+    assert windows >= 10
 
 
-@pytest.mark.parametrize("n, width, bp", FULL_SWEEP)
-def test_tcu_systolic_array(n, width, bp, full):
+SWEEP = [(2, 16, 8, 0), (8, 16, 8, 0), (8, 32, 16, 0), (8, 16, 8, 1)]
+FULL_SWEEP = SWEEP + [(12, 16, 8, 0), (16, 16, 8, 0), (16, 32, 16, 0), (4, 8, 4, 0), (8, 18, 10, 0), (16, 16, 8, 1)]
+
+
+@pytest.mark.parametrize("n, width, bp, window", FULL_SWEEP)
+def test_tcu_systolic_array(n, width, bp, window, full):
     from rtl_runner import run_cocotb, skip_unless_swept
 
-    skip_unless_swept((n, width, bp), SWEEP, full)
+    skip_unless_swept((n, width, bp, window), SWEEP, full)
 
     run_cocotb(
         "tcu_systolic_array",
         __file__,
-        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp},
+        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp, "WINDOW_MATMUL": window},
         sources=["tcu_mac.sv", "tcu_systolic_array.sv"],
     )
