@@ -148,26 +148,23 @@ def pack_conv_weights(
         return out.reshape(-1, n)
     if ci_g != 1 or groups != co:
         raise ValueError("only groups = 1 and depthwise (groups = channels) convolutions pack")
-    if window:
-        if kw > n:
-            raise ValueError(f"a window MatMul holds at most {n} taps a row; this kernel has {kw}")
-        out = np.zeros((cbo, len(parts), kh, n + 1, n))
-        for k, part in enumerate(parts):
-            wp = np.zeros((cbo * n, kh, kw))
-            wp[:co] = part[:, 0]
-            out[:, k, :, 1 : kw + 1, :] = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kx, lane)
-        if bias is not None:
-            out[:, -1, bias_tap[0], 0, :] = _bias_rows(consts, bias, cbo, n)
-        return out.reshape(-1, n)
-    out = np.zeros((cbo, len(parts), kh, kw, n + 1, n))
+    if window and kw > n:
+        raise ValueError(f"a window MatMul holds at most {n} taps a row; this kernel has {kw}")
+    # Blocks (b, part, kh, kw) of diagonal weights, or (b, part, kh) of a row's taps as rows 1..kw.
+    out = np.zeros((cbo, len(parts), kh) + (() if window else (kw,)) + (n + 1, n))
     idx = np.arange(n)
     for k, part in enumerate(parts):
         wp = np.zeros((cbo * n, kh, kw))
         wp[:co] = part[:, 0]
+        lanes = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, lane)
         part_blocks = out[:, k]  # (a view: an integer beside the index arrays would move their axis first)
-        part_blocks[..., 1 + idx, idx] = wp.reshape(cbo, n, kh, kw).transpose(0, 2, 3, 1)  # (b, kh, kw, j)
+        if window:
+            part_blocks[:, :, 1 : kw + 1, :] = lanes
+        else:
+            part_blocks[..., 1 + idx, idx] = lanes
     if bias is not None:
-        out[:, -1, bias_tap[0], bias_tap[1], 0, :] = _bias_rows(consts, bias, cbo, n)
+        tap = tuple(bias_tap[:1] if window else bias_tap)
+        out[(slice(None), -1, *tap, 0)] = _bias_rows(consts, bias, cbo, n)
     return out.reshape(-1, n)
 
 

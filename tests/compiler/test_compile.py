@@ -1137,7 +1137,7 @@ def test_depthwise_convs_run_as_window_matmuls_exactly(x_shape, k, strides, padd
     windows, others = _window_matmuls(part)
     assert windows > 0 and others == 0
     plan = conv_plan(g, arch)
-    assert plan.row_window is not None and plan.taps == tuple((ky, 0) for ky in range(k[0]))
+    assert plan.window_rows and plan.taps == tuple((ky, 0) for ky in range(k[0]))
     if arch.local_depth == 160:
         assert plan.cols < g.tensors[out].shape[2]  # (the case it stands for)
     diagonal, dpart, _ = run(g, {"x": x}, arch, CompileOptions(window_matmul=False))
@@ -1173,4 +1173,4 @@ def test_depthwise_kernels_one_tap_wide_stay_diagonal_blocks(k):
     g, out = conv_graph(x_shape, w, None, padding=pad, groups=12)
     y, part, _ = run(g, {"x": x}, WINDOW_ARCH)
     np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, np.zeros(12), padding=pad, groups=12))
-    assert _window_matmuls(part)[0] == 0 and conv_plan(g, WINDOW_ARCH).row_window is None
+    assert _window_matmuls(part)[0] == 0 and not conv_plan(g, WINDOW_ARCH).window_rows

@@ -220,11 +220,10 @@ class Simulation:
                       c["swap"], c["lw_after_swap"], c["set_free"])  # fmt: skip
 
     @staticmethod
-    def columns(f: ProgramFields, layout: InstructionLayout | None = None, window: int | None = None) -> np.ndarray:
-        """The fields the model reads, one row each (``run`` takes any selection of columns). With
-        the ``layout``, a window MatMul's size is the vectors it streams (``window``: the window
-        register before ``f``)."""
-        size = f.operand2 + 1 if layout is None else window_stream(f, layout, window)
+    def columns(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
+        """The fields the model reads, one row each (``run`` takes any selection of columns); a
+        window MatMul's size is the vectors it streams (``window``: the window register before ``f``)."""
+        size = window_stream(f, layout, window)
         return np.stack([f.opcode, f.flags, size, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:

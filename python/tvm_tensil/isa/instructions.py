@@ -180,8 +180,9 @@ class TapWindow:
     trail: int = 0
     stride: int = 1
 
-    # Register bits: taps - 1 (8), lead (8), trail (8), log2 stride (2).
+    # Register bits: taps - 1 (8), lead (8), trail (8), log2 stride (2); nothing above.
     STRIDES: ClassVar[tuple[int, ...]] = (1, 2, 4, 8)
+    BITS: ClassVar[int] = 26
 
     def problem(self, array_size: int) -> str | None:
         """Why this window is not one the array can run, or None."""
@@ -197,10 +198,16 @@ class TapWindow:
     def value(self) -> int:
         return (self.taps - 1) | self.lead << 8 | self.trail << 16 | self.STRIDES.index(self.stride) << 24
 
+    @staticmethod
+    def fields(value):
+        """(taps, lead, trail, stride) of register values: an int, or a numpy array of them (bits
+        above ``BITS`` ignored)."""
+        return (value & 0xFF) + 1, (value >> 8) & 0xFF, (value >> 16) & 0xFF, 1 << ((value >> 24) & 3)
+
     @classmethod
     def from_value(cls, value: int) -> "TapWindow":
-        """The window a register value holds (bits above 26 ignored)."""
-        return cls((value & 0xFF) + 1, (value >> 8) & 0xFF, (value >> 16) & 0xFF, 1 << ((value >> 24) & 3))
+        """The window a register value holds."""
+        return cls(*cls.fields(value))
 
     def reads(self, outputs: int) -> int:
         """Vectors read from local memory for ``outputs`` outputs (at least 1 for a valid MatMul)."""
@@ -637,7 +644,7 @@ class Configure(Instruction):
                     self.name, "register", "this architecture has no window MatMul (set tvm_tensil.window_matmul)"
                 )
             problem = TapWindow.from_value(self.value).problem(layout.arch.array_size)
-            if problem or self.value >> 26:
+            if problem or self.value >> TapWindow.BITS:
                 raise InvalidInstruction(self.name, "value", f"not a tap window: {problem or 'bits above 25 set'}")
 
     def encode(self, layout) -> int:

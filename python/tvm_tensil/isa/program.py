@@ -24,6 +24,7 @@ from .instructions import (
     MatMulFlag,
     Opcode,
     SIMDFlag,
+    TapWindow,
     decode_word,
 )
 from .layout import InstructionLayout
@@ -176,11 +177,6 @@ class Program:
             pad1=pad1,
         )
 
-    def window_values(self, f: ProgramFields, window: int | None = None) -> np.ndarray:
-        """The window register's value each instruction of ``f`` sees (-1: not set in this
-        program), from ``window``, its value before ``f``'s first instruction."""
-        return window_register(f, self.layout, window)[0]
-
     def window_after(self, f: ProgramFields, window: int | None = None) -> int | None:
         """The window register's value after ``f`` (``window`` before it; None: never set)."""
         return window_register(f, self.layout, window)[1]
@@ -211,10 +207,9 @@ class Program:
         reads = count
         win_values = np.full(len(op), -1, dtype=np.int64)
         if arch.window_matmul:
-            win_values = self.window_values(f, window)
-            v = np.maximum(win_values, 0)
-            taps, lead, trail = (v & 0xFF) + 1, (v >> 8) & 0xFF, (v >> 16) & 0xFF
-            reads = np.where(windowed, (count - 1) * np.left_shift(1, (v >> 24) & 3) + taps - lead - trail, count)
+            win_values = window_register(f, lay, window)[0]
+            taps, lead, trail, stride = TapWindow.fields(np.maximum(win_values, 0))
+            reads = np.where(windowed, (count - 1) * stride + taps - lead - trail, count)
         verdicts[Opcode.MATMUL] = (
             (fl > (7 if arch.window_matmul else 3))
             | f.pad0
@@ -263,14 +258,10 @@ class Program:
         verdicts[Opcode.LOADLUT] = (fl != 0) | (o2 != 0) | f.pad0 | bad_s0 | (a0 >= L)
         verdicts[Opcode.CONFIGURE] = (fl != 0) | ~np.isin(f.raw0 & 0xF, [int(r) for r in ConfigRegister])
         set_window = (f.raw0 & 0xF) == ConfigRegister.WINDOW
-        if arch.window_matmul:  # taps <= N, each side's padding < taps, nothing above bit 25
-            value = (
-                (f.raw0 >> 4)
-                | (f.raw1 << (lay.operand0_bits - 4))
-                | (o2 << (lay.operand0_bits + lay.operand1_bits - 4))
-            )
-            taps, lead, trail = (value & 0xFF) + 1, (value >> 8) & 0xFF, (value >> 16) & 0xFF
-            set_window &= (taps > arch.array_size) | (lead >= taps) | (trail >= taps) | ((value >> 26) != 0)
+        if arch.window_matmul:  # taps <= N, each side's padding < taps, nothing above the window's bits
+            value = _configure_values(f, lay)
+            taps, lead, trail, _ = TapWindow.fields(value)
+            set_window &= (taps > arch.array_size) | (lead >= taps) | (trail >= taps) | ((value >> TapWindow.BITS) != 0)
         verdicts[Opcode.CONFIGURE] |= set_window
 
         bad = np.ones(len(op), dtype=bool)  # unknown opcodes stay bad
@@ -371,6 +362,13 @@ class Program:
             raise ProgramError(f"{self.name}: pc {pc}: invalid instruction", pc=pc)
 
 
+def _configure_values(f: ProgramFields, layout: InstructionLayout) -> np.ndarray:
+    """Each instruction's value as a Configure's: the operands above the register's 4 bits (a small
+    core's window register value spans all three)."""
+    o0, o1 = layout.operand0_bits, layout.operand1_bits
+    return (f.raw0 >> 4) | (f.raw1 << (o0 - 4)) | (f.operand2 << (o0 + o1 - 4))
+
+
 def window_register(f: ProgramFields, layout: InstructionLayout, window: int | None) -> tuple[np.ndarray, int | None]:
     """The window register's value each instruction of ``f`` sees (-1: not set) and its value after
     ``f``, from ``window`` before it (None: not set)."""
@@ -378,9 +376,7 @@ def window_register(f: ProgramFields, layout: InstructionLayout, window: int | N
     if not layout.arch.window_matmul or not len(f):
         return np.full(len(f), before, dtype=np.int64), window
     is_window = (f.opcode == Opcode.CONFIGURE) & ((f.raw0 & 0xF) == ConfigRegister.WINDOW)
-    # The register's low 27 bits (all a window uses), from the operands (a small core's may span all three).
-    o0, o1 = layout.operand0_bits, layout.operand1_bits
-    values = ((f.raw0 >> 4) | (f.raw1 << (o0 - 4)) | (f.operand2 << (o0 + o1 - 4))) & ((1 << 27) - 1)
+    values = _configure_values(f, layout) & ((1 << TapWindow.BITS) - 1)
     last = np.maximum.accumulate(np.where(is_window, np.arange(len(f)), -1))
     through = np.where(last >= 0, values[np.maximum(last, 0)], before)
     after = int(through[-1])
@@ -395,8 +391,8 @@ def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | Non
     if not layout.arch.window_matmul:
         return size
     seen = window_register(f, layout, window)[0]
-    v = np.maximum(seen, 0)
-    stream = (size - 1) * np.left_shift(1, (v >> 24) & 3) + (v & 0xFF) + 1
+    taps, _, _, stride = TapWindow.fields(np.maximum(seen, 0))
+    stream = (size - 1) * stride + taps
     windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
     return np.where(windowed, stream, size)
 

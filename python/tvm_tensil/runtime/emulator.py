@@ -245,41 +245,32 @@ def _run_kernel(
         # computed for all outputs at once (the loop over o vectorises).
         zeroes = (fl & _MM_ZEROES) != 0
         accumulate = (fl & _MM_ACCUMULATE) != 0
-        if fl & _MM_WINDOW:  # (ours) output k, lane o: bias, then mac(stream[k*stride + j][o], w[j+1][o])
-            win = config[_CFG_WINDOW]
-            taps, lead = (win & 0xFF) + 1, (win >> 8) & 0xFF
-            stride = np.int64(1) << ((win >> 24) & 3)
-            reads = (cnt - 1) * stride + taps - lead - ((win >> 16) & 0xFF)
-            clipped = 0
-            for k in range(cnt):
-                for o in range(n):
-                    out[o] = weights[0, o]
-                for j in range(taps):
-                    r = k * stride + j - lead  # the vector read, if the stream holds one here
-                    if zeroes or r < 0 or r >= reads:
-                        continue  # a zero input leaves the sum exactly as it is
-                    la = a0 + r * st0
-                    for o in range(n):
-                        q = _round_shift(local[la, o] * weights[j + 1, o] + (out[o] << bp), bp)
-                        z = min(max(q, lo), hi)
-                        clipped += q != z
-                        out[o] = z
-                da = a1 + k * st1
-                if accumulate:
-                    for o in range(n):
-                        acc[da, o] = _saturate(acc[da, o] + out[o], lo, hi, sats, _SAT_MATMUL)
-                else:
-                    for o in range(n):
-                        acc[da, o] = out[o]
-            sats[_SAT_MATMUL] += clipped
-            continue
+        # (ours) a window MatMul: output k, lane o = bias, then mac(stream[k*stride + j][o], w[j+1][o])
+        # for its taps j, the stream being its reads between lead and trail zero vectors.
+        windowed = (fl & _MM_WINDOW) != 0
+        win = config[_CFG_WINDOW]
+        taps, lead = (win & 0xFF) + 1, (win >> 8) & 0xFF
+        stride = np.int64(1) << ((win >> 24) & 3)
+        reads = (cnt - 1) * stride + taps - lead - ((win >> 16) & 0xFF)
+        clipped = 0
         for k in range(cnt):
             la = a0 + k * st0
             da = a1 + k * st1
             for o in range(n):
                 out[o] = weights[0, o]
-            if not zeroes:  # zero inputs: every product is 0, the output is the bias exactly
-                clipped = 0
+            # (Zero inputs: every product is 0, the output is the bias exactly.)
+            if windowed and not zeroes:
+                for j in range(taps):
+                    r = k * stride + j - lead  # the vector read, if the stream holds one here
+                    if r < 0 or r >= reads:
+                        continue  # a zero input leaves the sum exactly as it is
+                    lw = a0 + r * st0
+                    for o in range(n):
+                        q = _round_shift(local[lw, o] * weights[j + 1, o] + (out[o] << bp), bp)
+                        z = min(max(q, lo), hi)
+                        clipped += q != z
+                        out[o] = z
+            elif not zeroes:
                 for j in range(n):
                     xj = local[la, j]
                     for o in range(n):
@@ -287,13 +278,13 @@ def _run_kernel(
                         z = min(max(q, lo), hi)  # branch-free saturation: the loop over o vectorises
                         clipped += q != z
                         out[o] = z
-                sats[_SAT_MATMUL] += clipped
             if accumulate:
                 for o in range(n):
                     acc[da, o] = _saturate(acc[da, o] + out[o], lo, hi, sats, _SAT_MATMUL)
             else:
                 for o in range(n):
                     acc[da, o] = out[o]
+        sats[_SAT_MATMUL] += clipped
 
 
 class Emulator(ReferenceEmulator):

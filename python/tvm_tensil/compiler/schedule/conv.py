@@ -118,8 +118,8 @@ class ConvPlan:
     shortcut_matmul: bool
     memory: LocalMap
     # A depthwise conv on a core with the window MatMul: each kernel row one window MatMul per
-    # output row (``taps`` are then the kernel rows, (ky, 0)); this is the window of a whole row.
-    row_window: TapWindow | None = None
+    # output row (``taps`` are then the kernel rows, (ky, 0); each tile's window: ``_tile_window``).
+    window_rows: bool = False
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -490,18 +490,18 @@ def plan(
     holding = HandOver({name: given.in_local[name] for name in kept})
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     window, padding = _window(node, ctx), tuple(a.padding)
-    row_window = _row_window(node, ctx, window, padding)
-    taps = [(ky, 0) for ky in range(window.kh)] if row_window else window.taps
+    window_rows = _window_rows(node, ctx, window, padding)
+    taps = [(ky, 0) for ky in range(window.kh)] if window_rows else window.taps
     # A tap that reads a real input pixel for every output pixel starts each output block: its
     # MatMuls overwrite the accumulators and its first input block's weights carry the bias, so no
     # bias-initialising MatMul is needed. Without such a tap (padding cuts every tap somewhere) the
     # accumulators start from the bias by a MatMul of zeroes. (A kernel row's window MatMuls pad
     # the row: the row covers where it reads a real input row for every output row.)
-    if row_window:
+    if window_rows:
         cover = covering_tap(inp.shape, out.shape, replace(window, kw=1, sw=1, dw=1), padding[:1] + (0,), taps)
     else:
         cover = covering_tap(inp.shape, out.shape, window, padding, taps)
-    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, bool(row_window))
+    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, window_rows)
     depthwise = _depthwise(a, ctx)
     reads = None
     if a.weight is not None and grouped(ctx.graph.constants, a):
@@ -557,7 +557,7 @@ def plan(
     memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
-        shortcut_matmul, memory, row_window,
+        shortcut_matmul, memory, window_rows,
     )  # fmt: skip
 
 
@@ -566,29 +566,26 @@ def _depthwise(a: Conv, ctx: Context) -> bool:
     return a.weight is None or (a.groups != 1 and not grouped(ctx.graph.constants, a))
 
 
-def _row_window(node: Node, ctx: Context, window: Window, padding) -> TapWindow | None:
-    """The window of a kernel row's window MatMul over a whole input row, where the core has the
-    window MatMul and the conv is depthwise with a row the array holds (else None: diagonal blocks)."""
+def _window_rows(node: Node, ctx: Context, window: Window, padding) -> bool:
+    """Whether each kernel row runs as window MatMuls: on a core with the window MatMul, for a
+    depthwise conv whose rows the array holds and whose windows the core's Configure can hold (else
+    diagonal blocks)."""
     a = node.attrs
     if not (ctx.arch.window_matmul and ctx.options.window_matmul and a.weight is not None and _depthwise(a, ctx)):
-        return None
+        return False
     # (One tap a row gains nothing over a diagonal block, which a pointwise conv streams whole.)
     if not 1 < window.kw <= ctx.n or window.dw != 1 or window.sw not in TapWindow.STRIDES:
-        return None
-    w, ow = ctx.place[node.inputs[0]].shape[2], ctx.place[node.output].shape[2]
+        return False
     lead, right = padding[1], padding[3]
-    if lead >= window.kw or right >= window.kw:
-        return None
     # (A small core's Configure may not hold every window: its tiles' largest must fit.)
-    if TapWindow(window.kw, lead, window.kw - 1, window.sw).value >> layout_of(ctx.arch).configure_value_bits:
-        return None
-    return TapWindow(window.kw, lead, 0, window.sw).fitting(w, ow)
+    largest = TapWindow(window.kw, lead, window.kw - 1, window.sw)
+    return lead < window.kw and right < window.kw and not largest.value >> layout_of(ctx.arch).configure_value_bits
 
 
 def _tile_window(p: ConvPlan, tile: Tile, in_w: int) -> tuple[TapWindow, int]:
     """A tile's row window and the first input column it reads: a tile's columns from x0 read
     their window from input column x0 * stride - left padding on (the padding only at the edges)."""
-    kw, sw = p.row_window.taps, p.row_window.stride
+    kw, sw = p.window.kw, p.window.sw
     first = tile.x0 * sw - p.padding[1]
     last = (tile.x0 + tile.cols - 1) * sw - p.padding[1] + kw - 1
     start = max(0, first)
@@ -1035,7 +1032,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
     y_lo, x_lo, scols, plane = geometry
     # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
-    if p.row_window:  # per kernel row: a window MatMul per output row it reads a real input row for
+    if p.window_rows:  # per kernel row: a window MatMul per output row it reads a real input row for
         runs = _window_runs(p, tile, inp.shape, y_lo, x_lo, scols)
     else:
         runs = [
@@ -1050,10 +1047,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
         if short:
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
     # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
-    streamed = (
-        p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
-        and not p.row_window
-    )  # fmt: skip
+    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
     blocks = len(p.weights.groups)
     paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
     for ob in range(blocks):
@@ -1250,13 +1244,13 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
                     zero_first = False
                 continue
             # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
-            s.load_weights(base + local, p.row_window.taps + 1 if p.row_window else block)
+            s.load_weights(base + local, p.window.kw + 1 if p.window_rows else block)
             if zero_first:  # (a residue block's bias row is zero)
                 s.matmul(0, acc0, count, zeroes=True)
                 zero_first = False
             if streamed:
                 s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
-            elif p.row_window:
+            elif p.window_rows:
                 for offset, acc, cnt, window in runs[t]:
                     s.window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, accumulate=not first)
             else:
