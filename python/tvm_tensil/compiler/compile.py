@@ -353,12 +353,13 @@ def _accumulated_in(graph: Graph, output: str) -> str:
 
 
 def tensor_stats(
-    graph: Graph, samples, inputs: LayerInputs | None = None, lanes: int | None = None
+    graph: Graph, samples, inputs: LayerInputs | None = None, lanes: int | None = None, window_rows: bool = False
 ) -> dict[str, TensorStats]:
     """Each tensor's largest magnitude and mean square over ``samples`` (each a dict of input values
     by graph input name, (n, h, w, c)); ``inputs``, if given, also collects each layer's inputs;
     ``lanes`` (the array size), if given, also each layer's partial sums as the TCU adds them up (a
-    layer's with what fuses into it: its bias and a residual add's shortcut)."""
+    layer's with what fuses into it: its bias and a residual add's shortcut; ``window_rows``: on a
+    core with the window MatMul, ``accumulator_peak``)."""
     peak: dict[str, float] = {}
     square: dict[str, float] = {}
     accumulated: dict[str, float] = {}
@@ -373,7 +374,8 @@ def tensor_stats(
             peak[name] = max(peak.get(name, 0.0), float(np.max(np.abs(value))) if value.size else 0.0)
             square[name] = square.get(name, 0.0) + (float(np.mean(value**2)) if value.size else 0.0)
         for node, key in layers:
-            accumulated[key] = max(accumulated.get(key, 0.0), accumulator_peak(node, values, graph, lanes))
+            partial = accumulator_peak(node, values, graph, lanes, window_rows)
+            accumulated[key] = max(accumulated.get(key, 0.0), partial)
     return {t: TensorStats(peak[t], square[t] / count, accumulated.get(t, 0.0)) for t in peak}
 
 
@@ -387,8 +389,8 @@ def calibrate(
     else:
         fit, held = samples, samples[:SIMULATED_SAMPLES]
     inputs = LayerInputs(graph)
-    stats = tensor_stats(graph, fit, inputs, arch.array_size)
-    held_stats = tensor_stats(graph, samples[len(fit) :], lanes=arch.array_size)
+    stats = tensor_stats(graph, fit, inputs, arch.array_size, arch.window_matmul)
+    held_stats = tensor_stats(graph, samples[len(fit) :], lanes=arch.array_size, window_rows=arch.window_matmul)
     for t, s in held_stats.items():  # the ranges of every sample
         n_fit, n_held = len(fit), len(samples) - len(fit)
         mean_square = (stats[t].mean_square * n_fit + s.mean_square * n_held) / len(samples)

@@ -97,10 +97,33 @@ def _conv(node: Node, x: np.ndarray, graph: Graph, out_shape) -> np.ndarray:
     return y
 
 
-def accumulator_peak(node: Node, values: dict[str, np.ndarray], graph: Graph, lanes: int) -> float:
+def _window_rows_peak(node: Node, x: np.ndarray, graph: Graph, start: np.ndarray, bias) -> float:
+    """A depthwise conv's largest partial sum as window MatMuls add it up: each kernel row's taps
+    summed in the array (the centre row's from the bias, the others' from zero), each row then added
+    to the accumulators (holding ``start``: the shortcut), the centre row first."""
+    a = node.attrs
+    w = conv_kernel(graph.constants, a).astype(np.float64)
+    kh, kw = w.shape[2:]
+    taps = {(ky, kx): t for ky, kx, t in _window(x, a.padding, 0.0, start.shape[1:3], (kh, kw), a.strides, a.dilation)}
+    peak, acc = 0.0, start
+    for ky in sorted(range(kh), key=lambda r: r != kh // 2):
+        row = bias if ky == kh // 2 else 0.0
+        for kx in range(kw):
+            row = row + taps[ky, kx] * w[:, 0, ky, kx]
+            peak = max(peak, float(np.max(np.abs(row))))
+        acc = acc + row
+        peak = max(peak, float(np.max(np.abs(acc))))
+    return peak
+
+
+def accumulator_peak(
+    node: Node, values: dict[str, np.ndarray], graph: Graph, lanes: int, window_rows: bool = False
+) -> float:
     """The largest magnitude a (fused) conv's accumulators reach while the TCU sums its terms, where
     they saturate as the result does: from the shortcut (a residual) and the bias, then the
-    products in the TCU's order (``_conv_terms``). The result alone for a transposed conv."""
+    products in the TCU's order (``_conv_terms``). The result alone for a transposed conv.
+    ``window_rows`` (a core with the window MatMul): a depthwise conv's kernel rows may run as
+    window MatMuls, whose partial sums (``_window_rows_peak``) count too."""
     a = node.attrs
     out_shape = graph.tensors[node.output].shape
     if a.transposed or a.weight is None:
@@ -111,6 +134,15 @@ def accumulator_peak(node: Node, values: dict[str, np.ndarray], graph: Graph, la
     if a.bias is not None:
         y = y + np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1)
     peak = float(np.max(np.abs(y))) if y.size else 0.0
+    if (
+        window_rows
+        and a.groups != 1
+        and not grouped(graph.constants, a)
+        and 1 < conv_kernel(graph.constants, a).shape[3] <= lanes
+    ):
+        start = values[node.inputs[1]].reshape(out_shape) if a.residual else np.zeros(out_shape)
+        bias = np.asarray(graph.constants[a.bias], dtype=np.float64).reshape(-1) if a.bias is not None else 0.0
+        peak = max(peak, _window_rows_peak(node, values[node.inputs[0]], graph, start, bias))
     for outs, term in _conv_terms(node, values[node.inputs[0]], graph, out_shape, lanes):
         y[..., outs] += term
         peak = max(peak, float(np.max(np.abs(y[..., outs]))))

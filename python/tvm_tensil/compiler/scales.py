@@ -221,7 +221,10 @@ def choose_scales(
                 errors[n], worst[n] = e.mean_square, e.worst
 
     simulated(candidate_shifts(graph, stats, arch, (HEADROOM, TIGHT_HEADROOM)))
-    simulated({"none": dict.fromkeys(graph.tensors, 0)})
+    # The scales as they are, where they hold every range: the simulation saturates node results
+    # but not the partial sums the accumulators (and a window MatMul's array) hold on the way.
+    if all(s.held <= arch.data_type.max_float for s in stats.values()):
+        simulated({"none": dict.fromkeys(graph.tensors, 0)})
     usual = lambda: min((n for n in errors if _TIGHT not in n), key=errors.get)  # noqa: E731
     best = usual()
     if error_target is not None and worst[best] > error_target / RESIDUE_MARGIN:
