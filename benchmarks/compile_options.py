@@ -9,7 +9,9 @@ the next node only); ``prefetch`` off: no node's first loads move into the node 
 ``sink_stores`` off: no node's last stores move into the node after; ``shortcut_in_place`` off: a
 residual conv loads its shortcut from DRAM0 even where the conv before left it in local memory;
 ``defer_shortcut`` off: a tile's shortcut is loaded whole before its first MatMul; ``window_matmul``
-off: depthwise convs as diagonal blocks on a core that has the window MatMul. Writes
+off: depthwise convs as diagonal blocks on a core that has the window MatMul; ``row_bands`` off: no
+chain of convs runs band by band (``always``: every chain found does, not only where the latency
+model finds it faster). Writes
 benchmarks/results/options_<option>.json. Run it alone (the machine has 2 cores), and twice after
 the latency model changed: the first build then also recompiles its numba kernel.
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 import machine
 
 HERE = Path(__file__).parent
-OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul")
+OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul", "row_bands")
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""
@@ -37,7 +39,7 @@ from tvm_tensil.compiler import CompileOptions
 name, arch, option, on, size = {name!r}, {arch!r}, {option!r}, {on!r}, {size!r}
 mod = from_onnx(getattr(zoo, name)(**({{"size": size}} if size else {{}})), keep_params_in_input=False)
 t0 = time.perf_counter()
-options = CompileOptions(**({{}} if on is True else {{option: on}}))  # on: the default
+options = CompileOptions(**({{}} if on is True else {{option: True if on == "always" else on}}))  # on: the default
 report = tvm_tensil.build(mod, target="tensil", arch=arch, options=options).tensil_report
 print(json.dumps({{"compile_seconds": round(time.perf_counter() - t0, 2), "cycles": report.total_cycles}}))
 """
@@ -55,6 +57,7 @@ def main() -> None:
             row = {"net": name, "arch": arch}
             # look_ahead is a depth: also through one node only (1).
             values = {"off": False, "on": True} | ({"one_node": 1} if args.option == "look_ahead" else {})
+            values |= {"always": "always"} if args.option == "row_bands" else {}
             for key, on in values.items():
                 code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -106,6 +106,15 @@ class TensorPlacement:
         return self.interleave[1] if self.interleave else self.flattened_hw or 1
 
     @property
+    def rows_whole(self) -> bool:
+        """Whether a tile of whole rows is one run of a channel block (not for a phase of a map; for
+        a band of whole rows, yes)."""
+        if self.interleave is None:
+            return True
+        sy, sx, _, px, _, w = self.interleave
+        return sy == 1 and sx == 1 and px == 0 and w == self.shape[2]
+
+    @property
     def channels_padded(self) -> int:
         """Channels rounded up to whole blocks (the last block's extra lanes are zero)."""
         return self.blocks * self.array_size

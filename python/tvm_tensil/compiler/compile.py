@@ -13,6 +13,7 @@ from ..isa.program import Program
 from ..packing import count_saturated_consts
 from ..partition import CompiledPartition
 from ..placement import Patches, TensorPlacement
+from .bands import chains, with_bands
 from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Channels, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interpret import accumulator_peak, interpret, on_grid
@@ -517,14 +518,43 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     graph = fuse(without_identity_rescales(graph))
     graph = channel_views(subsample_views(expand_transposed(mark_flattened(graph))), arch.array_size)
     graph, patches = with_input_patches(graph, arch) if options.input_patches else (graph, {})
+    banded = with_bands(graph, chains(graph, arch) if options.row_bands is not False else [])
+    graph = banded.graph
     place, dram0 = place_tensors(graph, arch, patches)
+    for _, convs in banded.chains.values():  # the chains' maps between convs, computed whole
+        for conv in convs[:-1]:
+            place[conv.output] = dram0.alloc(graph.tensors[conv.output].shape, f"tensor '{conv.output}'", check=False)
     consts = ConstTable(arch)
     lir = LIR(arch)
-    sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options)
+    sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options, banded)
+    in_bands = {node.output for bands, _ in banded.chains.values() for node in bands[1:]}
     per_node, node_starts = [], []
+
+    def report(node: Node, instructions: int) -> None:
+        per_node.append(
+            {
+                "op": layer_kind(node),
+                "output": node.output,
+                "epilogue": [e[0] for e in node.epilogue],
+                "relax_ops": node.source_ops,
+                "instructions": instructions,
+            }
+            | ({"in_place": True} if graph.in_place(node) else {})
+            | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
+            | _output_error(node, scaling, choice)
+        )
+
     # A progress bar for builds that take a while (shown after 2 s, on terminals only).
     for node in progress.bar(graph.nodes, desc=f"tvm_tensil: compiling {name}", unit="op", delay=2):
         start = len(lir)
+        if node.output in banded.chains:  # a chain: its bands or its convs whole, the faster
+            for lowered, count in sched.lower_chain(node):
+                node_starts.append(start)
+                report(lowered, count)
+                start += count
+            continue
+        if node.output in in_bands:
+            continue
         node_starts.append(start)
         try:
             sched.lower(node)
@@ -538,18 +568,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
                 sched.lower(node)
             except InvalidInstruction:  # (a search that encodes its trials fails again, its weights placed)
                 lir.discard()
-        per_node.append(
-            {
-                "op": layer_kind(node),
-                "output": node.output,
-                "epilogue": [e[0] for e in node.epilogue],
-                "relax_ops": node.source_ops,
-                "instructions": len(lir) - start,
-            }
-            | ({"in_place": True} if graph.in_place(node) else {})
-            | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
-            | _output_error(node, scaling, choice)
-        )
+        report(node, len(lir) - start)
     sched.finish()
     consts.check()
     program = lir.program(name)
@@ -565,7 +584,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
         entry["busy"] = {k: v for k, v in bounds.items() if v}  # each resource's cycles for them alone
     report = {
-        "nodes": _phases_merged(per_node, graph),
+        "nodes": _layers_merged(per_node, graph, banded.layer),
         "instructions": len(program),
         "cycles": path["cycles"],
         "critical_path": path["by_kind"],
@@ -612,21 +631,24 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     )
 
 
-def _phases_merged(entries: list[dict], graph: Graph) -> list[dict]:
-    """The report's layers: a transposed conv's phases (consecutive nodes) as the one layer."""
-    merged: list[dict] = []
+def _layers_merged(entries: list[dict], graph: Graph, layers: dict[str, str]) -> list[dict]:
+    """The report's layers: a transposed conv's phases (consecutive nodes) and a chain's bands
+    (``layers``: band node output -> its layer's) each as the one layer."""
+    merged: dict[tuple[str, str], dict] = {}
     for entry in entries:
         src, kind = graph.views.get(entry["output"], (None, None))
-        if isinstance(kind, Interleave):
+        if entry["output"] in layers:
+            entry = dict(entry, output=layers[entry["output"]])
+        elif isinstance(kind, Interleave):
             entry = dict(entry, output=src)
-            if merged and merged[-1]["output"] == src and merged[-1]["op"] == entry["op"]:
-                last = merged[-1]
-                last["instructions"] += entry["instructions"]
-                for key in ("cycles", "busy"):
-                    last[key] = {k: last[key].get(k, 0) + entry[key].get(k, 0) for k in last[key] | entry[key]}
-                continue
-        merged.append(entry)
-    return merged
+        last = merged.get((entry["output"], entry["op"]))
+        if last is None:
+            merged[entry["output"], entry["op"]] = entry
+            continue
+        last["instructions"] += entry["instructions"]
+        for key in ("cycles", "busy"):
+            last[key] = {k: last[key].get(k, 0) + entry[key].get(k, 0) for k in last[key] | entry[key]}
+    return list(merged.values())
 
 
 def _residue_in(consts: ConstTable, node: Node) -> int:

@@ -10,16 +10,18 @@ geometry every lowering shares, ``overlap`` the DRAM moves deferred beside compu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ...arch import Architecture
 from ...placement import TensorPlacement
+from ..bands import Banded
 from ..graph import Graph, Node
 from ..lir import LIR
 from ..memory import ConstTable
 from . import channels, conv, eltwise, global_pool, pools, resize
 from .context import NOTHING, CompileOptions, Context, HandOver, Out, ScheduleError, Tile, Window
-from .search import TAKES_HAND_OVER
+from .search import TAKES_HAND_OVER, Alternative, cheapest
 
 __all__ = [
     "LOWERINGS", "CompileOptions", "Context", "GraphSchedule", "HandOver", "Out", "ScheduleError", "Tile", "Window",
@@ -68,14 +70,45 @@ class GraphSchedule:
         lir: LIR,
         dram0=None,
         options: CompileOptions = CompileOptions(),
+        banded: Banded | None = None,
     ):
         self.ctx = Context(arch, graph, placements, _read_once(graph), dram0, options, lower_next=lower_node)
         self.out = Out(lir, consts)
         self.left = NOTHING
         self._after = {id(a): b for a, b in zip(graph.nodes, graph.nodes[1:])}
+        self.banded = banded
+        if banded is not None and banded.chains:
+            self.plain = replace(self.ctx, graph=banded.plain, read_once=_read_once(banded.plain))
 
     def lower(self, node: Node) -> None:
         self.left = lower_node(node, self.ctx.before(self._after.get(id(node))), self.left, self.out)
+
+    def lower_chain(self, first: Node) -> list[tuple[Node, int]]:
+        """The chain whose first band's first node is ``first``: its bands or its convs whole,
+        whichever the latency model finds faster (with the stores each leaves still to go).
+        Returns the nodes lowered and their instructions."""
+        bands, convs = self.banded.chains[first.output]
+        after = self._after.get(id(bands[-1]))
+        done: dict[int, list[tuple[Node, int]]] = {}
+
+        def sequence(index: int, nodes: list[Node], ctx: Context) -> Alternative:
+            def lower(_ctx: Context, given: HandOver, out: Out) -> HandOver:
+                done[index] = []
+                for node, nxt in zip(nodes, nodes[1:] + [after]):
+                    start = len(out.lir)
+                    given = lower_node(node, ctx.before(nxt), given, out)
+                    done[index].append((node, len(out.lir) - start))
+                return given
+
+            return lower
+
+        alternatives = [sequence(0, bands, self.ctx)]
+        if self.ctx.options.row_bands is None and all(conv.output in self.ctx.place for conv in convs):
+            alternatives.append(sequence(1, convs, self.plain))
+        won: list[int] = []
+        alone = replace(self.ctx.before(after), looking_ahead=self.ctx.options.look_ahead)
+        self.left = cheapest(alternatives, alone, self.left, self.out, won=won)
+        return done[won[0]]
 
     def finish(self) -> None:
         """After the last node: issue the stores still carried."""

@@ -63,6 +63,10 @@ class CompileOptions:
     # On a core with the window MatMul, a depthwise conv runs a window MatMul per kernel row and
     # output row (else one diagonal weight block per tap, as on plain Tensil).
     window_matmul: bool = True
+    # A chain of convs whose maps between them do not fit local memory runs band by band of output
+    # rows, those maps kept in local memory (``compiler.bands``): always (True), never (False), or
+    # where the latency model finds it faster (None).
+    row_bands: bool | None = None
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

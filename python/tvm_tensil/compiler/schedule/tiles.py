@@ -81,7 +81,7 @@ def tile_runs(place: TensorPlacement, tile: Tile, buf: int, blocks=None) -> Iter
         yield buf, place.base, count * place.blocks
         return
     for b in range(place.blocks) if blocks is None else blocks:
-        if tile.cols == place.shape[2] and not place.interleave:
+        if tile.cols == place.shape[2] and place.rows_whole:
             yield buf + b * count, place.address(tile.image, tile.y0, 0, b), count
             continue
         for r in range(tile.rows):
@@ -115,7 +115,7 @@ def slab_moves(inp: TensorPlacement, tile: Tile, window: Window, padding, slab: 
         return [(Direction.DRAM0_TO_LOCAL, slab, inp.address(tile.image, 0, 0, 0), plane * inp.blocks)], geometry
     moves = []
     for b in range(inp.blocks if plane else 0):
-        if cols == inp.shape[2] and step == 1 and not inp.interleave:  # whole rows are one contiguous run
+        if cols == inp.shape[2] and step == 1 and inp.rows_whole:  # whole rows are one contiguous run
             moves.append((Direction.DRAM0_TO_LOCAL, slab + b * plane, inp.address(tile.image, y_lo, 0, b), plane))
             continue
         for y in range(y_lo, y_hi + 1):

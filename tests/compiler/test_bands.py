@@ -1,0 +1,139 @@
+"""Row bands: a chain of convs whose maps between them do not fit local memory, band by band."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from reference import conv2d_nhwc
+from tvm_tensil.arch import PRESETS
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+from tvm_tensil.compiler.bands import chains, with_bands
+from tvm_tensil.compiler.compile import fuse
+from tvm_tensil.isa.instructions import Direction, Opcode
+from tvm_tensil.runtime import Emulator
+
+# Small memories, so that a 20x12 map of 32 channels (960 vectors) does not fit and bands of a few
+# rows do.
+ARCH = replace(PRESETS["pynqz1"], local_depth=1024, accumulator_depth=256)
+WINDOW = replace(PRESETS["pynqz1"], local_depth=1024, accumulator_depth=256, window_matmul=True)
+
+
+def block(shape, expand: int, stride: int, residual: bool, kernel: int = 3, seed: int = 0):
+    """An inverted residual block: 1x1 expansion + ReLU, depthwise ``kernel`` x ``kernel`` conv +
+    ReLU, 1x1 projection (+ the input)."""
+    rng = np.random.default_rng(seed)
+    n, h, w, c = shape
+    e = c * expand
+    pad = kernel // 2
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    consts = [
+        rng.integers(-8, 8, (e, c, 1, 1)) / 64,
+        rng.integers(-8, 8, (e,)) / 16,
+        rng.integers(-8, 8, (e, 1, kernel, kernel)) / 32,
+        rng.integers(-8, 8, (c, e, 1, 1)) / 64,
+    ]
+    t = {
+        "x": Tensor("x", shape), "a": Tensor("a", (n, h, w, e)), "ra": Tensor("ra", (n, h, w, e)),
+        "b": Tensor("b", (n, oh, ow, e)), "rb": Tensor("rb", (n, oh, ow, e)), "y": Tensor("y", (n, oh, ow, c)),
+    }  # fmt: skip
+    nodes = [
+        Node("conv2d", ["x"], "a", dict(weight=0, bias=1)),
+        Node("relu", ["a"], "ra"),
+        Node("conv2d", ["ra"], "b", dict(weight=2, strides=(stride, stride), padding=(pad,) * 4, groups=e)),
+        Node("relu", ["b"], "rb"),
+        Node("conv2d", ["rb", "x"] if residual else ["rb"], "y", dict(weight=3, residual=residual)),
+    ]
+    graph = Graph(t, nodes, ["x"], ["y"], consts)
+    x = rng.integers(-16, 16, shape) / 16
+    a = np.maximum(conv2d_nhwc(x, consts[0], consts[1]), 0)
+    b = np.maximum(conv2d_nhwc(a, consts[2], None, (stride, stride), (pad,) * 4, groups=e), 0)
+    y = conv2d_nhwc(b, consts[3], None) + (x if residual else 0)
+    return graph, x, y
+
+
+def run(graph, x, arch, bands):
+    part = compile_graph(graph, arch, "t", options=CompileOptions(row_bands=bands))
+    out = Emulator(arch).run_model(part.model(graph.constants), {"x": x})["y"]
+    return out, part
+
+
+def stores(part) -> int:
+    f = part.program.fields()
+    moves = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM0)
+    return int((f.operand2[moves] + 1).sum())
+
+
+@pytest.mark.parametrize("arch", [ARCH, WINDOW], ids=["diagonal", "window"])
+@pytest.mark.parametrize(
+    "shape, expand, stride, residual, kernel",
+    [
+        ((1, 20, 12, 8), 4, 1, True, 3),  # a residual block
+        ((1, 21, 12, 8), 4, 2, False, 3),  # stride 2, odd rows: the last band shorter
+        ((1, 40, 6, 8), 4, 1, False, 5),  # two halo rows a side
+    ],
+)
+def test_a_block_in_bands_computes_exactly_what_the_whole_layers_do(arch, shape, expand, stride, residual, kernel):
+    graph, x, want = block(shape, expand, stride, residual, kernel)
+    (chain,) = chains(fuse(graph), arch)
+    banded, part = run(graph, x, arch, True)
+    whole, plain = run(graph, x, arch, False)
+    np.testing.assert_array_equal(banded, whole)  # bit for bit
+    np.testing.assert_allclose(banded, want, atol=0.1)  # (the data type's rounding of a and b)
+    # The maps inside the chain never reach DRAM0. (After a stride 2, the depthwise conv's result
+    # fits whole: the chain ends there, its result stored, and the projection reads it whole.)
+    _, oh, ow, c = want.shape
+    blocks = -(-c * expand // arch.array_size)
+    if stride == 1:
+        assert chain.nodes == ("ra", "rb", "y")
+        assert stores(part) == oh * ow < stores(plain)
+    else:
+        assert chain.nodes == ("ra", "rb")
+        assert stores(part) == oh * ow * (1 + blocks) < stores(plain)
+
+
+def test_bands_are_the_fewest_that_fit_and_read_their_halo_rows():
+    graph, _, _ = block((1, 20, 12, 8), 4, 1, True)
+    graph = fuse(graph)  # (the ReLUs become the convs' epilogues: ra, rb are the convs' results)
+    (chain,) = chains(graph, ARCH)
+    # A band's expanded map (its rows + 2 halo rows, 12 wide, 2 blocks of 16) in half of 1024
+    # vectors and one tile in half the accumulators (128 pixels): at most 8 rows (7 and 2 halo rows
+    # do not fit), so the 20 rows in 3 bands of 7.
+    assert chain.rows == 7
+    banded = with_bands(graph, [chain])
+    bands, convs = banded.chains["ra.rows0-7"]
+    assert [n.output for n in convs] == ["ra", "rb", "y"]
+    assert [n.output for n in bands] == [
+        "ra.rows0-7", "rb.rows0-6", "y.rows0-6",
+        "ra.rows6-14", "rb.rows7-13", "y.rows7-13",
+        "ra.rows13-19", "rb.rows14-19", "y.rows14-19",
+    ]  # fmt: skip
+    dw = {n.output: n.attrs.padding for n in bands if n.output.startswith("rb.")}
+    # Zero padding at the map's edges only; inside, the halo rows are real rows of the band's map.
+    assert dw == {"rb.rows0-6": (1, 1, 0, 1), "rb.rows7-13": (0, 1, 0, 1), "rb.rows14-19": (0, 1, 1, 1)}
+    second = next(n for n in bands if n.output == "ra.rows6-14")
+    assert second.inputs == ["x.rows6-14"] and banded.graph.views["x.rows6-14"][0] == "x"
+    last = next(n for n in bands if n.output == "y.rows7-13")
+    assert last.inputs == ["rb.rows7-13", "x.rows7-13"]  # the shortcut's rows, read in place
+    assert banded.layer["ra.rows6-14"] == "ra" and banded.layer["y.rows7-13"] == "y"
+    assert banded.plain.nodes == graph.nodes  # the other alternative: the convs whole
+
+
+def test_no_bands_where_the_maps_fit_or_another_node_reads_them():
+    graph, _, _ = block((1, 6, 6, 8), 4, 1, True)
+    assert chains(fuse(graph), ARCH) == []  # 72 vectors a map: handed over whole already
+    graph, _, _ = block((1, 20, 12, 8), 4, 1, True)
+    graph = fuse(graph)
+    read_twice = replace(graph, outputs=["y", "ra"])  # the expanded map is an output too
+    assert [c.nodes for c in chains(read_twice, ARCH)] == [("rb", "y")]
+
+
+def test_the_latency_model_keeps_bands_or_whole_convs_whichever_is_faster():
+    graph, x, _ = block((1, 20, 12, 8), 4, 1, True)
+    cycles = {}
+    for bands in (True, False, None):
+        out, part = run(graph, x, WINDOW, bands)
+        cycles[bands] = part.report["cycles"]["total"]
+        # The report names the model's layers, each once, whichever way they ran.
+        assert [n["output"] for n in part.report["nodes"]] == ["ra", "rb", "y"]
+    assert cycles[None] == min(cycles[True], cycles[False])
