@@ -52,7 +52,9 @@ module tcu_core
     // Bits of an instruction word
     parameter INSTRUCTION_BITS = 64,
     // 1: the window MatMul (an instruction set extension of ours, docs/isa.md)
-    parameter WINDOW_MATMUL = 0
+    parameter WINDOW_MATMUL = 0,
+    // 1: the SIMD ReLU flag (an instruction set extension of ours, docs/isa.md)
+    parameter SIMD_RELU = 0
 )
 (
     input  wire                              clk,
@@ -348,11 +350,13 @@ tcu_simd_pipeline #(
     .BINARY_POINT(BINARY_POINT),
     .REGISTERS(SIMD_REGISTERS),
     .SELECT_BITS(SB),
-    .ACC_ADDR_BITS(AA)
+    .ACC_ADDR_BITS(AA),
+    .SIMD_RELU(SIMD_RELU)
 )
 simd_pipeline_inst (
     .clk(clk), .rst(rst),
-    .s_cmd_valid(start_s), .s_cmd_op(cmd_operand2[3*SB +: 4]), .s_cmd_left(cmd_operand2[2*SB +: SB]),
+    .s_cmd_valid(start_s), .s_cmd_op(cmd_operand2[3*SB +: 4]),
+    .s_cmd_relu(cmd_flags[tcu_isa_pkg::SIMD_FLAG_RELU_BIT]), .s_cmd_left(cmd_operand2[2*SB +: SB]),
     .s_cmd_right(cmd_operand2[SB +: SB]), .s_cmd_dest(cmd_operand2[SB-1:0]),
     .s_cmd_read(cmd_flags[tcu_isa_pkg::SIMD_FLAG_READ_BIT]), .s_cmd_read_addr(AA'(cmd_addr1)),
     .s_cmd_write(cmd_flags[tcu_isa_pkg::SIMD_FLAG_WRITE_BIT]),

@@ -68,6 +68,7 @@ localparam int LOADWEIGHTS_FLAG_ZEROES_BIT = 0;
 localparam int SIMD_FLAG_READ_BIT = 0;
 localparam int SIMD_FLAG_WRITE_BIT = 1;
 localparam int SIMD_FLAG_ACCUMULATE_BIT = 2;
+localparam int SIMD_FLAG_RELU_BIT = 3;
 
 // DataMove directions between DRAM and local memory (flags 0-3): which way and which bank: bit positions
 localparam int DIRECTION_TO_DRAM_BIT = 0;

@@ -18,7 +18,9 @@ module tcu_simd #
     // Registers per lane (0..16)
     parameter REGISTERS = 1,
     // Bits of a source/destination select: ceil(log2(REGISTERS + 1)), at least 1
-    parameter SELECT_BITS = 1
+    parameter SELECT_BITS = 1,
+    // The SIMD ReLU flag (ours): 1 to have it, 0 for plain Tensil
+    parameter SIMD_RELU = 0
 )
 (
     input  wire                              clk,
@@ -27,6 +29,7 @@ module tcu_simd #
     // One sub-instruction and its input vector (zeros when the instruction does not read)
     input  wire                              s_in_valid,
     input  wire [3:0]                        s_in_op,
+    input  wire                              s_in_relu,
     input  wire [SELECT_BITS-1:0]            s_in_left,
     input  wire [SELECT_BITS-1:0]            s_in_right,
     input  wire [SELECT_BITS-1:0]            s_in_dest,
@@ -51,13 +54,15 @@ generate
             .DATA_WIDTH(W),
             .BINARY_POINT(BINARY_POINT),
             .REGISTERS(REGISTERS),
-            .SELECT_BITS(SELECT_BITS)
+            .SELECT_BITS(SELECT_BITS),
+            .SIMD_RELU(SIMD_RELU)
         )
         alu_inst (
             .clk(clk),
             .rst(rst),
             .valid(s_in_valid),
             .op(s_in_op),
+            .relu(s_in_relu),
             .left_select(s_in_left),
             .right_select(s_in_right),
             .dest_select(s_in_dest),

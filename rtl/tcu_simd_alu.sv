@@ -10,6 +10,9 @@
  * register k (NoOp outputs the input and writes no register). Comparisons and logical ops give
  * 1.0 or 0; Add/Subtract/Increment/Decrement/Abs saturate; Multiply rounds as times().
  *
+ * With the ReLU flag (ours, SIMD_RELU = 1) the result is max(result, 0): what the register and the
+ * accumulators take.
+ *
  * Registered: result and saturated are those of the last valid op, computed on its clock edge only
  * (a simulator evaluates the lane on cycles that carry an op, like the array's cells). Its register
  * write lands one edge later; a read of that register meanwhile takes the result (bypass).
@@ -24,15 +27,18 @@ module tcu_simd_alu
     // Registers in the lane (0..16)
     parameter REGISTERS = 1,
     // Bits of a source/destination select: ceil(log2(REGISTERS + 1)), at least 1
-    parameter SELECT_BITS = 1
+    parameter SELECT_BITS = 1,
+    // The SIMD ReLU flag (ours): 1 to have it, 0 for plain Tensil
+    parameter SIMD_RELU = 0
 )
 (
     input  wire                   clk,
     input  wire                   rst,
 
-    // One op (valid) and its input scalar
+    // One op (valid), its ReLU flag and its input scalar
     input  wire                   valid,
     input  wire [3:0]             op,
+    input  wire                   relu,
     input  wire [SELECT_BITS-1:0] left_select,
     input  wire [SELECT_BITS-1:0] right_select,
     input  wire [SELECT_BITS-1:0] dest_select,
@@ -54,6 +60,9 @@ generate
     if ((1 << SELECT_BITS) < REGISTERS + 1) begin : g_illegal_1
         $fatal(1, "tcu_simd_alu: SELECT_BITS too small for REGISTERS");
     end
+    if (SIMD_RELU != 0 && SIMD_RELU != 1) begin : g_illegal_2
+        $fatal(1, "tcu_simd_alu: SIMD_RELU (%0d) must be 0 or 1", SIMD_RELU);
+    end
 endgenerate
 
 
@@ -67,14 +76,17 @@ reg [W-1:0] regs [0:REGS-1];
 reg                   wr_pending;
 reg [SELECT_BITS-1:0] wr_dest;
 
-// The last op's result: the multiplier's for a Multiply, else value_q.
+// The last op's result: the multiplier's for a Multiply, else value_q; zero where negative with
+// the ReLU flag.
 reg                   mul_q;
+reg                   relu_q;
 reg [W-1:0]           value_q;
 reg                   value_saturated_q;
 wire [W-1:0]          product;
 wire                  product_saturated;
 
-assign result    = mul_q ? product : value_q;
+wire [W-1:0]          raw = mul_q ? product : value_q;
+assign result    = (SIMD_RELU != 0 && relu_q && raw[W-1]) ? '0 : raw;
 assign saturated = mul_q ? product_saturated : value_saturated_q;
 
 function automatic [W-1:0] pick(input [SELECT_BITS-1:0] sel, input [W-1:0] in_value);
@@ -147,6 +159,7 @@ integer k;
 always @(posedge clk) begin
     if (valid) begin
         mul_q <= op == tcu_isa_pkg::SIMD_OP_MULTIPLY;
+        relu_q <= SIMD_RELU != 0 && relu;
         {value_saturated_q, value_q} <= compute(op, left, right, in_data);
         wr_dest <= dest_select;
     end
@@ -156,6 +169,7 @@ always @(posedge clk) begin
         end
         wr_pending <= 1'b0;
         mul_q <= 1'b0;
+        relu_q <= 1'b0;
     end else begin
         if (wr_pending) begin
             regs[32'(wr_dest) - 1] <= result;

@@ -25,7 +25,9 @@ module tcu_simd_pipeline #
     // Bits of a register selector (0 = the input or output, k = register k)
     parameter SELECT_BITS = 1,
     // Address bits of the accumulators
-    parameter ACC_ADDR_BITS = 11
+    parameter ACC_ADDR_BITS = 11,
+    // The SIMD ReLU flag (ours): 1 to have it, 0 for plain Tensil
+    parameter SIMD_RELU = 0
 )
 (
     input  wire                              clk,
@@ -35,6 +37,7 @@ module tcu_simd_pipeline #
     // write (or accumulate) the result at write_addr
     input  wire                              s_cmd_valid,
     input  wire [3:0]                        s_cmd_op,
+    input  wire                              s_cmd_relu,
     input  wire [SELECT_BITS-1:0]            s_cmd_left,
     input  wire [SELECT_BITS-1:0]            s_cmd_right,
     input  wire [SELECT_BITS-1:0]            s_cmd_dest,
@@ -68,6 +71,7 @@ localparam SB = SELECT_BITS;
 reg          p1_valid, p1_read, p1_write, p1_acc;
 reg [AA-1:0] p1_waddr;
 reg [3:0]    p1_op;
+reg          p1_relu, p2_relu;
 reg [SB-1:0] p1_left, p1_right, p1_dest;
 reg          p2_write, p2_acc;
 reg [AA-1:0] p2_waddr;
@@ -85,11 +89,12 @@ tcu_simd #(
     .DATA_WIDTH(DATA_WIDTH),
     .BINARY_POINT(BINARY_POINT),
     .REGISTERS(REGISTERS),
-    .SELECT_BITS(SB)
+    .SELECT_BITS(SB),
+    .SIMD_RELU(SIMD_RELU)
 )
 simd_inst (
     .clk(clk), .rst(rst),
-    .s_in_valid(lanes_valid), .s_in_op(p2_op), .s_in_left(p2_left), .s_in_right(p2_right),
+    .s_in_valid(lanes_valid), .s_in_op(p2_op), .s_in_relu(p2_relu), .s_in_left(p2_left), .s_in_right(p2_right),
     .s_in_dest(p2_dest), .s_in_data(lanes_data),
     .m_out_valid(lanes_out_valid), .m_out_data(lanes_out), .m_out_saturated(saturated)
 );
@@ -118,6 +123,7 @@ always @(posedge clk) begin
         p1_acc <= s_cmd_accumulate;
         p1_waddr <= s_cmd_write_addr;
         p1_op <= s_cmd_op;
+        p1_relu <= s_cmd_relu;
         p1_left <= s_cmd_left;
         p1_right <= s_cmd_right;
         p1_dest <= s_cmd_dest;
@@ -129,6 +135,7 @@ always @(posedge clk) begin
         p2_acc <= p1_acc;
         p2_waddr <= p1_waddr;
         p2_op <= p1_op;
+        p2_relu <= p1_relu;
         p2_left <= p1_left;
         p2_right <= p1_right;
         p2_dest <= p1_dest;

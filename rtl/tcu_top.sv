@@ -42,6 +42,8 @@ module tcu_top #
     parameter SIMD_OPERAND_BITS = 1,
     // 1: the window MatMul (an instruction set extension of ours, docs/isa.md)
     parameter WINDOW_MATMUL = 0,
+    // 1: the SIMD ReLU flag (an instruction set extension of ours, docs/isa.md)
+    parameter SIMD_RELU = 0,
     // Instruction stream width in bits
     parameter S_AXIS_DATA_WIDTH = 64,
     // DRAM AXI data width, address width, ID width
@@ -194,7 +196,8 @@ tcu_core #(
     .OPERAND0_BITS(OPERAND0_BITS), .OPERAND1_BITS(OPERAND1_BITS), .OPERAND2_BITS(OPERAND2_BITS),
     .OPERAND0_ADDRESS_BITS(OPERAND0_ADDRESS_BITS), .OPERAND1_ADDRESS_BITS(OPERAND1_ADDRESS_BITS),
     .OPERAND2_ADDRESS_BITS(OPERAND2_ADDRESS_BITS), .STRIDE0_BITS(STRIDE0_BITS), .STRIDE1_BITS(STRIDE1_BITS),
-    .SIMD_OPERAND_BITS(SIMD_OPERAND_BITS), .INSTRUCTION_BITS(INSTRUCTION_BITS), .WINDOW_MATMUL(WINDOW_MATMUL)
+    .SIMD_OPERAND_BITS(SIMD_OPERAND_BITS), .INSTRUCTION_BITS(INSTRUCTION_BITS), .WINDOW_MATMUL(WINDOW_MATMUL),
+    .SIMD_RELU(SIMD_RELU)
 )
 core_inst (
     .clk(clk), .rst(rst),

@@ -99,11 +99,12 @@ def _make_variables(assignments: str):
 
 def core_params(n: int, width: int, regs: int = 1, beats: int = 2, window: bool = False) -> tuple[dict, dict]:
     """tcu_core's parameters for a sweep point (``sweep_arch``) with ``beats`` bus beats per vector
-    (``window``: with the window MatMul), and the bench environment naming the architecture."""
+    (``window``: with our instruction set extensions, the window MatMul and the SIMD ReLU flag), and
+    the bench environment naming the architecture."""
     from tvm_tensil.rtl import core_parameters
     from tvm_tensil.rtl.testbench import arch_env
 
-    arch = sweep_arch(n, width, regs).replace(window_matmul=window)
+    arch = sweep_arch(n, width, regs).replace(window_matmul=window, simd_relu=window)
     p = core_parameters(arch)
     given = {"SIMD_REGISTERS": regs, "VECTOR_BEATS": beats, "INSTRUCTION_BITS": layout_of(arch).instruction_bits}
     return {k: given[k] if k in given else p[k] for k in module_parameters("tcu_core")}, arch_env(arch)

@@ -45,10 +45,10 @@ TARCH_KEYS = (
     "thread_queue_depth",
 )
 EXTENSION_KEY = "tvm_tensil"
-EXTENSION_FIELDS = ("name", "board", "part", "clock_mhz", "axi_data_width", "window_matmul")
+EXTENSION_FIELDS = ("name", "board", "part", "clock_mhz", "axi_data_width", "window_matmul", "simd_relu")
 # Extensions of the instruction set: a program using one cannot run without it, so they stay in
 # the architecture a model file carries.
-ISA_EXTENSION_FIELDS = ("window_matmul",)
+ISA_EXTENSION_FIELDS = ("window_matmul", "simd_relu")
 
 # Allowed ranges, inclusive. Local/accumulator depths follow the Tensil reference
 # (up to 2**16 vectors); DRAM banks are addressed with at most 32 bits.
@@ -105,6 +105,8 @@ class Architecture:
     axi_data_width: int | None = field(default=None, compare=False)
     # The window MatMul (docs/isa.md): an instruction set extension, so it takes part in equality.
     window_matmul: bool = False
+    # The SIMD ReLU flag (docs/isa.md): likewise.
+    simd_relu: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_type", _check_data_type(self.data_type, self._where()))
@@ -124,10 +126,11 @@ class Architecture:
                 f"{self._where()}key '{EXTENSION_KEY}.part': {self.part!r} is not an FPGA part "
                 'name; give a string such as "xc7z020clg400-1"'
             )
-        if not isinstance(self.window_matmul, bool):
-            raise ArchitectureError(
-                f"{self._where()}key '{EXTENSION_KEY}.window_matmul': {self.window_matmul!r} is not true or false"
-            )
+        for key in ISA_EXTENSION_FIELDS:
+            if not isinstance(getattr(self, key), bool):
+                raise ArchitectureError(
+                    f"{self._where()}key '{EXTENSION_KEY}.{key}': {getattr(self, key)!r} is not true or false"
+                )
         if self.axi_data_width is not None and self.axi_data_width not in _AXI_WIDTHS:
             raise ArchitectureError(
                 f"{self._where()}key '{EXTENSION_KEY}.axi_data_width': "

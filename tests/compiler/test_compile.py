@@ -166,6 +166,25 @@ def test_depthwise_and_relu_epilogue():
     assert part.report["nodes"][0]["epilogue"] == ["relu"]
 
 
+def test_a_relu6_is_one_simd_instruction_a_vector_with_the_relu_flag():
+    """A ReLU6 imported as min(x, 6) and max(x, 0) (two clips): on a core with the SIMD ReLU flag
+    one MIN with the flag per vector, on plain Tensil a MIN and a MAX; the same results."""
+    rng = np.random.default_rng(2)
+    x_shape = (1, 6, 5, 8)
+    w = grid(rng, (8, 8, 3, 3), -16, 16)
+    x = grid(rng, x_shape, -16, 16)
+    clips = [("clip", {"lo": -np.inf, "hi": 6.0}), ("clip", {"lo": 0.0, "hi": np.inf})]
+    g, out = conv_graph(x_shape, w, None, (1, 1), (1, 1, 1, 1), epilogue=clips)
+    want = np.clip(conv2d_nhwc(x, w, None, padding=(1, 1, 1, 1)), 0, 6)
+    simd = {}
+    for relu in (False, True):
+        y, part, _ = run(g, {"x": x}, ARCH.replace(simd_relu=relu))
+        np.testing.assert_allclose(y[out], want, atol=1 / 256)
+        simd[relu] = y[out], int((part.program.fields().opcode == Opcode.SIMD).sum())
+    np.testing.assert_array_equal(simd[True][0], simd[False][0])
+    assert simd[False][1] - simd[True][1] == 6 * 5 + 1  # a MAX a vector (one a pixel), and loading its 0
+
+
 def test_dense_as_pointwise_row():
     rng = np.random.default_rng(2)
     w = grid(rng, (10, 20), -4, 4)  # (in, out) matmul weight

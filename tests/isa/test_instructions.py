@@ -20,6 +20,7 @@ from tvm_tensil.isa import (
     SIMDOp,
     decode_word,
 )
+from tvm_tensil.isa.asm import assemble, disassemble
 from tvm_tensil.isa.fuzz import random_instruction, random_program
 from tvm_tensil.isa.instructions import TapWindow
 from tvm_tensil.isa.layout import layout_of
@@ -258,3 +259,25 @@ def test_random_window_programs_round_trip(name):
     p = Program.from_instructions(prog, layout_of(a))
     assert p.instructions() == prog
     assert not p.invalid_mask().any()
+
+
+# -- the SIMD ReLU flag (ours) --------------------------------------------------------------------
+
+RELU = PRESETS["pynqz1"].replace(simd_relu=True, name="pynqz1_relu")
+RL = layout_of(RELU)
+
+
+def test_the_simd_relu_flag_round_trips_and_needs_the_extension():
+    inst = SIMD(SIMDOp.MIN, dest=0, left=0, right=1, acc_write=3, acc_read=2, read=True, write=True, relu=True)
+    data = inst.to_bytes(RL)
+    assert decode_word(int.from_bytes(data, "little"), RL) == inst
+    assert assemble(disassemble(Program.from_instructions([inst], RL)), RL).instructions() == [inst]
+    assert "relu" in disassemble(Program.from_instructions([inst], RL))
+    with pytest.raises(InvalidInstruction, match="no SIMD ReLU flag") as e:
+        inst.to_bytes(L)  # plain Tensil has no ReLU flag ...
+    assert e.value.field == "relu"
+    with pytest.raises(InvalidInstruction, match="undefined bits"):
+        decode_word(int.from_bytes(data, "little"), L)  # ... nor does its decoder
+    Program(data, RL).check()
+    with pytest.raises(InvalidInstruction, match="undefined bits"):
+        Program(data, L).check()  # ... nor does a program's check

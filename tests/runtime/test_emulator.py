@@ -487,7 +487,8 @@ def test_window_matmul_rounds_like_a_matmul_one_tap_at_a_time(Emulator):
             assert emu.acc[i, o] == z
 
 
-WINDOW_ARCHS = [a.replace(window_matmul=True, name=f"{a.name}_window") for a in DIFFERENTIAL_ARCHS[:2]]
+# (with both of our instruction set extensions: the window MatMul and the SIMD ReLU flag)
+WINDOW_ARCHS = [a.replace(window_matmul=True, simd_relu=True, name=f"{a.name}_window") for a in DIFFERENTIAL_ARCHS[:2]]
 
 
 @pytest.mark.parametrize("arch", WINDOW_ARCHS, ids=lambda a: a.name)
@@ -502,3 +503,36 @@ def test_the_emulator_matches_the_reference_on_random_window_programs(arch, full
         assert diff is None, report(fast, ref, body, dram, diff)
         assert fast.last_stats.saturations == ref.last_stats.saturations
     assert {("MATMUL", f) for f in range(8)} <= seen
+    assert {("SIMD", f) for f in (9, 11, 15)} <= seen  # the ReLU flag, reading, writing, accumulating
+
+
+# -- the SIMD ReLU flag (ours) --------------------------------------------------------------------
+
+
+def test_the_simd_relu_flag_zeroes_what_the_op_gives_below_zero(Emulator):
+    """``max(op(l, r), 0)``: what the accumulators (written or added to) and the register take."""
+    rng = np.random.default_rng(3)
+    emu = Emulator(small_arch(simd_relu=True))
+    x = rng.integers(-64, 64, (4, N)) / 16
+    emu.write_dram(0, 100, fixed(x))
+    run(
+        emu,
+        """
+        datamove dram0_to_local local=0 dram0=100 size=4
+        datamove local_to_acc local=0 acc=0 size=4
+        simd move read dest=r1 left=in acc_read=1                     ; r1 = x1
+        simd min read write relu dest=out left=in right=r1 acc_write=8 acc_read=0
+        simd subtract read write relu dest=r1 left=in right=r1 acc_write=9 acc_read=2
+        simd move write dest=out left=r1 acc_write=10                   ; the register took the ReLU too
+        simd add read write accumulate relu dest=out left=in right=in acc_write=3 acc_read=0
+        datamove acc_to_local local=0x10 acc=8 size=3
+        datamove acc_to_local local=0x13 acc=3 size=1
+        datamove local_to_dram0 local=0x10 dram0=500 size=4
+        """,
+    )
+    got = emu.read_dram(0, 500, 4) / ONE
+    relu = lambda v: np.maximum(v, 0)  # noqa: E731
+    np.testing.assert_array_equal(got[0], relu(np.minimum(x[0], x[1])))
+    np.testing.assert_array_equal(got[1], relu(x[2] - x[1]))
+    np.testing.assert_array_equal(got[2], relu(x[2] - x[1]))
+    np.testing.assert_array_equal(got[3], x[3] + relu(x[0] + x[0]))  # added after the ReLU

@@ -134,6 +134,10 @@ def _emit_leaky_relu(lir: "LIR", acc: int, count: int, attrs: LeakyRelu, cvec: d
 
 
 def _emit_clip(lir: "LIR", acc: int, count: int, attrs: Clip, cvec: dict, block=None) -> None:
+    if attrs.lo == 0 and np.isfinite(attrs.hi) and lir.arch.simd_relu:  # a ReLU6: min(x, hi), then the flag
+        lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(attrs.hi)])
+        lir.simd_run(SIMDOp.MIN, acc, count, left=0, right=1, relu=True)
+        return
     for bound, fn in ((attrs.hi, SIMDOp.MIN), (attrs.lo, SIMDOp.MAX)):
         if np.isfinite(bound):  # an infinite bound clips nothing beyond saturation
             lir.simd(SIMDOp.MOVE, dest=1, left=0, read=cvec[float(bound)])
@@ -424,8 +428,22 @@ def constants(epilogue, dt: "DataType", lanes: int) -> list:
 def emit(lir: "LIR", acc: int, count: int, epilogue, cvec: dict, block: int | None = None) -> None:
     """An epilogue's ops on ``count`` accumulator vectors from ``acc``, in place; ``block``: the
     channel block they hold (None: they may hold several, no per-channel constants)."""
-    for op, attrs in epilogue:
+    for op, attrs in _clips_joined(epilogue) if lir.arch.simd_relu else epilogue:
         ACTIVATIONS[op].emit(lir, acc, count, attrs, cvec, block)
+
+
+def _clips_joined(epilogue) -> list:
+    """Consecutive clips whose ranges meet as one (a ReLU6 imported as max(x, 0) and min(x, 6)): with
+    the SIMD ReLU flag, a clip from 0 is one instruction a vector."""
+    out: list = []
+    for op, attrs in epilogue:
+        if op == "clip" and out and out[-1][0] == "clip":
+            lo, hi = max(out[-1][1].lo, attrs.lo), min(out[-1][1].hi, attrs.hi)
+            if lo <= hi:
+                out[-1] = ("clip", Clip(lo, hi))
+                continue
+        out.append((op, attrs))
+    return out
 
 
 def meaning(op: str, x: np.ndarray, attrs, rounding: "DataType | None" = None) -> np.ndarray:

@@ -186,17 +186,20 @@ class LIR:
         )
         self._emit(_SIMD, fl, write or 0, 0, read or 0, 0, dest | right << b | left << (2 * b) | int(op) << (3 * b))
 
-    def simd_run(self, op: SIMDOp, first: int, count: int, dest: int = 0, left: int = 0, right: int = 0) -> None:
+    def simd_run(
+        self, op: SIMDOp, first: int, count: int, dest: int = 0, left: int = 0, right: int = 0, relu: bool = False
+    ) -> None:
         """``count`` SIMD instructions, the i-th reading and writing accumulator ``first + i``
-        (an element-wise op over a run of vectors), emitted at once."""
-        self.simd_runs(first, count, [(op, dest, left, right, "v", "v")])
+        (an element-wise op over a run of vectors; ``relu``: with the ReLU flag), emitted at once."""
+        self.simd_runs(first, count, [(op, dest, left, right, "v", "v", False, relu)])
 
     def simd_runs(self, first: int, count: int, steps) -> None:
         """For each vector ``v = first + i`` of a run, the SIMD instructions ``steps`` in order,
         emitted at once. A step is ``(op, dest, left, right, read, write[, accumulate])``: ``read``
         is ``"v"`` (vector v), ``("v", k)`` (vector v + k), an int (that fixed accumulator address,
         e.g. a constant or a scratch vector) or ``None``; ``write`` the same (not ``None``: the
-        output is written there, saturating-added with ``accumulate``)."""
+        output is written there, saturating-added with ``accumulate``); a last ``relu``: with the
+        ReLU flag (ours)."""
         if count <= 0:
             return
         b = self._simd_bits
@@ -207,9 +210,10 @@ class LIR:
         def address(a):
             return 0 if a is None else v if a == "v" else v + a[1] if isinstance(a, tuple) else a
 
-        for k, (op, dest, left, right, read, write, *acc) in enumerate(steps):
+        for k, (op, dest, left, right, read, write, *more) in enumerate(steps):
+            accumulate, relu = (list(more) + [False, False])[:2]
             flags = SIMDFlag.READ * (read is not None) | SIMDFlag.WRITE * (write is not None)
-            rows[:, k, 1] = int(flags | SIMDFlag.ACCUMULATE * bool(acc and acc[0]))
+            rows[:, k, 1] = int(flags | SIMDFlag.ACCUMULATE * bool(accumulate) | SIMDFlag.RELU * bool(relu))
             rows[:, k, 2] = address(write)
             rows[:, k, 4] = address(read)
             rows[:, k, 6] = dest | right << b | left << (2 * b) | int(op) << (3 * b)

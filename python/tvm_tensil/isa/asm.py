@@ -64,7 +64,7 @@ _SYNTAX = {
     "datamove": (tuple(d.mnemonic for d in Direction), ("local", "dram0", "dram1", "acc", "size")),
     "loadweights": (("zeroes",), ("local", "size")),
     "simd": (
-        ("read", "write", "accumulate") + tuple(o.mnemonic for o in SIMDOp),
+        ("read", "write", "accumulate", "relu") + tuple(o.mnemonic for o in SIMDOp),
         ("dest", "left", "right", "acc_write", "acc_read"),
     ),
     "loadlut": ((), ("local", "table")),
@@ -174,7 +174,7 @@ def _build(mnemonic: str, flags: list[str], keys: dict[str, str]) -> Instruction
         la, ls = addr("local")
         return LoadWeights(la, size(), ls, "zeroes" in flags)
     if mnemonic == "simd":
-        ops = [f for f in flags if f not in ("read", "write", "accumulate")]
+        ops = [f for f in flags if f not in ("read", "write", "accumulate", "relu")]
         if len(ops) != 1:
             raise ValueError("give exactly one op: " + ", ".join(o.mnemonic for o in SIMDOp))
         regs = {k: _register(keys[k], k) if k in keys else 0 for k in ("dest", "left", "right")}
@@ -188,6 +188,7 @@ def _build(mnemonic: str, flags: list[str], keys: dict[str, str]) -> Instruction
             "read" in flags,
             "write" in flags,
             "accumulate" in flags,
+            "relu" in flags,
         )
     if mnemonic == "loadlut":
         la, ls = addr("local")
@@ -253,7 +254,7 @@ def format_instruction(inst: Instruction) -> str:
         return " ".join(words)
     if isinstance(inst, SIMD):
         words = ["simd", SIMDOp(inst.op).mnemonic]
-        words += [f for f in ("read", "write", "accumulate") if getattr(inst, f)]
+        words += [f for f in ("read", "write", "accumulate", "relu") if getattr(inst, f)]
         words += [
             f"dest={_fmt_reg(inst.dest, 'out')}",
             f"left={_fmt_reg(inst.left, 'in')}",

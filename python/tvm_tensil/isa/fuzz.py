@@ -8,6 +8,7 @@ fast simulation.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from ..arch import Architecture
 from .instructions import (
@@ -121,6 +122,7 @@ def random_instruction(
             read=read,
             write=write,
             accumulate=write and rng.random() < 0.3,
+            relu=arch.simd_relu and rng.random() < 0.3,
         )
     # configure: registers with no effect on data (DRAM offsets stay 0 so addresses are stable)
     reg = rng.choice(
@@ -258,4 +260,6 @@ def every_simd_op_program(arch: Architecture) -> list[Instruction]:
                 accumulate=op.value % 3 == 0,
             )
         )
+        if arch.simd_relu:  # and again with the ReLU flag
+            body.append(replace(body[-1], acc_write=16 + int(op) % 8, relu=True))
     return body

@@ -117,6 +117,7 @@ class SIMDFlag(IntFlag):
     READ = 1  # the input is the accumulator at operand1 (else zeros)
     WRITE = 2  # the result goes to the accumulator at operand0
     ACCUMULATE = 4  # ... added to it instead of overwriting it
+    RELU = 8  # (ours) the result is max(result, 0): an op and a ReLU as one instruction
 
 
 class SIMDOp(IntEnum):
@@ -553,6 +554,8 @@ class SIMD(Instruction):
     read: bool = False
     write: bool = False
     accumulate: bool = False
+    # (ours) the result is max(result, 0), before it reaches the register and the accumulators.
+    relu: bool = False
 
     opcode: ClassVar[Opcode] = Opcode.SIMD
     name: ClassVar[str] = "SIMD"
@@ -563,8 +566,12 @@ class SIMD(Instruction):
     def check(self, layout) -> None:
         if not isinstance(self.op, SIMDOp):
             raise InvalidInstruction(self.name, "op", f"{self.op!r} is not a SIMD op (0..15)")
-        for f in ("read", "write", "accumulate"):
+        for f in ("read", "write", "accumulate", "relu"):
             _check_flag(self.name, f, getattr(self, f))
+        if self.relu and not layout.arch.simd_relu:
+            raise InvalidInstruction(
+                self.name, "relu", "this architecture has no SIMD ReLU flag (set tvm_tensil.simd_relu)"
+            )
         r = layout.arch.simd_registers_depth
         for f in ("dest", "left", "right"):
             _check_int(
@@ -579,7 +586,10 @@ class SIMD(Instruction):
         _check_address(layout, self.name, "acc_read", "acc", self.acc_read, 0, 1, used=self.read)
 
     def flags(self) -> int:
-        return int(SIMDFlag.READ * self.read | SIMDFlag.WRITE * self.write | SIMDFlag.ACCUMULATE * self.accumulate)
+        return int(
+            SIMDFlag.READ * self.read | SIMDFlag.WRITE * self.write | SIMDFlag.ACCUMULATE * self.accumulate
+            | SIMDFlag.RELU * self.relu
+        )  # fmt: skip
 
     def sub_instruction(self, layout) -> int:
         b = layout.simd_operand_bits
@@ -738,7 +748,7 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
         _require_zero(o2, name, "operand2")
         inst = LoadWeights(local, o1 + 1, ls, bool(flags & LoadWeightsFlag.ZEROES))
     elif op is Opcode.SIMD:
-        flag_bits(0b111)
+        flag_bits(0b1111 if layout.arch.simd_relu else 0b111)
         write_addr, ws = _split(o0, a0, s0, layout.operand0_bits, name, "operand0")
         read_addr, rs = _split(o1, a1, s1, layout.operand1_bits, name, "operand1")
         _require_zero(ws, name, "acc_write_stride", "SIMD addresses take no stride")
@@ -757,6 +767,7 @@ def decode_word(word: int, layout: "InstructionLayout") -> Instruction:
             read=bool(flags & SIMDFlag.READ),
             write=bool(flags & SIMDFlag.WRITE),
             accumulate=bool(flags & SIMDFlag.ACCUMULATE),
+            relu=bool(flags & SIMDFlag.RELU),
         )
     elif op is Opcode.LOADLUT:
         flag_bits(0)

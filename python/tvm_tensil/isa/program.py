@@ -250,7 +250,8 @@ class Program:
         )
         rb = lay.simd_operand_bits
         sel = (1 << rb) - 1
-        simd = (fl > 7) | f.pad0 | f.pad1 | (s0 != 0) | (s1 != 0) | ((o2 >> lay.simd_instruction_bits) != 0)
+        simd = (fl > (15 if arch.simd_relu else 7)) | f.pad0 | f.pad1 | (s0 != 0) | (s1 != 0)
+        simd |= (o2 >> lay.simd_instruction_bits) != 0
         for shift in (0, rb, 2 * rb):
             simd |= ((o2 >> shift) & sel) > arch.simd_registers_depth
         simd |= (((fl & SIMDFlag.READ) != 0) & (a1 >= A)) | (((fl & SIMDFlag.WRITE) != 0) & (a0 >= A))

@@ -42,6 +42,7 @@ def core_parameters(arch: Architecture, axi_data_width: int | None = None) -> di
         "STORAGE_BYTES": arch.data_type.storage_bytes,
         "AXI_DATA_WIDTH": axi_data_width or arch.axi_data_width or 64,
         "WINDOW_MATMUL": int(arch.window_matmul),
+        "SIMD_RELU": int(arch.simd_relu),
     }
 
 
@@ -66,6 +67,7 @@ TOP_PARAMETERS = (
     "STRIDE1_BITS",
     "SIMD_OPERAND_BITS",
     "WINDOW_MATMUL",
+    "SIMD_RELU",
     "AXI_DATA_WIDTH",
 )
 

@@ -32,6 +32,7 @@ _MM_ACCUMULATE, _MM_ZEROES = int(MatMulFlag.ACCUMULATE), int(MatMulFlag.ZEROES)
 _MM_WINDOW, _CFG_WINDOW = int(MatMulFlag.WINDOW), int(ConfigRegister.WINDOW)
 _LW_ZEROES = int(LoadWeightsFlag.ZEROES)
 _SIMD_READ, _SIMD_WRITE, _SIMD_ACCUMULATE = int(SIMDFlag.READ), int(SIMDFlag.WRITE), int(SIMDFlag.ACCUMULATE)
+_SIMD_RELU = int(SIMDFlag.RELU)
 (
     _OP_NOOP,
     _OP_ZERO,
@@ -187,6 +188,8 @@ def _run_kernel(
                 lv = x if left == 0 else regs[left - 1, i]
                 rv = x if right == 0 else regs[right - 1, i]
                 out[i] = _simd_lane(code, lv, rv, x, one, bp, lo, hi, sats)
+                if fl & _SIMD_RELU and out[i] < 0:
+                    out[i] = 0
             if dest != 0 and code != _OP_NOOP:
                 for i in range(n):
                     regs[dest - 1, i] = out[i]

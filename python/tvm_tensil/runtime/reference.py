@@ -134,6 +134,8 @@ class ReferenceEmulator(HostDramDevice):
                 left = x if l_ == 0 else regs[l_ - 1]
                 right = x if r == 0 else regs[r - 1]
                 result = simd_table[code](left, right, x)
+                if fl & SIMDFlag.RELU:
+                    result = np.maximum(result, 0)
                 if d and code:
                     regs[d - 1] = result
                 if fl & SIMDFlag.WRITE:

@@ -1,4 +1,5 @@
-"""tcu_simd against the emulator: random SIMD instructions, outputs and registers compared."""
+"""tcu_simd against the emulator: random SIMD instructions (with the ReLU flag where the lanes have
+it), outputs and registers compared."""
 
 import os
 import random
@@ -21,7 +22,8 @@ async def random_instructions_match_the_emulator(dut):
 
     n, w, bp, regs = (int(os.environ[f"PARAM_{k}"]) for k in ("ARRAY_SIZE", "DATA_WIDTH", "BINARY_POINT", "REGISTERS"))
     dtype = {8: "FP8BP4", 16: "FP16BP8", 18: "FP18BP10", 32: "FP32BP16"}[w]
-    arch = Architecture(dtype, n, 64, 64, 64, 64, simd_registers_depth=regs)
+    relu_flag = os.environ.get("PARAM_SIMD_RELU", "0") == "1"
+    arch = Architecture(dtype, n, 64, 64, 64, 64, simd_registers_depth=regs, simd_relu=relu_flag)
     emu = Emulator(arch)
     dt = arch.data_type
     rng = random.Random(n + w + regs)
@@ -36,6 +38,7 @@ async def random_instructions_match_the_emulator(dut):
     for step in range(400):
         op = SIMDOp(rng.randrange(16))
         left, right, dest = (rng.randint(0, regs) for _ in range(3))
+        relu = relu_flag and rng.random() < 0.5
         if rng.random() < 0.3:
             x = np_rng.choice(specials, n)
         else:
@@ -44,11 +47,13 @@ async def random_instructions_match_the_emulator(dut):
         emu.acc[0] = x
         emu.execute(
             Program.from_instructions(
-                [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True)], layout_of(arch)
+                [SIMD(op, dest, left, right, acc_write=1, acc_read=0, read=True, write=True, relu=relu)],
+                layout_of(arch),
             )
         )
         dut.s_in_valid.value = 1
         dut.s_in_op.value = int(op)
+        dut.s_in_relu.value = int(relu)
         dut.s_in_left.value, dut.s_in_right.value, dut.s_in_dest.value = left, right, dest
         dut.s_in_data.value = pack_lanes(x, w)
         await RisingEdge(dut.clk)
@@ -56,26 +61,35 @@ async def random_instructions_match_the_emulator(dut):
         await ReadOnly()
         got = unpack_lanes(int(dut.m_out_data.value), n, w)
         assert int(dut.m_out_valid.value) == 1
-        assert got == emu.acc[1].tolist(), f"step {step}: {op.name} l={left} r={right} d={dest} x={x.tolist()}"
+        what = f"step {step}: {op.name} l={left} r={right} d={dest} relu={relu} x={x.tolist()}"
+        assert got == emu.acc[1].tolist(), what
         sat = emu.last_stats.saturations["simd"] > 0
         assert int(dut.m_out_saturated.value) == int(sat), f"step {step}: {op.name} saturation flag"
         await RisingEdge(dut.clk)
 
 
-SWEEP = [(8, 16, 8, 1), (4, 32, 16, 2)]
-FULL_SWEEP = SWEEP + [(2, 16, 8, 0), (12, 16, 8, 1), (16, 8, 4, 4), (8, 18, 10, 16)]
+# (lanes, data width, binary point, registers, the ReLU flag)
+SWEEP = [(8, 16, 8, 1, 0), (4, 32, 16, 2, 1)]
+FULL_SWEEP = SWEEP + [(2, 16, 8, 0, 0), (12, 16, 8, 1, 1), (16, 8, 4, 4, 0), (8, 18, 10, 16, 1)]
 
 
-@pytest.mark.parametrize("n, width, bp, regs", FULL_SWEEP)
-def test_tcu_simd(n, width, bp, regs, full):
+@pytest.mark.parametrize("n, width, bp, regs, relu", FULL_SWEEP)
+def test_tcu_simd(n, width, bp, regs, relu, full):
     from rtl_runner import run_cocotb, skip_unless_swept
 
-    skip_unless_swept((n, width, bp, regs), SWEEP, full)
+    skip_unless_swept((n, width, bp, regs, relu), SWEEP, full)
 
     select = max(1, regs.bit_length())
     run_cocotb(
         "tcu_simd",
         __file__,
-        {"ARRAY_SIZE": n, "DATA_WIDTH": width, "BINARY_POINT": bp, "REGISTERS": regs, "SELECT_BITS": select},
+        {
+            "ARRAY_SIZE": n,
+            "DATA_WIDTH": width,
+            "BINARY_POINT": bp,
+            "REGISTERS": regs,
+            "SELECT_BITS": select,
+            "SIMD_RELU": relu,
+        },  # fmt: skip
         sources=["tcu_mac.sv", "tcu_simd_alu.sv", "tcu_simd.sv"],
     )

@@ -74,6 +74,7 @@ async def results_match_the_emulator(dut):
         dut.s_cmd_read.value, dut.s_cmd_read_addr.value = int(ins.read), ins.acc_read
         dut.s_cmd_write.value, dut.s_cmd_write_addr.value = int(ins.write), ins.acc_write
         dut.s_cmd_accumulate.value = int(ins.accumulate)
+        dut.s_cmd_relu.value = int(ins.relu)
         dut.s_cmd_valid.value = 0
         await Timer(1, unit="ns")  # read_hazard depends on the instruction offered
         hazard = int(dut.read_hazard.value)
