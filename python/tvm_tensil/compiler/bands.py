@@ -26,6 +26,11 @@ PAIR_SHARE = 0.8
 # Rows of a map between two convs that bands may compute more than once (their halos), as a share
 # of its rows.
 MAX_RECOMPUTED = 0.25
+# A chain whose largest map between convs is at least this many times local memory runs in bands
+# without the latency model comparing (each whole map's DRAM0 round trip then costs more than the
+# bands' halos; every such chain of the zoo on every preset gained 7-29%, and lowering the whole
+# convs too costs most compile time there).
+CERTAIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Chain:
 
     nodes: tuple[str, ...]  # their outputs
     rows: int
+    certain: bool = False  # bands without comparing (``CERTAIN``)
 
 
 def _window(graph: Graph, node: Node):
@@ -151,7 +157,8 @@ def _cut(graph: Graph, arch: Architecture, run: list[Node]) -> Chain | None:
             continue
         computed = [sum(band[i][1] - band[i][0] + 1 for band in ranges) for i in range(len(inner))]
         if all(rows_computed <= (1 + MAX_RECOMPUTED) * t.h for rows_computed, t in zip(computed, inner)):
-            return Chain(tuple(node.output for node in run), rows)
+            largest = max(vectors(t.h, t) for t in inner)
+            return Chain(tuple(node.output for node in run), rows, largest >= CERTAIN * arch.local_depth)
         return None  # more bands: more rows computed twice
     return None
 
@@ -167,11 +174,12 @@ def _padding(graph: Graph, node: Node, lo: int, hi: int, first: int, last: int) 
 class Banded:
     """A graph with its chains cut into bands (``graph``), the same graph with each chain's convs
     whole at the place of its bands (``plain``: the other alternative, a schedule's choice), and
-    for each chain, its bands' nodes and its convs (by the output of the first band's first node)."""
+    for each chain, its bands' nodes, its convs and whether bands are certain to be faster (by the
+    output of the first band's first node)."""
 
     graph: Graph
     plain: Graph
-    chains: dict[str, tuple[list[Node], list[Node]]] = field(default_factory=dict)
+    chains: dict[str, tuple[list[Node], list[Node], bool]] = field(default_factory=dict)
     layer: dict[str, str] = field(default_factory=dict)  # band node output -> its conv's output
 
 
@@ -185,7 +193,7 @@ def with_bands(graph: Graph, cut: list[Chain]) -> Banded:
     nodes_by_output = {node.output: node for node in graph.nodes}
     nodes: list[Node] = []
     plain: list[Node] = []
-    found: dict[str, tuple[list[Node], list[Node]]] = {}
+    found: dict[str, tuple[list[Node], list[Node], bool]] = {}
 
     def rows_view(src: str, lo: int, hi: int) -> str:
         t = graph.tensors[src]
@@ -228,7 +236,7 @@ def with_bands(graph: Graph, cut: list[Chain]) -> Banded:
                 bands.append(Node(conv.op, inputs, name, attrs, list(conv.epilogue), list(conv.source_ops)))
                 layer[name] = out
                 source = name
-        found[bands[0].output] = (bands, run)
+        found[bands[0].output] = (bands, run, chain.certain)
         nodes += bands
         plain += run
     g = Graph(tensors, nodes, graph.inputs, graph.outputs, graph.constants, views)

@@ -521,13 +521,13 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     banded = with_bands(graph, chains(graph, arch) if options.row_bands is not False else [])
     graph = banded.graph
     place, dram0 = place_tensors(graph, arch, patches)
-    for _, convs in banded.chains.values():  # the chains' maps between convs, computed whole
+    for _, convs, _ in banded.chains.values():  # the chains' maps between convs, computed whole
         for conv in convs[:-1]:
             place[conv.output] = dram0.alloc(graph.tensors[conv.output].shape, f"tensor '{conv.output}'", check=False)
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options, banded)
-    in_bands = {node.output for bands, _ in banded.chains.values() for node in bands[1:]}
+    in_bands = {node.output for bands, _, _ in banded.chains.values() for node in bands[1:]}
     per_node, node_starts = [], []
 
     def report(node: Node, instructions: int) -> None:

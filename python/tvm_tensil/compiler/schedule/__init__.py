@@ -85,9 +85,10 @@ class GraphSchedule:
 
     def lower_chain(self, first: Node) -> list[tuple[Node, int]]:
         """The chain whose first band's first node is ``first``: its bands or its convs whole,
-        whichever the latency model finds faster (with the stores each leaves still to go).
+        whichever the latency model finds faster (with the stores each leaves still to go; bands
+        alone where they are certain to be).
         Returns the nodes lowered and their instructions."""
-        bands, convs = self.banded.chains[first.output]
+        bands, convs, certain = self.banded.chains[first.output]
         after = self._after.get(id(bands[-1]))
         done: dict[int, list[tuple[Node, int]]] = {}
 
@@ -103,7 +104,8 @@ class GraphSchedule:
             return lower
 
         alternatives = [sequence(0, bands, self.ctx)]
-        if self.ctx.options.row_bands is None and all(conv.output in self.ctx.place for conv in convs):
+        compare = self.ctx.options.row_bands is None and not certain
+        if compare and all(conv.output in self.ctx.place for conv in convs):
             alternatives.append(sequence(1, convs, self.plain))
         won: list[int] = []
         alone = replace(self.ctx.before(after), looking_ahead=self.ctx.options.look_ahead)
