@@ -68,7 +68,7 @@ from ..isa.instructions import (
     SIMDFlag,
 )
 from ..isa.layout import InstructionLayout, layout_of
-from ..isa.program import Program, ProgramFields, window_register, window_stream
+from ..isa.program import Program, ProgramFields, window_register, window_stream, window_tail
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {
@@ -224,7 +224,9 @@ class Simulation:
         """The fields the model reads, one row each (``run`` takes any selection of columns); a
         window MatMul's size is the vectors it streams (``window``: the window register before ``f``)."""
         size = window_stream(f, layout, window)
-        return np.stack([f.opcode, f.flags, size, f.raw1 + 1, f.addr0, f.stride0, f.addr1, f.stride1])
+        # The fourth row: a LoadWeights' size; a window MatMul's stream after its last output's first.
+        extra = np.where(f.opcode == _LOADWEIGHTS, f.raw1 + 1, window_tail(f, layout, window))
+        return np.stack([f.opcode, f.flags, size, extra, f.addr0, f.stride0, f.addr1, f.stride1])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
         """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
@@ -419,6 +421,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 start, held = end[_O], owner[_O]
             if banks & c_banks and end[_C] > start:
                 start, held = end[_C], owner[_C]
+            if banks & c_banks and start >= end[_C]:
+                c_banks = 0  # it went with the compute engine idle: the next MatMul's banks start afresh
             if fl & _SIMD_READ and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
             s_banks = (s_banks if simd_end > start else 0) | banks
@@ -470,6 +474,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     start, held = simd_end, s_owner
                 if banks & c_banks and end[_C] > start:
                     start, held = end[_C], owner[_C]
+                if banks & c_banks and start >= end[_C]:
+                    c_banks = 0
             elif end[eng] > start:
                 start, held = end[eng], owner[eng]
             if eng >= _D0R:
@@ -503,7 +509,9 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                     first = max(start, end[_W] + swap)
                     swap_at = first
                     inactive_free = c_issued + n + set_free
-                cost = k + n + mm
+                # (A window MatMul's last output takes its last taps in the array's first stages:
+                # its writes end taps - 1 cycles before its stream's last vector would.)
+                cost = k + n + mm - lw_size[i]
                 done = first + cost
                 if end[_O] > first and not zeros:
                     # A move beside MatMuls takes port B; a writer asking every cycle holds it off

@@ -398,6 +398,18 @@ def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | Non
     return np.where(windowed, stream, size)
 
 
+def window_tail(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
+    """For each window MatMul, the vectors it streams after its last output's first (``taps - 1``:
+    that output takes them in the array's first stages, beside its way through the rest); 0 for
+    every other instruction."""
+    if not layout.arch.window_matmul:
+        return np.zeros(len(f.opcode), dtype=np.int64)
+    seen = window_register(f, layout, window)[0]
+    taps = TapWindow.fields(np.maximum(seen, 0))[0]
+    windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
+    return np.where(windowed, taps - 1, 0).astype(np.int64)
+
+
 def pad_to_beats(stream: bytes, beat_bytes: int, instruction_bytes: int) -> bytes:
     """``stream`` followed by whole NoOps (all-zero instructions) up to a whole number of bus beats:
     zero bytes alone would leave part of an instruction waiting in the core's input (docs/boards.md)."""
