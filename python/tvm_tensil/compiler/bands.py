@@ -57,12 +57,18 @@ def _input_rows(graph: Graph, node: Node, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _bandable(graph: Graph, node: Node) -> bool:
+    """A conv a chain may hold: pointwise or depthwise (an inverted residual block's: their MACs are
+    few, so a band's halo rows cost little; chains of dense 3x3 convs, measured on YOLOv4-tiny and
+    ResNet-50, gained at most 0.3% for a quarter more compile time)."""
     a = node.attrs
-    return (
+    if not (
         node.op == "conv2d" and a.weight is not None and a.layout == "OIHW" and not a.transposed
         and a.phase is None and a.flatten is None and not a.patches and a.second is None
         and graph.tensors[node.output].n == 1
-    )  # fmt: skip
+    ):  # fmt: skip
+        return False
+    depthwise = a.groups > 1 and a.groups == graph.tensors[node.inputs[0]].c == graph.tensors[node.output].c
+    return depthwise or kernel_size(graph.constants, a) == (1, 1)
 
 
 def chains(graph: Graph, arch: Architecture) -> list[Chain]:
