@@ -1,8 +1,9 @@
 """Row bands: a chain of convs whose maps between them are too large for local memory, computed
 band by band so that those maps never leave it.
 
-A chain is convs each of whose result only the next one reads (MobileNet-v2's expansion ->
-depthwise -> projection: the expanded map is six times the block's input). The last conv's output
+A chain is pointwise and depthwise convs each of whose result only the next one reads
+(MobileNet-v2's expansion -> depthwise -> projection: the expanded map is six times the block's
+input). The last conv's output
 rows are cut into bands; each band is the chain again over the input rows it needs (a conv's
 halo rows are computed by every band that needs them), its maps small enough to be one tile in
 the accumulators and to stay in local memory, where the next conv reads them (the scheduler's
