@@ -10,6 +10,7 @@ from tvm_tensil.arch import PRESETS
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.compiler.bands import chains, with_bands
 from tvm_tensil.compiler.compile import fuse
+from tvm_tensil.compiler.memory import CapacityError
 from tvm_tensil.isa.instructions import Direction, Opcode
 from tvm_tensil.runtime import Emulator
 
@@ -138,3 +139,15 @@ def test_the_latency_model_keeps_bands_or_whole_convs_whichever_is_faster():
         # The report names the model's layers, each once, whichever way they ran.
         assert [n["output"] for n in part.report["nodes"]] == ["ra", "rb", "y"]
     assert cycles[None] == min(cycles[True], cycles[False])
+
+
+def test_a_chain_whose_whole_maps_do_not_fit_dram0_runs_in_bands():
+    """The whole convs need DRAM0 for their expanded maps (2,400 vectors here); bands do not (1,248):
+    on 1,536 vectors the build takes bands without trying the whole convs, and is exact."""
+    graph, x, _ = block((1, 20, 12, 8), 4, 1, True)
+    small = replace(WINDOW, dram0_depth=1536)
+    with pytest.raises(CapacityError, match="2400 vectors of DRAM0"):
+        run(graph, x, small, False)
+    out, part = run(graph, x, small, None)
+    np.testing.assert_array_equal(out, run(graph, x, WINDOW, False)[0])
+    assert part.report["cycles"]["total"] == run(graph, x, small, True)[1].report["cycles"]["total"]

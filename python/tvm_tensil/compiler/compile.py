@@ -522,8 +522,10 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     graph = banded.graph
     place, dram0 = place_tensors(graph, arch, patches)
     for _, convs, _ in banded.chains.values():  # the chains' maps between convs, computed whole
-        for conv in convs[:-1]:
-            place[conv.output] = dram0.alloc(graph.tensors[conv.output].shape, f"tensor '{conv.output}'", check=False)
+        shapes = [graph.tensors[conv.output].shape for conv in convs[:-1]]
+        if dram0.top + sum(TensorPlacement(0, shape, arch.array_size).size for shape in shapes) <= arch.dram0_depth:
+            for conv, shape in zip(convs, shapes):  # (else the chain runs in bands: they fit)
+                place[conv.output] = dram0.alloc(shape, f"tensor '{conv.output}'")
     consts = ConstTable(arch)
     lir = LIR(arch)
     sched = GraphSchedule(arch, graph, place, consts, lir, dram0, options, banded)

@@ -68,7 +68,7 @@ from ..isa.instructions import (
     SIMDFlag,
 )
 from ..isa.layout import InstructionLayout, layout_of
-from ..isa.program import Program, ProgramFields, window_register, window_stream, window_tail
+from ..isa.program import Program, ProgramFields, window_register, window_stream
 
 # Fixed overheads in cycles, fitted by benchmarks/calibrate_latency.py (results/latency_calibration.json).
 COSTS = {
@@ -169,7 +169,7 @@ def resource_bounds(program: Program, arch: Architecture, node_starts=()) -> lis
     for start, f in program.chunks():
         node = np.maximum(np.searchsorted(starts, np.arange(start, start + f.opcode.shape[0]), side="right") - 1, 0)
         op, fl, size, lw_size = f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1
-        streamed = window_stream(f, program.layout, window)  # a window MatMul's array cycles
+        streamed = window_stream(f, program.layout, window)[0]  # a window MatMul's array cycles
         window = window_register(f, program.layout, window)[1]
         reads = (op == _MATMUL) & ((fl & _MATMUL_ZEROES) == 0)
         weights = (op == _LOADWEIGHTS) & ((fl & _LOADWEIGHTS_ZEROES) == 0)
@@ -223,9 +223,9 @@ class Simulation:
     def columns(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
         """The fields the model reads, one row each (``run`` takes any selection of columns); a
         window MatMul's size is the vectors it streams (``window``: the window register before ``f``)."""
-        size = window_stream(f, layout, window)
+        size, tail = window_stream(f, layout, window)
         # The fourth row: a LoadWeights' size; a window MatMul's stream after its last output's first.
-        extra = np.where(f.opcode == _LOADWEIGHTS, f.raw1 + 1, window_tail(f, layout, window))
+        extra = np.where(f.opcode == _LOADWEIGHTS, f.raw1 + 1, tail)
         return np.stack([f.opcode, f.flags, size, extra, f.addr0, f.stride0, f.addr1, f.stride1])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:

@@ -78,7 +78,7 @@ class Window:
         self.dram0_behind_loads = dram0_behind_loads
         op, fl = f.opcode, f.flags
         # (A window MatMul reads fewer vectors than it streams: its stream bounds the run it reads.)
-        size = np.where(op == _LOADWEIGHTS, f.raw1 + 1, window_stream(f, layout, window))
+        size = np.where(op == _LOADWEIGHTS, f.raw1 + 1, window_stream(f, layout, window)[0])
         lo = f.addr0
         hi = lo + (size - 1) * (np.int64(1) << f.stride0)
         wraps = hi >= depth

@@ -384,30 +384,18 @@ def window_register(f: ProgramFields, layout: InstructionLayout, window: int | N
     return np.concatenate([[before], through[:-1]]).astype(np.int64), None if after < 0 else after
 
 
-def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
+def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Each instruction's size, but for a window MatMul the vectors it streams through the array
-    (its reads and padding: ``(outputs - 1) * stride + taps``); a window MatMul without a window
-    set counts its outputs."""
+    (its reads and padding: ``(outputs - 1) * stride + taps``; a window MatMul without a window set
+    counts its outputs); and for each window MatMul the vectors it streams after its last output's
+    first (``taps - 1``: that output takes them in the array's first stages), 0 elsewhere."""
     size = f.operand2 + 1
     if not layout.arch.window_matmul:
-        return size
+        return size, np.zeros(len(size), dtype=np.int64)
     seen = window_register(f, layout, window)[0]
     taps, _, _, stride = TapWindow.fields(np.maximum(seen, 0))
-    stream = (size - 1) * stride + taps
     windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
-    return np.where(windowed, stream, size)
-
-
-def window_tail(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
-    """For each window MatMul, the vectors it streams after its last output's first (``taps - 1``:
-    that output takes them in the array's first stages, beside its way through the rest); 0 for
-    every other instruction."""
-    if not layout.arch.window_matmul:
-        return np.zeros(len(f.opcode), dtype=np.int64)
-    seen = window_register(f, layout, window)[0]
-    taps = TapWindow.fields(np.maximum(seen, 0))[0]
-    windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
-    return np.where(windowed, taps - 1, 0).astype(np.int64)
+    return np.where(windowed, (size - 1) * stride + taps, size), np.where(windowed, taps - 1, 0).astype(np.int64)
 
 
 def pad_to_beats(stream: bytes, beat_bytes: int, instruction_bytes: int) -> bytes:

@@ -105,7 +105,7 @@ class GraphSchedule:
 
         alternatives = [sequence(0, bands, self.ctx)]
         compare = self.ctx.options.row_bands is None and not certain
-        if compare and all(conv.output in self.ctx.place for conv in convs):
+        if compare and all(conv.output in self.ctx.place for conv in convs):  # (their maps fit DRAM0)
             alternatives.append(sequence(1, convs, self.plain))
         won: list[int] = []
         alone = replace(self.ctx.before(after), looking_ahead=self.ctx.options.look_ahead)
