@@ -29,7 +29,7 @@ PAIR_SHARE = 0.8
 MAX_RECOMPUTED = 0.25
 # A chain whose largest map between convs is at least this many times local memory runs in bands
 # without the latency model comparing (each whole map's DRAM0 round trip then costs more than the
-# bands' halos; every such chain of the zoo on every preset gained 7-29%, and lowering the whole
+# bands' halos: MobileNet-v2's were faster in bands on every benchmark preset; lowering the whole
 # convs too costs most compile time there).
 CERTAIN = 2.0
 

@@ -533,18 +533,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     per_node, node_starts = [], []
 
     def report(node: Node, instructions: int) -> None:
-        per_node.append(
-            {
-                "op": layer_kind(node),
-                "output": node.output,
-                "epilogue": [e[0] for e in node.epilogue],
-                "relax_ops": node.source_ops,
-                "instructions": instructions,
-            }
-            | ({"in_place": True} if graph.in_place(node) else {})
-            | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
-            | _output_error(node, scaling, choice)
-        )
+        per_node.append(_node_entry(node, instructions, graph, arch, reference, consts, scaling, choice))
 
     # A progress bar for builds that take a while (shown after 2 s, on terminals only).
     for node in progress.bar(graph.nodes, desc=f"tvm_tensil: compiling {name}", unit="op", delay=2):
@@ -630,6 +619,22 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         derived=list(scaling.derived),
         constants=list(sources),
         rounded=tuple(sorted(choice.rounding.weights)) if choice and choice.rounding else (),
+    )
+
+
+def _node_entry(node: Node, instructions: int, graph: Graph, arch, reference, consts, scaling, choice) -> dict:
+    """A lowered node's line of the report (its cycles are added once the program is whole)."""
+    return (
+        {
+            "op": layer_kind(node),
+            "output": node.output,
+            "epilogue": [e[0] for e in node.epilogue],
+            "relax_ops": node.source_ops,
+            "instructions": instructions,
+        }
+        | ({"in_place": True} if graph.in_place(node) else {})
+        | weight_rounding(node, graph, arch, reference, _residue_in(consts, node))
+        | _output_error(node, scaling, choice)
     )
 
 
