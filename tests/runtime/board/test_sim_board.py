@@ -119,6 +119,21 @@ def test_an_oversized_input_is_rejected_before_anything_is_written(server):
     dev.close()
 
 
+def test_a_core_without_the_architectures_extensions_is_refused(server):
+    """A model built for the window MatMul and the SIMD ReLU flag, on a plain core (a bitstream
+    built without them): the device is refused when made, one line for each, not wrong numbers."""
+    from tvm_tensil.runtime.board.device import BoardDevice
+
+    claims = ARCH.replace(window_matmul=True, simd_relu=True, name="board_4x4_extended")
+    with pytest.raises(DeviceError) as e:
+        BoardDevice(claims, SimBoardTransport(ARCH, server))
+    relu, window = str(e.value).splitlines()
+    assert "lacks the SIMD ReLU flag that architecture 'board_4x4_extended' has" in relu
+    assert "other numbers than the emulator" in relu  # a plain core ignores the flag
+    assert "lacks the window MatMul" in window and "error flag" in window  # and skips a window MatMul
+    SimBoardTransport(ARCH, server, connect_timeout=30).close()  # the refused device let the board go
+
+
 def test_a_second_client_waits_until_the_first_leaves(server):
     first = SimBoardTransport(ARCH, server)
     with pytest.raises(DriverError, match="did not greet within 1 s .*busy with another client"):

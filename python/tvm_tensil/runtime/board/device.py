@@ -13,16 +13,24 @@ import numpy as np
 from ...arch import Architecture
 from ...isa.program import Program
 from ..device import Device, RunStats, as_vectors
+from ..extensions import check_extensions
 from .driver import Driver, Transport
 
 
 class BoardDevice(Device):
     """A TCU reached through a transport; DRAM windows live in memory shared with the core."""
 
+    name = "board"
+
     def __init__(self, arch: Architecture, transport: Transport, timeout: float = 60.0):
         super().__init__(arch)
         self.transport = transport
         self.driver = Driver(arch, transport, timeout=timeout)
+        try:
+            check_extensions(self)  # a core without them would run a model to wrong numbers
+        except Exception:
+            self.close()
+            raise
 
     def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
         vectors = as_vectors(vectors, self.arch.array_size)
