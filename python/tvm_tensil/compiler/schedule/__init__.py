@@ -79,6 +79,8 @@ class GraphSchedule:
         self.banded = banded
         if banded is not None and banded.chains:
             self.plain = replace(self.ctx, graph=banded.plain, read_once=_read_once(banded.plain))
+            maps = {n.output for bands, _, _ in banded.chains.values() for n in bands} - set(graph.views)
+            self.ctx = replace(self.ctx, band_maps=frozenset(maps))
 
     def lower(self, node: Node) -> None:
         self.left = lower_node(node, self.ctx.before(self._after.get(id(node))), self.left, self.out)

@@ -147,6 +147,9 @@ class Context:
     following: Node | None = None
     looking_ahead: int = 0
     lower_next: Callable[[Node, "Context", "HandOver", "Out"], "HandOver"] | None = None
+    # The maps between a chain's convs in a band (``bands``): each is one tile, handed to the next
+    # conv in local memory (tiles of a band's map stored and read back defeat the band).
+    band_maps: frozenset[str] = frozenset()
     # The look-ahead's lowerings of a next node, by what it was handed (a search meets the same
     # hand-over again in its nested comparisons): (instructions, what it leaves).
     looked_ahead: dict = field(default_factory=dict, compare=False, repr=False)

@@ -289,7 +289,8 @@ def _plans_as(
     single = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, in_place, keep)
     oh = ctx.place[node.output].shape[1]
     options = [(1, None)]
-    if tile_count(node, ctx, single) <= 64 and dram_share(node, ctx) >= 0.05:
+    # (A band's map between two convs: single-buffered, so that it is one tile handed to the next.)
+    if node.output not in ctx.band_maps and tile_count(node, ctx, single) <= 64 and dram_share(node, ctx) >= 0.05:
         options += [(2, None)] + [(2, ceil_div(oh, k)) for k in (2, 4, 8)]
     plans: dict[tuple, ConvPlan] = {}
     for buffers, max_rows in options:
