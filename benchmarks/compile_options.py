@@ -11,7 +11,8 @@ residual conv loads its shortcut from DRAM0 even where the conv before left it i
 ``defer_shortcut`` off: a tile's shortcut is loaded whole before its first MatMul; ``window_matmul``
 off: depthwise convs as diagonal blocks on a core that has the window MatMul; ``row_bands`` off: no
 chain of convs runs band by band (``always``: every chain found does, not only where the latency
-model finds it faster). Writes
+model finds it faster); ``interleave`` off: the engines' instruction streams are not merged again
+(``always``: also in programs above the pass's size limit). Writes
 benchmarks/results/options_<option>.json. Run it alone (the machine has 2 cores), and twice after
 the latency model changed: the first build then also recompiles its numba kernel.
 """
@@ -27,7 +28,8 @@ from pathlib import Path
 import machine
 
 HERE = Path(__file__).parent
-OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul", "row_bands")
+OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul", "row_bands",
+           "interleave")  # fmt: skip
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""
@@ -57,7 +59,7 @@ def main() -> None:
             row = {"net": name, "arch": arch}
             # look_ahead is a depth: also through one node only (1).
             values = {"off": False, "on": True} | ({"one_node": 1} if args.option == "look_ahead" else {})
-            values |= {"always": "always"} if args.option == "row_bands" else {}
+            values |= {"always": "always"} if args.option in ("row_bands", "interleave") else {}
             for key, on in values.items():
                 code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -349,7 +349,9 @@ def test_weights_in_two_parts_only_where_the_error_target_needs_them():
     want = interpret(graph, x)["r2"]
     errors = {}
     for target in (None, 0.002):
-        part = compile_graph(graph, FP16, "t", calibration=cal, options=CompileOptions(error_target=target))
+        # (Interleaving merges the plain chain's epilogues and MatMuls better than the rescaled one's.)
+        options = CompileOptions(error_target=target, interleave=False)
+        part = compile_graph(graph, FP16, "t", calibration=cal, options=options)
         got = Emulator(FP16).run_model(part.model(part.constants), x, warn_saturation=False)["r2"]
         errors[target] = np.max(np.abs(got - want)) / np.ptp(want)
         assert sum("residue_bits" in n for n in part.report["nodes"]) == (len(two.residues) if target else 0)
@@ -368,7 +370,9 @@ def test_finer_accumulators_where_the_shared_scale_misses_the_target():
     want = interpret(graph, x)["r2"]
     errors, parts = {}, {}
     for target in (None, 0.01):
-        part = compile_graph(graph, FP16, "t", calibration=cal, options=CompileOptions(error_target=target))
+        # (Interleaving merges the plain chain's epilogues and MatMuls better than the rescaled one's.)
+        options = CompileOptions(error_target=target, interleave=False)
+        part = compile_graph(graph, FP16, "t", calibration=cal, options=options)
         got = Emulator(FP16).run_model(part.model(part.constants), x, warn_saturation=False)["r2"]
         errors[target], parts[target] = np.max(np.abs(got - want)) / np.ptp(want), part
     plain, finer = parts[None], parts[0.01]

@@ -16,6 +16,7 @@ from ..placement import Patches, TensorPlacement
 from .bands import chains, with_bands
 from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Channels, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
+from .interleave import AUTO_LIMIT, interleave
 from .interpret import accumulator_peak, interpret, on_grid
 from .latency import critical_path, resource_bounds
 from .lir import LIR
@@ -568,10 +569,15 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         program, node_starts, prefetched = prefetch_across_nodes(program, arch, node_starts)
     if options.sink_stores:
         program, node_starts, sunk = sink_across_nodes(program, arch, node_starts)
-    for entry, start, end in zip(per_node, node_starts, node_starts[1:] + [len(program)]):
-        entry["instructions"] = end - start
-    path = critical_path(program, arch, node_starts)
-    for entry, cycles, bounds in zip(per_node, path["by_node"], resource_bounds(program, arch, node_starts)):
+    # Each instruction's node: after the interleave a node's instructions need not be one run.
+    owners = np.repeat(np.arange(len(node_starts)), np.diff(node_starts + [len(program)]))
+    interleaved = 0
+    if options.interleave or (options.interleave is None and len(program) <= AUTO_LIMIT):
+        program, owners, interleaved = interleave(program, arch, owners)
+    for entry, count in zip(per_node, np.bincount(owners, minlength=len(per_node))):
+        entry["instructions"] = int(count)
+    path = critical_path(program, arch, owners=owners)
+    for entry, cycles, bounds in zip(per_node, path["by_node"], resource_bounds(program, arch, owners=owners)):
         entry["cycles"] = cycles  # the critical path's cycles charged to the node's instructions, by kind
         entry["busy"] = {k: v for k, v in bounds.items() if v}  # each resource's cycles for them alone
     report = {
@@ -581,6 +587,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         "critical_path": path["by_kind"],
         "prefetched_loads": len(prefetched),
         "sunk_stores": len(sunk),
+        "interleaved_windows": interleaved,
         "memory": memory_use(program, arch, dram0.top, consts.top),
         "weights_saturated": count_saturated_consts(consts.recipes, (reference or graph).constants, arch),
     }

@@ -130,14 +130,25 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
     return _cycles(busy, state)
 
 
-def critical_path(program: Program, arch: Architecture, node_starts=(), timing: dict | None = None) -> dict:
+def _owners(program: Program, node_starts, owners) -> np.ndarray:
+    """Each instruction's node: ``owners`` as given, or node ``k`` for the instructions from
+    ``node_starts[k]`` up to the next start (those before the first start: node 0)."""
+    if owners is not None:
+        return np.asarray(owners, dtype=np.int64)
+    starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
+    return np.maximum(np.searchsorted(starts, np.arange(len(program)), side="right") - 1, 0)
+
+
+def critical_path(
+    program: Program, arch: Architecture, node_starts=(), timing: dict | None = None, owners=None
+) -> dict:
     """The total split by what held dispatch up: ``{"total", "by_kind": {kind: cycles},
     "by_node": [{kind: cycles}, ...], "cycles": estimate_cycles' figures}``, where node ``k`` emitted
     the instructions from ``node_starts[k]`` up to the next start (instructions before the first
-    start count as node 0)."""
-    starts = np.asarray(node_starts, dtype=np.int64)
-    nodes = max(1, starts.size)
-    busy, state, blame = _run(program, arch, timing, starts, nodes)
+    start count as node 0), or those whose ``owners`` entry is ``k``."""
+    node = _owners(program, node_starts, owners)
+    nodes = max(1, len(node_starts), int(node.max()) + 1 if node.size else 1)
+    busy, state, blame = _run(program, arch, timing, node, nodes)
     by_node = [{KINDS[k]: int(blame[i, k]) for k in range(len(KINDS)) if blame[i, k]} for i in range(nodes)]
     totals = blame.sum(axis=0)
     return {
@@ -157,17 +168,18 @@ RESOURCES = ("array", "weights", "accumulators", "local_port_b", "local_ports", 
              "dram1_read", "dram1_write")  # fmt: skip
 
 
-def resource_bounds(program: Program, arch: Architecture, node_starts=()) -> list[dict[str, int]]:
-    """Per node (instructions from ``node_starts[k]`` up to the next start), each resource's busy
-    cycles in ``RESOURCES``: no schedule of the node's instructions alone runs in fewer cycles than
-    the largest. (A node's share of the critical path can be smaller: its work may run under its
-    neighbours'.)"""
-    starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
-    totals = np.zeros((starts.size, len(RESOURCES)), dtype=np.int64)
+def resource_bounds(program: Program, arch: Architecture, node_starts=(), owners=None) -> list[dict[str, int]]:
+    """Per node (instructions from ``node_starts[k]`` up to the next start, or those whose ``owners``
+    entry is ``k``), each resource's busy cycles in ``RESOURCES``: no schedule of the node's
+    instructions alone runs in fewer cycles than the largest. (A node's share of the critical path
+    can be smaller: its work may run under its neighbours'.)"""
+    owner = _owners(program, node_starts, owners)
+    nodes = max(1, len(node_starts), int(owner.max()) + 1 if owner.size else 1)
+    totals = np.zeros((nodes, len(RESOURCES)), dtype=np.int64)
     bpv = beats_per_vector(arch)
     window = None
     for start, f in program.chunks():
-        node = np.maximum(np.searchsorted(starts, np.arange(start, start + f.opcode.shape[0]), side="right") - 1, 0)
+        node = owner[start : start + f.opcode.shape[0]]
         op, fl, size, lw_size = f.opcode, f.flags, f.operand2 + 1, f.raw1 + 1
         streamed = window_stream(f, program.layout, window)[0]  # a window MatMul's array cycles
         window = window_register(f, program.layout, window)[1]
@@ -255,16 +267,13 @@ class Simulation:
         return int(self.state[_FINISH])
 
 
-def _run(program: Program, arch: Architecture, timing, node_starts, nodes: int):
+def _run(program: Program, arch: Architecture, timing, owners, nodes: int):
+    """The model over ``program``; with ``owners`` (each instruction's node), the blame by node."""
     sim = Simulation(arch, timing, nodes)
     for start, f in program.chunks():  # a huge program is never decoded whole
-        node = None
-        if node_starts is not None:
-            pcs = np.arange(start, start + f.opcode.shape[0])
-            node = np.maximum(np.searchsorted(node_starts, pcs, side="right") - 1, 0)
-        sim.advance(f, node)
+        sim.advance(f, None if owners is None else owners[start : start + f.opcode.shape[0]])
     busy, state, blame = sim.busy, sim.state, sim.blame
-    if node_starts is not None:  # the tail after the last dispatch: whichever engine ends last
+    if owners is not None:  # the tail after the last dispatch: whichever engine ends last
         ends = [(state[_END + e], state[_OWNER + e]) for e in range(_ENGINES)]
         ends.append((state[_SIMD_END], state[_S_OWNER]))
         owner = max(ends)[1]

@@ -67,6 +67,11 @@ class CompileOptions:
     # rows, those maps kept in local memory (``compiler.bands``): always (True), never (False), or
     # where the latency model finds it faster (None).
     row_bands: bool | None = None
+    # Each window of the finished program merged again across the engines' instruction streams
+    # where the latency model finds it faster (``compiler.interleave``): always (True), never
+    # (False), or in programs of at most ``interleave.AUTO_LIMIT`` instructions (None; the pass takes
+    # a few microseconds an instruction).
+    interleave: bool | None = None
 
 
 # A DataMove's arguments, as ``LIR.datamove`` takes them.

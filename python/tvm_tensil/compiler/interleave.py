@@ -1,0 +1,378 @@
+"""The engines' instruction streams interleaved: list scheduling over windows of the program.
+
+The core dispatches in program order, each instruction once its engine takes it. A node's schedule
+keeps its own engines busy together, but one node's epilogue (SIMD instructions and moves on the
+accumulator engine) and the next node's MatMuls (the array) follow each other in the program: the
+array idles through the epilogue. Once a partition is scheduled (and its loads prefetched, its
+stores sunk), each window of the program is list-scheduled: its instructions form one stream per
+engine (the array's MatMuls, LoadWeights and window Configures; SIMD; moves between local memory
+and the accumulators; each DRAM bank's reads and writes), each kept in program order, and the
+streams are merged again. An instruction goes after every instruction of another stream that it
+depends on: one that writes local memory, accumulators or DRAM it reads or writes, or reads what
+it writes (address ranges, strides taken as the whole span); a window Configure and window MatMuls.
+Other Configures and NoOps end a window. So the program computes exactly what it did.
+
+The merge picks, among the streams' next instructions whose dependencies are issued, one the latency
+model dispatches within ``slack`` cycles of the earliest, the one with the longest chain of work
+after it in the window (a critical-path priority). A window keeps the fastest of the merges over
+``SLACKS`` and its own order, by the latency model (everything it started ended).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+from ..arch import Architecture
+from ..isa.instructions import Opcode
+from ..isa.layout import layout_of
+from ..isa.program import Program, window_stream
+from . import latency
+from .latency import Simulation, beats_per_vector
+
+# Instructions per window, and the slacks (cycles) whose merges each window tries.
+WINDOW = 2048
+SLACKS = (0, 16, 64, 256, 1024)
+# The largest program the pass runs on unless asked (``CompileOptions.interleave``): about 4 us an
+# instruction on two cores, a tenth more compile time or less below this.
+AUTO_LIMIT = 1_500_000
+
+_MATMUL, _DATAMOVE, _LOADWEIGHTS, _SIMD, _CONFIGURE = (
+    int(o) for o in (Opcode.MATMUL, Opcode.DATAMOVE, Opcode.LOADWEIGHTS, Opcode.SIMD, Opcode.CONFIGURE)
+)
+# Streams: the array, SIMD, moves local <-> accumulators, DRAM0 reads, writes, DRAM1 reads, writes.
+_STREAMS = 7
+_ARRAY, _SIMD_STREAM, _ACC_MOVES = 0, 1, 2
+_DISPATCH_AT = latency._DISPATCH
+
+
+class _Instructions:
+    """What each instruction of a program touches, as arrays (one entry per instruction)."""
+
+    def __init__(self, program: Program, arch: Architecture):
+        layout = program.layout
+        f = program.fields()
+        op, fl = f.opcode, f.flags
+        n = len(op)
+        streamed = window_stream(f, layout, None)[0]
+        outputs = f.operand2 + 1
+        window_config = (op == _CONFIGURE) & ((f.raw0 & 0xF) == 12)
+        move = op == _DATAMOVE
+        acc_move = move & (fl >= 12)
+        dram = move & (fl < 4)
+        self.stream = np.full(n, -1, dtype=np.int64)  # -1: ends a window
+        self.stream[(op == _MATMUL) | (op == _LOADWEIGHTS) | window_config] = _ARRAY
+        self.stream[op == _SIMD] = _SIMD_STREAM
+        self.stream[acc_move] = _ACC_MOVES
+        for direction in range(4):  # DRAM0 read, write, DRAM1 read, write
+            self.stream[move & (fl == direction)] = 3 + direction
+        self.window_config = window_config
+        self.window_matmul = (op == _MATMUL) & ((fl & 4) != 0)
+        # Local memory: the span each instruction reads or writes (wrapping addresses: all of it).
+        size = np.where(op == _LOADWEIGHTS, f.raw1 + 1, np.where(op == _MATMUL, streamed, outputs))
+        lo = f.addr0
+        hi = lo + (size - 1) * (np.int64(1) << f.stride0)
+        wraps = hi >= arch.local_depth
+        self.local_lo = np.where(wraps, 0, lo)
+        self.local_hi = np.where(wraps, arch.local_depth - 1, hi)
+        zeroes = ((op == _MATMUL) & ((fl & 2) != 0)) | ((op == _LOADWEIGHTS) & ((fl & 1) != 0))
+        self.uses_local = ((op == _MATMUL) | (op == _LOADWEIGHTS) | move) & ~zeroes
+        self.writes_local = move & np.isin(fl, (0, 2, 12))
+        # Accumulators: a written (or accumulated) span and a read span.
+        span = f.addr1 + (outputs - 1) * (np.int64(1) << f.stride1)
+        wraps = span >= arch.accumulator_depth
+        acc_lo, acc_hi = np.where(wraps, 0, f.addr1), np.where(wraps, arch.accumulator_depth - 1, span)
+        none = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        self.write_lo, self.write_hi = none[0].copy(), none[1].copy()
+        self.read_lo, self.read_hi = none[0].copy(), none[1].copy()
+        writes = (op == _MATMUL) | (acc_move & (fl != 12))
+        self.write_lo[writes], self.write_hi[writes] = acc_lo[writes], acc_hi[writes]
+        reads = acc_move & (fl == 12)
+        self.read_lo[reads], self.read_hi[reads] = acc_lo[reads], acc_hi[reads]
+        simd_writes = (op == _SIMD) & ((fl & 2) != 0)  # (accumulating: a write too)
+        simd_reads = (op == _SIMD) & ((fl & 1) != 0)
+        self.write_lo[simd_writes] = self.write_hi[simd_writes] = f.raw0[simd_writes]
+        self.read_lo[simd_reads] = self.read_hi[simd_reads] = f.raw1[simd_reads]
+        # DRAM: the bank, span and whether it is written.
+        self.dram_bank = np.where(dram, fl >> 1, -1)
+        self.dram_lo, self.dram_hi = f.addr1, span
+        self.writes_dram = dram & ((fl & 1) == 1)
+        # Work in cycles, for the priority: the array's vectors, a move's vectors, bus beats.
+        self.work = np.ones(n, dtype=np.int64)
+        self.work[op == _MATMUL] = streamed[op == _MATMUL]
+        self.work[op == _LOADWEIGHTS] = size[op == _LOADWEIGHTS]
+        self.work[acc_move] = outputs[acc_move]
+        self.work[dram] = outputs[dram] * beats_per_vector(arch)
+        self.columns = tuple(np.ascontiguousarray(c) for c in Simulation.columns(f, layout, None))
+        # What each one reads and writes, as bits (``_can_conflict``): local memory, accumulators,
+        # DRAM0, DRAM1 read (bits 0-3) and written (4-7); a window Configure (8), window MatMul (9).
+        reads_local = self.uses_local & ~self.writes_local
+        dram0, dram1 = dram & (fl < 2), dram & (fl >= 2)
+        self.touches = (
+            reads_local * 1
+            | (self.read_lo <= self.read_hi) * 2
+            | (dram0 & ~self.writes_dram) * 4
+            | (dram1 & ~self.writes_dram) * 8
+            | self.writes_local * 16
+            | (self.write_lo <= self.write_hi) * 32
+            | (dram0 & self.writes_dram) * 64
+            | (dram1 & self.writes_dram) * 128
+            | self.window_config * 256
+            | self.window_matmul * 512
+        ).astype(np.int64)
+
+    def windows(self) -> list[tuple[int, int]]:
+        """Runs of at most ``WINDOW`` instructions between the instructions that end a window."""
+        ends = np.flatnonzero(self.stream < 0)
+        found, start = [], 0
+        for stop in list(ends) + [len(self.stream)]:
+            found += [(a, min(stop, a + WINDOW)) for a in range(start, stop, WINDOW)]
+            start = stop + 1
+        return found
+
+
+@numba.njit(cache=True, nogil=True)
+def _conflict(i, j, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo, read_hi,
+              dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul):  # fmt: skip
+    """Whether instructions ``i`` and ``j`` must keep their order."""
+    if uses_local[i] and uses_local[j] and (writes_local[i] or writes_local[j]):
+        if local_lo[i] <= local_hi[j] and local_lo[j] <= local_hi[i]:
+            return True
+    if write_lo[i] <= write_hi[i]:  # i writes accumulators j reads or writes
+        if write_lo[j] <= write_hi[j] and write_lo[i] <= write_hi[j] and write_lo[j] <= write_hi[i]:
+            return True
+        if read_lo[j] <= read_hi[j] and write_lo[i] <= read_hi[j] and read_lo[j] <= write_hi[i]:
+            return True
+    if write_lo[j] <= write_hi[j] and read_lo[i] <= read_hi[i]:  # j writes accumulators i reads
+        if read_lo[i] <= write_hi[j] and write_lo[j] <= read_hi[i]:
+            return True
+    if dram_bank[i] >= 0 and dram_bank[i] == dram_bank[j] and (writes_dram[i] or writes_dram[j]):
+        if dram_lo[i] <= dram_hi[j] and dram_lo[j] <= dram_hi[i]:
+            return True
+    return (window_config[i] and window_matmul[j]) or (window_config[j] and window_matmul[i])
+
+
+@numba.njit(cache=True, nogil=True)
+def _can_conflict(a, b):
+    """Whether instructions touching ``a`` and ``b`` (``_Instructions.touches``) may conflict."""
+    reads_a, writes_a, reads_b, writes_b = a & 15, (a >> 4) & 15, b & 15, (b >> 4) & 15
+    window = ((a >> 8) & 1 and (b >> 9) & 1) or ((a >> 9) & 1 and (b >> 8) & 1)
+    return (writes_a & (reads_b | writes_b)) != 0 or (reads_a & writes_b) != 0 or window
+
+
+@numba.njit(cache=True, nogil=True)
+def _dependencies(lo, hi, stream, touches, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo,
+                  read_hi, dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul):  # fmt: skip
+    """For each instruction of the window (relative index), the last earlier one of each other
+    stream it depends on, or one that it follows anyway (-1: none)."""
+    w = hi - lo
+    deps = np.full((w, _STREAMS), -1, dtype=np.int64)
+    count = np.zeros(_STREAMS, dtype=np.int64)
+    members = np.empty((_STREAMS, w), dtype=np.int64)  # each stream's instructions so far
+    kinds = np.zeros(_STREAMS, dtype=np.int64)  # what each stream's instructions touch, together
+    for jj in range(w):
+        j = lo + jj
+        own = stream[j]
+        before = members[own, count[own] - 1] if count[own] else -1  # the one before in j's stream
+        for s in range(_STREAMS):
+            if s == own:
+                continue
+            # What the instruction before in j's stream depends on, j does too (it goes after it):
+            # look only at what came since.
+            implied = deps[before, s] if before >= 0 else -1
+            deps[jj, s] = implied
+            if not _can_conflict(touches[j], kinds[s]):
+                continue
+            for k in range(count[s] - 1, -1, -1):  # the latest first
+                ii = members[s, k]
+                if ii <= implied:
+                    break
+                if not _can_conflict(touches[j], touches[lo + ii]):
+                    continue
+                if _conflict(
+                    lo + ii, j, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo, read_hi,
+                    dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul,
+                ):  # fmt: skip
+                    deps[jj, s] = ii
+                    break
+        members[own, count[own]] = jj
+        count[own] += 1
+        kinds[own] |= touches[j]
+    return deps
+
+
+@numba.njit(cache=True, nogil=True)
+def _step(j, columns, core, memory, costs, busy, state, out_busy, out_state, kind_of, copy):
+    """The latency model advanced by instruction ``j`` from ``busy``/``state`` into ``out_busy``/
+    ``out_state`` (``copy=False``: the same arrays); returns the cycle it dispatches."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = columns
+    if copy:
+        out_state[:] = state
+        out_busy[:] = busy
+    node = np.zeros(0, dtype=np.int64)
+    blame = np.zeros((0, 1), dtype=np.int64)
+    latency._simulate(
+        (c0[j : j + 1], c1[j : j + 1], c2[j : j + 1], c3[j : j + 1], c4[j : j + 1], c5[j : j + 1], c6[j : j + 1],
+         c7[j : j + 1]),
+        core, memory, costs, out_busy, out_state, node, kind_of, blame,
+    )  # fmt: skip
+    return out_state[_DISPATCH_AT]
+
+
+@numba.njit(cache=True, nogil=True)
+def _issuable(jj, deps, issued):
+    """Whether every instruction ``jj`` depends on is issued."""
+    for s in range(_STREAMS):
+        if deps[jj, s] >= 0 and not issued[deps[jj, s]]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge(lo, hi, stream, deps, work, columns, core, memory, costs, busy, state, kind_of, slack):
+    """The window's instructions merged from their streams (relative indices, in the new order);
+    ``busy``/``state``: the latency model before the window, advanced through it."""
+    w = hi - lo
+    count = np.zeros(_STREAMS, dtype=np.int64)
+    members = np.full((_STREAMS, w), -1, dtype=np.int64)
+    for jj in range(w):
+        s = stream[lo + jj]
+        members[s, count[s]] = jj
+        count[s] += 1
+    # Priority: the longest chain of work from an instruction to the window's end.
+    after = np.full(w, -1, dtype=np.int64)
+    last = np.full(_STREAMS, -1, dtype=np.int64)
+    for jj in range(w - 1, -1, -1):
+        s = stream[lo + jj]
+        after[jj] = last[s]
+        last[s] = jj
+    longest_after = np.zeros(w, dtype=np.int64)
+    priority = np.zeros(w, dtype=np.int64)
+    for jj in range(w - 1, -1, -1):
+        m = longest_after[jj]
+        if after[jj] >= 0 and priority[after[jj]] > m:
+            m = priority[after[jj]]
+        priority[jj] = work[lo + jj] + m
+        for s in range(_STREAMS):
+            i = deps[jj, s]
+            if i >= 0 and priority[jj] > longest_after[i]:
+                longest_after[i] = priority[jj]
+    heads = np.zeros(_STREAMS, dtype=np.int64)
+    issued = np.zeros(w, dtype=np.bool_)
+    order = np.empty(w, dtype=np.int64)
+    trial_state = np.empty((_STREAMS, state.shape[0]), dtype=np.int64)
+    trial_busy = np.empty((_STREAMS, busy.shape[0]), dtype=np.int64)
+    ready = np.full(_STREAMS, -1, dtype=np.int64)
+    at = np.zeros(_STREAMS, dtype=np.int64)
+    k = 0
+    while k < w:
+        n_ready = 0
+        for s in range(_STREAMS):
+            ready[s] = -1
+            if heads[s] < count[s] and _issuable(members[s, heads[s]], deps, issued):
+                ready[s] = members[s, heads[s]]
+                n_ready += 1
+        # The most urgent ready instruction (longest work after it) first: where it dispatches
+        # within the slack of the next cycle, no other can take its place.
+        top = -1
+        for s in range(_STREAMS):
+            if ready[s] >= 0 and (top < 0 or priority[ready[s]] > priority[ready[top]]):
+                top = s
+        best = top
+        all_tried = False
+        if n_ready == 1:
+            _step(lo + ready[top], columns, core, memory, costs, busy, state, busy, state, kind_of, False)
+        else:
+            at[top] = _step(lo + ready[top], columns, core, memory, costs, busy, state, trial_busy[top],
+                            trial_state[top], kind_of, True)  # fmt: skip
+            if at[top] > state[_DISPATCH_AT] + 1 + slack:  # then the others' dispatch cycles decide
+                all_tried = True
+                earliest = at[top]
+                for s in range(_STREAMS):
+                    if ready[s] >= 0 and s != top:
+                        at[s] = _step(lo + ready[s], columns, core, memory, costs, busy, state, trial_busy[s],
+                                      trial_state[s], kind_of, True)  # fmt: skip
+                        earliest = min(earliest, at[s])
+                best = -1
+                for s in range(_STREAMS):
+                    if ready[s] >= 0 and at[s] <= earliest + slack:
+                        if best < 0 or priority[ready[s]] > priority[ready[best]]:
+                            best = s
+            state[:] = trial_state[best]
+            busy[:] = trial_busy[best]
+        jj = ready[best]
+        order[k] = jj
+        issued[jj] = True
+        heads[best] += 1
+        k += 1
+        if best == _SIMD_STREAM and all_tried:
+            # More SIMD instructions (a cycle each) while every other stream's next instruction
+            # stays beyond the slack: the choice would be the same, without trying them again.
+            limit = np.int64(1) << 60
+            for s in range(_STREAMS):
+                if s != best and ready[s] >= 0:
+                    limit = min(limit, at[s] - slack)
+            while k < w and heads[best] < count[best] and state[_DISPATCH_AT] + 1 < limit:
+                jj = members[best, heads[best]]
+                if not _issuable(jj, deps, issued):
+                    break
+                _step(lo + jj, columns, core, memory, costs, busy, state, busy, state, kind_of, False)
+                order[k] = jj
+                issued[jj] = True
+                heads[best] += 1
+                k += 1
+    return order
+
+
+def interleave(
+    program: Program, arch: Architecture, owners: np.ndarray, measure: bool = True
+) -> tuple[Program, np.ndarray, int]:
+    """``program`` with each window's instructions merged across engines where the latency model
+    finds it faster (``measure=False``: every window merged, with the first slack); each
+    instruction's node (``owners``, permuted alike); the windows reordered."""
+    n = len(program)
+    if n < 2:
+        return program, owners, 0
+    ins = _Instructions(program, arch)
+    sim = Simulation(arch)
+    order = np.arange(n)
+    done, changed = 0, 0
+    arrays = (ins.local_lo, ins.local_hi, ins.uses_local, ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo,
+              ins.read_hi, ins.dram_bank, ins.dram_lo, ins.dram_hi, ins.writes_dram, ins.window_config,
+              ins.window_matmul)  # fmt: skip
+    columns = np.stack(ins.columns)
+    pool = ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1))  # (the merges release the GIL)
+    for lo, hi in ins.windows():
+        if lo > done:
+            sim.run(columns[:, done:lo])
+        done = hi
+        streams = ins.stream[lo:hi]
+        if hi - lo < 2 or np.unique(streams).size < 2:
+            sim.run(columns[:, lo:hi])
+            continue
+        kept = sim.fork()
+        kept.run(columns[:, lo:hi])
+        deps = _dependencies(lo, hi, ins.stream, ins.touches, *arrays)
+
+        def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
+            trial = start.fork()
+            merged = _merge(lo, hi, ins.stream, deps, ins.work, ins.columns, trial.core, trial.memory, trial.costs,
+                            trial.busy, trial.state, latency._KIND_OF, slack)  # fmt: skip
+            return trial, merged + lo
+
+        best, best_order = kept, None
+        for trial, merged in pool.map(merge, SLACKS if measure else SLACKS[:1]):  # (in the slacks' order)
+            if trial.finish < best.finish or not measure:
+                best, best_order = trial, merged
+        if best_order is not None:
+            order[lo:hi] = best_order
+            changed += 1
+        sim = best
+    pool.shutdown()
+    if not changed:
+        return program, owners, 0
+    rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, layout_of(arch).instruction_bytes)
+    return Program(rows[order].tobytes(), program.layout, program.name), owners[order], changed
