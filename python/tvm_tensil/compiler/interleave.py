@@ -9,8 +9,8 @@ engine (the array's MatMuls, LoadWeights and window Configures; SIMD; moves betw
 and the accumulators; each DRAM bank's reads and writes), each kept in program order, and the
 streams are merged again. An instruction goes after every instruction of another stream that it
 depends on: one that writes local memory, accumulators or DRAM it reads or writes, or reads what
-it writes (address ranges, strides taken as the whole span); a window Configure and window MatMuls.
-Other Configures and NoOps end a window. So the program computes exactly what it did.
+it writes (address ranges, strides taken as the whole span). Other Configures and NoOps end a
+window. So the program computes exactly what it did.
 
 The merge picks, among the streams' next instructions whose dependencies are issued, one the latency
 model dispatches within ``slack`` cycles of the earliest, the one with the longest chain of work
@@ -69,8 +69,6 @@ class _Instructions:
         self.stream[acc_move] = _ACC_MOVES
         for direction in range(4):  # DRAM0 read, write, DRAM1 read, write
             self.stream[move & (fl == direction)] = 3 + direction
-        self.window_config = window_config
-        self.window_matmul = (op == _MATMUL) & ((fl & 4) != 0)
         # Local memory: the span each instruction reads or writes (wrapping addresses: all of it).
         size = np.where(op == _LOADWEIGHTS, f.raw1 + 1, np.where(op == _MATMUL, streamed, outputs))
         lo = f.addr0
@@ -107,22 +105,6 @@ class _Instructions:
         self.work[acc_move] = outputs[acc_move]
         self.work[dram] = outputs[dram] * beats_per_vector(arch)
         self.columns = tuple(np.ascontiguousarray(c) for c in Simulation.columns(f, layout, None))
-        # What each one reads and writes, as bits (``_can_conflict``): local memory, accumulators,
-        # DRAM0, DRAM1 read (bits 0-3) and written (4-7); a window Configure (8), window MatMul (9).
-        reads_local = self.uses_local & ~self.writes_local
-        dram0, dram1 = dram & (fl < 2), dram & (fl >= 2)
-        self.touches = (
-            reads_local * 1
-            | (self.read_lo <= self.read_hi) * 2
-            | (dram0 & ~self.writes_dram) * 4
-            | (dram1 & ~self.writes_dram) * 8
-            | self.writes_local * 16
-            | (self.write_lo <= self.write_hi) * 32
-            | (dram0 & self.writes_dram) * 64
-            | (dram1 & self.writes_dram) * 128
-            | self.window_config * 256
-            | self.window_matmul * 512
-        ).astype(np.int64)
 
     def windows(self) -> list[tuple[int, int]]:
         """Runs of at most ``WINDOW`` instructions between the instructions that end a window."""
@@ -135,72 +117,68 @@ class _Instructions:
 
 
 @numba.njit(cache=True, nogil=True)
-def _conflict(i, j, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo, read_hi,
-              dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul):  # fmt: skip
-    """Whether instructions ``i`` and ``j`` must keep their order."""
-    if uses_local[i] and uses_local[j] and (writes_local[i] or writes_local[j]):
-        if local_lo[i] <= local_hi[j] and local_lo[j] <= local_hi[i]:
-            return True
-    if write_lo[i] <= write_hi[i]:  # i writes accumulators j reads or writes
-        if write_lo[j] <= write_hi[j] and write_lo[i] <= write_hi[j] and write_lo[j] <= write_hi[i]:
-            return True
-        if read_lo[j] <= read_hi[j] and write_lo[i] <= read_hi[j] and read_lo[j] <= write_hi[i]:
-            return True
-    if write_lo[j] <= write_hi[j] and read_lo[i] <= read_hi[i]:  # j writes accumulators i reads
-        if read_lo[i] <= write_hi[j] and write_lo[j] <= read_hi[i]:
-            return True
-    if dram_bank[i] >= 0 and dram_bank[i] == dram_bank[j] and (writes_dram[i] or writes_dram[j]):
-        if dram_lo[i] <= dram_hi[j] and dram_lo[j] <= dram_hi[i]:
-            return True
-    return (window_config[i] and window_matmul[j]) or (window_config[j] and window_matmul[i])
+def _latest(table, s, a, b, found):
+    """The largest of ``found`` and ``table[s, a..b]``."""
+    for addr in range(a, b + 1):
+        if table[s, addr] > found:
+            found = table[s, addr]
+    return found
 
 
 @numba.njit(cache=True, nogil=True)
-def _can_conflict(a, b):
-    """Whether instructions touching ``a`` and ``b`` (``_Instructions.touches``) may conflict."""
-    reads_a, writes_a, reads_b, writes_b = a & 15, (a >> 4) & 15, b & 15, (b >> 4) & 15
-    window = ((a >> 8) & 1 and (b >> 9) & 1) or ((a >> 9) & 1 and (b >> 8) & 1)
-    return (writes_a & (reads_b | writes_b)) != 0 or (reads_a & writes_b) != 0 or window
-
-
-@numba.njit(cache=True, nogil=True)
-def _dependencies(lo, hi, stream, touches, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo,
-                  read_hi, dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul):  # fmt: skip
+def _dependencies(lo, hi, stream, local_depth, acc_depth, local_lo, local_hi, uses_local, writes_local, write_lo,
+                  write_hi, read_lo, read_hi, dram_bank, dram_lo, dram_hi, writes_dram):  # fmt: skip
     """For each instruction of the window (relative index), the last earlier one of each other
-    stream it depends on, or one that it follows anyway (-1: none)."""
+    stream it depends on (-1: none). Local memory and accumulators: each stream's last reader and
+    writer of every address; DRAM: the DRAM streams' moves, latest first."""
     w = hi - lo
     deps = np.full((w, _STREAMS), -1, dtype=np.int64)
+    local_read = np.full((_STREAMS, local_depth), -1, dtype=np.int64)
+    local_written = np.full((_STREAMS, local_depth), -1, dtype=np.int64)
+    acc_read = np.full((_STREAMS, acc_depth), -1, dtype=np.int64)
+    acc_written = np.full((_STREAMS, acc_depth), -1, dtype=np.int64)
     count = np.zeros(_STREAMS, dtype=np.int64)
     members = np.empty((_STREAMS, w), dtype=np.int64)  # each stream's instructions so far
-    kinds = np.zeros(_STREAMS, dtype=np.int64)  # what each stream's instructions touch, together
     for jj in range(w):
         j = lo + jj
         own = stream[j]
-        before = members[own, count[own] - 1] if count[own] else -1  # the one before in j's stream
+        reads_acc, writes_acc = read_lo[j] <= read_hi[j], write_lo[j] <= write_hi[j]
         for s in range(_STREAMS):
             if s == own:
                 continue
-            # What the instruction before in j's stream depends on, j does too (it goes after it):
-            # look only at what came since.
-            implied = deps[before, s] if before >= 0 else -1
-            deps[jj, s] = implied
-            if not _can_conflict(touches[j], kinds[s]):
-                continue
-            for k in range(count[s] - 1, -1, -1):  # the latest first
-                ii = members[s, k]
-                if ii <= implied:
-                    break
-                if not _can_conflict(touches[j], touches[lo + ii]):
-                    continue
-                if _conflict(
-                    lo + ii, j, local_lo, local_hi, uses_local, writes_local, write_lo, write_hi, read_lo, read_hi,
-                    dram_bank, dram_lo, dram_hi, writes_dram, window_config, window_matmul,
-                ):  # fmt: skip
-                    deps[jj, s] = ii
-                    break
+            d = -1
+            if uses_local[j]:  # what wrote its range; what read it, if it writes
+                d = _latest(local_written, s, local_lo[j], local_hi[j], d)
+                if writes_local[j]:
+                    d = _latest(local_read, s, local_lo[j], local_hi[j], d)
+            if reads_acc:
+                d = _latest(acc_written, s, read_lo[j], read_hi[j], d)
+            if writes_acc:
+                d = _latest(acc_written, s, write_lo[j], write_hi[j], d)
+                d = _latest(acc_read, s, write_lo[j], write_hi[j], d)
+            if dram_bank[j] >= 0 and s > _ACC_MOVES:
+                for k in range(count[s] - 1, -1, -1):  # the latest first
+                    ii = members[s, k]
+                    if ii <= d:
+                        break
+                    i = lo + ii
+                    if dram_bank[i] == dram_bank[j] and (writes_dram[i] or writes_dram[j]):
+                        if dram_lo[i] <= dram_hi[j] and dram_lo[j] <= dram_hi[i]:
+                            d = ii
+                            break
+            deps[jj, s] = d
+        if uses_local[j]:
+            table = local_written if writes_local[j] else local_read
+            for addr in range(local_lo[j], local_hi[j] + 1):
+                table[own, addr] = jj
+        if reads_acc:
+            for addr in range(read_lo[j], read_hi[j] + 1):
+                acc_read[own, addr] = jj
+        if writes_acc:
+            for addr in range(write_lo[j], write_hi[j] + 1):
+                acc_written[own, addr] = jj
         members[own, count[own]] = jj
         count[own] += 1
-        kinds[own] |= touches[j]
     return deps
 
 
@@ -341,8 +319,7 @@ def interleave(
     order = np.arange(n)
     done, changed = 0, 0
     arrays = (ins.local_lo, ins.local_hi, ins.uses_local, ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo,
-              ins.read_hi, ins.dram_bank, ins.dram_lo, ins.dram_hi, ins.writes_dram, ins.window_config,
-              ins.window_matmul)  # fmt: skip
+              ins.read_hi, ins.dram_bank, ins.dram_lo, ins.dram_hi, ins.writes_dram)  # fmt: skip
     columns = np.stack(ins.columns)
     pool = ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1))  # (the merges release the GIL)
     for lo, hi in ins.windows():
@@ -355,7 +332,7 @@ def interleave(
             continue
         kept = sim.fork()
         kept.run(columns[:, lo:hi])
-        deps = _dependencies(lo, hi, ins.stream, ins.touches, *arrays)
+        deps = _dependencies(lo, hi, ins.stream, arch.local_depth, arch.accumulator_depth, *arrays)
 
         def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
             trial = start.fork()
