@@ -36,8 +36,8 @@ from .latency import Simulation, beats_per_vector
 # Instructions per window, and the slacks (cycles) whose merges each window tries.
 WINDOW = 2048
 SLACKS = (0, 16, 64, 256, 1024)
-# The largest program the pass runs on unless asked (``CompileOptions.interleave``): about 4 us an
-# instruction on two cores, a tenth more compile time or less below this.
+# The largest program the pass runs on unless asked (``CompileOptions.interleave``): it takes a few
+# microseconds an instruction on two cores (docs/results.md has the compile seconds).
 AUTO_LIMIT = 1_500_000
 
 _MATMUL, _DATAMOVE, _LOADWEIGHTS, _SIMD, _CONFIGURE = (
