@@ -321,34 +321,32 @@ def interleave(
     arrays = (ins.local_lo, ins.local_hi, ins.uses_local, ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo,
               ins.read_hi, ins.dram_bank, ins.dram_lo, ins.dram_hi, ins.writes_dram)  # fmt: skip
     columns = np.stack(ins.columns)
-    pool = ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1))  # (the merges release the GIL)
-    for lo, hi in ins.windows():
-        if lo > done:
-            sim.run(columns[:, done:lo])
-        done = hi
-        streams = ins.stream[lo:hi]
-        if hi - lo < 2 or np.unique(streams).size < 2:
-            sim.run(columns[:, lo:hi])
-            continue
-        kept = sim.fork()
-        kept.run(columns[:, lo:hi])
-        deps = _dependencies(lo, hi, ins.stream, arch.local_depth, arch.accumulator_depth, *arrays)
+    with ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1)) as pool:  # (the merges release the GIL)
+        for lo, hi in ins.windows():
+            if lo > done:
+                sim.run(columns[:, done:lo])
+            done = hi
+            if hi - lo < 2 or np.unique(ins.stream[lo:hi]).size < 2:
+                sim.run(columns[:, lo:hi])
+                continue
+            kept = sim.fork()
+            kept.run(columns[:, lo:hi])
+            deps = _dependencies(lo, hi, ins.stream, arch.local_depth, arch.accumulator_depth, *arrays)
 
-        def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
-            trial = start.fork()
-            merged = _merge(lo, hi, ins.stream, deps, ins.work, ins.columns, trial.core, trial.memory, trial.costs,
-                            trial.busy, trial.state, latency._KIND_OF, slack)  # fmt: skip
-            return trial, merged + lo
+            def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
+                trial = start.fork()
+                merged = _merge(lo, hi, ins.stream, deps, ins.work, ins.columns, trial.core, trial.memory,
+                                trial.costs, trial.busy, trial.state, latency._KIND_OF, slack)  # fmt: skip
+                return trial, merged + lo
 
-        best, best_order = kept, None
-        for trial, merged in pool.map(merge, SLACKS if measure else SLACKS[:1]):  # (in the slacks' order)
-            if trial.finish < best.finish or not measure:
-                best, best_order = trial, merged
-        if best_order is not None:
-            order[lo:hi] = best_order
-            changed += 1
-        sim = best
-    pool.shutdown()
+            best, best_order = kept, None
+            for trial, merged in pool.map(merge, SLACKS if measure else SLACKS[:1]):  # (in the slacks' order)
+                if trial.finish < best.finish or not measure:
+                    best, best_order = trial, merged
+            if best_order is not None:
+                order[lo:hi] = best_order
+                changed += 1
+            sim = best
     if not changed:
         return program, owners, 0
     rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, layout_of(arch).instruction_bytes)
