@@ -18,7 +18,7 @@ from .elementwise import HardSigmoid, changes_scale
 from .graph import EPILOGUE_OPS, Channels, Graph, Interleave, Node, SecondOutput, Tensor, kernel_size, layer_kind
 from .interleave import AUTO_LIMIT, interleave
 from .interpret import accumulator_peak, interpret, on_grid
-from .latency import critical_path, resource_bounds
+from .latency import critical_path, instruction_nodes, resource_bounds
 from .lir import LIR
 from .memory import ConstTable, Dram0Allocator
 from .prefetch import prefetch_across_nodes
@@ -570,7 +570,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     if options.sink_stores:
         program, node_starts, sunk = sink_across_nodes(program, arch, node_starts)
     # Each instruction's node: after the interleave a node's instructions need not be one run.
-    owners = np.repeat(np.arange(len(node_starts)), np.diff(node_starts + [len(program)]))
+    owners = instruction_nodes(len(program), node_starts)
     interleaved = 0
     if options.interleave or (options.interleave is None and len(program) <= AUTO_LIMIT):
         program, owners, interleaved = interleave(program, arch, owners)

@@ -130,13 +130,18 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
     return _cycles(busy, state)
 
 
+def instruction_nodes(count: int, node_starts) -> np.ndarray:
+    """Each of ``count`` instructions' node: ``k`` for those from ``node_starts[k]`` up to the next
+    start (those before the first start: node 0)."""
+    starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
+    return np.maximum(np.searchsorted(starts, np.arange(count), side="right") - 1, 0)
+
+
 def _owners(program: Program, node_starts, owners) -> np.ndarray:
-    """Each instruction's node: ``owners`` as given, or node ``k`` for the instructions from
-    ``node_starts[k]`` up to the next start (those before the first start: node 0)."""
+    """Each instruction's node: ``owners`` as given, else from ``node_starts``."""
     if owners is not None:
         return np.asarray(owners, dtype=np.int64)
-    starts = np.asarray(node_starts if len(node_starts) else [0], dtype=np.int64)
-    return np.maximum(np.searchsorted(starts, np.arange(len(program)), side="right") - 1, 0)
+    return instruction_nodes(len(program), node_starts)
 
 
 def critical_path(
