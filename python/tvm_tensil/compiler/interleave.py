@@ -35,7 +35,7 @@ from .latency import Simulation, beats_per_vector
 
 # Instructions per window, and the slacks (cycles) whose merges each window tries.
 WINDOW = 2048
-SLACKS = (0, 16, 64, 256, 1024)
+SLACKS = (0, 16, 64, 1024)
 # The largest program the pass runs on unless asked (``CompileOptions.interleave``): it takes a few
 # microseconds an instruction on two cores (docs/results.md has the compile seconds).
 AUTO_LIMIT = 1_500_000
@@ -104,7 +104,7 @@ class _Instructions:
         self.work[op == _LOADWEIGHTS] = size[op == _LOADWEIGHTS]
         self.work[acc_move] = outputs[acc_move]
         self.work[dram] = outputs[dram] * beats_per_vector(arch)
-        self.columns = tuple(np.ascontiguousarray(c) for c in Simulation.columns(f, layout, None))
+        self.columns = Simulation.columns(f, layout, None)  # (rows: contiguous)
 
     def windows(self) -> list[tuple[int, int]]:
         """Runs of at most ``WINDOW`` instructions between the instructions that end a window."""
@@ -183,20 +183,15 @@ def _dependencies(lo, hi, stream, local_depth, acc_depth, local_lo, local_hi, us
 
 
 @numba.njit(cache=True, nogil=True)
-def _step(j, columns, core, memory, costs, busy, state, out_busy, out_state, kind_of, copy):
-    """The latency model advanced by instruction ``j`` from ``busy``/``state`` into ``out_busy``/
-    ``out_state`` (``copy=False``: the same arrays); returns the cycle it dispatches."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = columns
+def _step(j, model, busy, state, out_busy, out_state, copy):
+    """The latency model (``model``: the program's columns and the model's parameters, as
+    ``interleave`` groups them) advanced by instruction ``j`` from ``busy``/``state`` into
+    ``out_busy``/``out_state`` (``copy=False``: the same arrays); returns the cycle it dispatches."""
+    columns, core, memory, costs, kind_of, no_node, no_blame = model
     if copy:
         out_state[:] = state
         out_busy[:] = busy
-    node = np.zeros(0, dtype=np.int64)
-    blame = np.zeros((0, 1), dtype=np.int64)
-    latency._simulate(
-        (c0[j : j + 1], c1[j : j + 1], c2[j : j + 1], c3[j : j + 1], c4[j : j + 1], c5[j : j + 1], c6[j : j + 1],
-         c7[j : j + 1]),
-        core, memory, costs, out_busy, out_state, node, kind_of, blame,
-    )  # fmt: skip
+    latency._simulate(columns, core, memory, costs, out_busy, out_state, no_node, kind_of, no_blame, j, j + 1)
     return out_state[_DISPATCH_AT]
 
 
@@ -210,7 +205,7 @@ def _issuable(jj, deps, issued):
 
 
 @numba.njit(cache=True, nogil=True)
-def _merge(lo, hi, stream, deps, work, columns, core, memory, costs, busy, state, kind_of, slack):
+def _merge(lo, hi, stream, deps, work, model, busy, state, slack):
     """The window's instructions merged from their streams (relative indices, in the new order);
     ``busy``/``state``: the latency model before the window, advanced through it."""
     w = hi - lo
@@ -262,17 +257,15 @@ def _merge(lo, hi, stream, deps, work, columns, core, memory, costs, busy, state
         best = top
         all_tried = False
         if n_ready == 1:
-            _step(lo + ready[top], columns, core, memory, costs, busy, state, busy, state, kind_of, False)
+            _step(lo + ready[top], model, busy, state, busy, state, False)
         else:
-            at[top] = _step(lo + ready[top], columns, core, memory, costs, busy, state, trial_busy[top],
-                            trial_state[top], kind_of, True)  # fmt: skip
+            at[top] = _step(lo + ready[top], model, busy, state, trial_busy[top], trial_state[top], True)
             if at[top] > state[_DISPATCH_AT] + 1 + slack:  # then the others' dispatch cycles decide
                 all_tried = True
                 earliest = at[top]
                 for s in range(_STREAMS):
                     if ready[s] >= 0 and s != top:
-                        at[s] = _step(lo + ready[s], columns, core, memory, costs, busy, state, trial_busy[s],
-                                      trial_state[s], kind_of, True)  # fmt: skip
+                        at[s] = _step(lo + ready[s], model, busy, state, trial_busy[s], trial_state[s], True)
                         earliest = min(earliest, at[s])
                 best = -1
                 for s in range(_STREAMS):
@@ -297,7 +290,7 @@ def _merge(lo, hi, stream, deps, work, columns, core, memory, costs, busy, state
                 jj = members[best, heads[best]]
                 if not _issuable(jj, deps, issued):
                     break
-                _step(lo + jj, columns, core, memory, costs, busy, state, busy, state, kind_of, False)
+                _step(lo + jj, model, busy, state, busy, state, False)
                 order[k] = jj
                 issued[jj] = True
                 heads[best] += 1
@@ -317,36 +310,36 @@ def interleave(
     ins = _Instructions(program, arch)
     sim = Simulation(arch)
     order = np.arange(n)
+    arrays = (ins.stream, arch.local_depth, arch.accumulator_depth, ins.local_lo, ins.local_hi, ins.uses_local,
+              ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo, ins.read_hi, ins.dram_bank, ins.dram_lo,
+              ins.dram_hi, ins.writes_dram)  # fmt: skip
+    none = np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.int64)  # (no blame kept)
+    model = (tuple(ins.columns), sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
+    windows = [(lo, hi) for lo, hi in ins.windows() if hi - lo >= 2 and np.unique(ins.stream[lo:hi]).size >= 2]
     done, changed = 0, 0
-    arrays = (ins.local_lo, ins.local_hi, ins.uses_local, ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo,
-              ins.read_hi, ins.dram_bank, ins.dram_lo, ins.dram_hi, ins.writes_dram)  # fmt: skip
-    columns = np.stack(ins.columns)
     with ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1)) as pool:  # (the merges release the GIL)
-        for lo, hi in ins.windows():
-            if lo > done:
-                sim.run(columns[:, done:lo])
-            done = hi
-            if hi - lo < 2 or np.unique(ins.stream[lo:hi]).size < 2:
-                sim.run(columns[:, lo:hi])
-                continue
-            kept = sim.fork()
-            kept.run(columns[:, lo:hi])
-            deps = _dependencies(lo, hi, ins.stream, arch.local_depth, arch.accumulator_depth, *arrays)
+        # Each window's dependencies are found in the pool while the window before it merges.
+        found = pool.submit(_dependencies, *windows[0], *arrays) if windows else None
+        for k, (lo, hi) in enumerate(windows):
+            sim.run(ins.columns[:, done:lo])
+            deps = found.result()
 
             def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
                 trial = start.fork()
-                merged = _merge(lo, hi, ins.stream, deps, ins.work, ins.columns, trial.core, trial.memory,
-                                trial.costs, trial.busy, trial.state, latency._KIND_OF, slack)  # fmt: skip
-                return trial, merged + lo
+                return trial, _merge(lo, hi, ins.stream, deps, ins.work, model, trial.busy, trial.state, slack) + lo
 
-            best, best_order = kept, None
-            for trial, merged in pool.map(merge, SLACKS if measure else SLACKS[:1]):  # (in the slacks' order)
+            merges = [pool.submit(merge, slack) for slack in (SLACKS if measure else SLACKS[:1])]
+            if k + 1 < len(windows):
+                found = pool.submit(_dependencies, *windows[k + 1], *arrays)
+            best, best_order = sim.fork(), None
+            best.run(ins.columns[:, lo:hi])  # the window's own order
+            for trial, merged in (m.result() for m in merges):  # (in the slacks' order)
                 if trial.finish < best.finish or not measure:
                     best, best_order = trial, merged
             if best_order is not None:
                 order[lo:hi] = best_order
                 changed += 1
-            sim = best
+            sim, done = best, hi
     if not changed:
         return program, owners, 0
     rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, layout_of(arch).instruction_bytes)

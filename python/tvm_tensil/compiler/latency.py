@@ -254,7 +254,8 @@ class Simulation:
         """Run the instructions given as ``columns``."""
         node = np.zeros(0, dtype=np.int64) if node is None else node
         fields = tuple(np.ascontiguousarray(c) for c in columns)
-        _simulate(fields, self.core, self.memory, self.costs, self.busy, self.state, node, _KIND_OF, self.blame)
+        n = fields[0].shape[0]
+        _simulate(fields, self.core, self.memory, self.costs, self.busy, self.state, node, _KIND_OF, self.blame, 0, n)
 
     def fork(self) -> "Simulation":
         other = copy.copy(self)
@@ -370,34 +371,24 @@ _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
 @numba.njit(cache=True, nogil=True)
-def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
+def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, first_i, last_i):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up.
     ``fields``: the instructions' decoded fields (``ProgramFields``, sizes and LoadWeights sizes as
-    counts); ``core``, ``memory``, ``costs``: as ``_run`` groups them."""
+    counts; those from ``first_i`` up to ``last_i`` run); ``core``, ``memory``, ``costs``: as
+    ``Simulation`` groups them. Each engine's entries are read and written in ``state`` itself (a
+    call costs little: the interleave pass steps the model an instruction at a time)."""
     ops, flags, size, lw_size, a0, s0, a1, s1 = fields
     n, bpv, depth, ib, bb, half = core
     rl, wl, max_reads = memory
     mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, set_free = costs
     track = node.shape[0] > 0
     nk = blame.shape[1]
-    end, owner = state[_END : _END + _ENGINES].copy(), state[_OWNER : _OWNER + _ENGINES].copy()
-    has, lo_, hi_ = (
-        state[_HAS : _HAS + _ENGINES].copy(),
-        state[_LO : _LO + _ENGINES].copy(),
-        state[_HI : _HI + _ENGINES].copy(),
-    )
-    writes_ = state[_WRITES : _WRITES + _ENGINES].copy()
-    # Each DRAM engine's last DRAM -> local move: the cycles its responses use local memory's port B
-    # (from, to, one per `period` cycles; period 0: none).
-    stream_lo = state[_STREAM_LO : _STREAM_LO + _ENGINES].copy()
-    stream_hi = state[_STREAM_HI : _STREAM_HI + _ENGINES].copy()
-    stream_period = state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES].copy()
-    # Each DRAM engine's last DRAM range.
-    dram_lo, dram_hi = state[_DRAM_LO : _DRAM_LO + _ENGINES].copy(), state[_DRAM_HI : _DRAM_HI + _ENGINES].copy()
     # Each reader's responses waiting for port B after the last LoadWeights, which ended at lw_end.
-    rq = state[_RQ : _RQ + _ENGINES].astype(np.float64) / _RQ_UNIT
+    rq = np.empty(_ENGINES)
+    for e in range(_ENGINES):
+        rq[e] = state[_RQ + e] / _RQ_UNIT
     lw_end = state[_LW_END]
     dispatch, finish = state[_DISPATCH], state[_FINISH]
     simd_end, s_owner = state[_SIMD_END], state[_S_OWNER]
@@ -418,7 +409,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
     # Until when the accumulator engine's move uses local port B (while MatMuls stream): port-B users
     # dispatched later still go first, and each of their accesses meanwhile delays the move a cycle.
     o_port_b_end = state[_O_PORT_B_END]
-    for i in range(ops.shape[0]):
+    for i in range(first_i, last_i):
         ready = dispatch + 1
         if buffered + bb < ib:
             ready = dispatch + (ib - buffered + bb - 1) // bb
@@ -431,11 +422,11 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
             banks = ((1 << (a1[i] >= half)) if fl & _SIMD_READ else 0) | (
                 (1 << (a0[i] >= half)) if fl & _SIMD_WRITE else 0
             )
-            if end[_O] > start:
-                start, held = end[_O], owner[_O]
-            if banks & c_banks and end[_C] > start:
-                start, held = end[_C], owner[_C]
-            if banks & c_banks and start >= end[_C]:
+            if state[_END + _O] > start:
+                start, held = state[_END + _O], state[_OWNER + _O]
+            if banks & c_banks and state[_END + _C] > start:
+                start, held = state[_END + _C], state[_OWNER + _C]
+            if banks & c_banks and start >= state[_END + _C]:
                 c_banks = 0  # it went with the compute engine idle: the next MatMul's banks start afresh
             if fl & _SIMD_READ and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
@@ -450,8 +441,8 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
             busy[op] += 1  # the window MatMuls after it take its value as they dispatch: no drain
         elif op == _CONFIGURE:
             for e in range(_ENGINES):
-                if end[e] > start:
-                    start, held = end[e], owner[e]
+                if state[_END + e] > start:
+                    start, held = state[_END + e], state[_OWNER + e]
             if simd_end > start:
                 start, held = simd_end, s_owner
             busy[op] += 1
@@ -476,97 +467,109 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 # A MatMul streams in right behind a MatMul; it waits for the accumulator engine only
                 # where they would share an accumulator bank.
                 if c_issued > start:
-                    start, held = c_issued, owner[_C]
-                if banks & m_banks and end[_O] > start:
-                    start, held = end[_O], owner[_O]
+                    start, held = c_issued, state[_OWNER + _C]
+                if banks & m_banks and state[_END + _O] > start:
+                    start, held = state[_END + _O], state[_OWNER + _O]
                 if banks & s_banks and simd_end > start:
                     start, held = simd_end, s_owner
             elif eng == _O:
-                if end[_O] > start:
-                    start, held = end[_O], owner[_O]
+                if state[_END + _O] > start:
+                    start, held = state[_END + _O], state[_OWNER + _O]
                 if simd_end > start:
                     start, held = simd_end, s_owner
-                if banks & c_banks and end[_C] > start:
-                    start, held = end[_C], owner[_C]
-                if banks & c_banks and start >= end[_C]:
+                if banks & c_banks and state[_END + _C] > start:
+                    start, held = state[_END + _C], state[_OWNER + _C]
+                if banks & c_banks and start >= state[_END + _C]:
                     c_banks = 0
-            elif end[eng] > start:
-                start, held = end[eng], owner[eng]
+            elif state[_END + eng] > start:
+                start, held = state[_END + eng], state[_OWNER + eng]
             if eng >= _D0R:
                 # With one beat per vector, DRAM -> local moves of the two banks take turns.
                 if bpv == 1 and writes:
                     other = _D1R if eng == _D0R else _D0R
-                    if end[other] > start:
-                        start, held = end[other], owner[other]
+                    if state[_END + other] > start:
+                        start, held = state[_END + other], state[_OWNER + other]
                 # A bank's reader and writer run side by side unless their DRAM ranges overlap.
                 partner = eng + 1 if eng in (_D0R, _D1R) else eng - 1
                 d_hi = a1[i] + (k - 1) * (1 << s1[i])
-                if end[partner] > start and a1[i] <= dram_hi[partner] and dram_lo[partner] <= d_hi:
-                    start, held = end[partner], owner[partner]
-                dram_lo[eng], dram_hi[eng] = a1[i], d_hi
+                if (
+                    state[_END + partner] > start
+                    and a1[i] <= state[_DRAM_HI + partner]
+                    and state[_DRAM_LO + partner] <= d_hi
+                ):
+                    start, held = state[_END + partner], state[_OWNER + partner]
+                state[_DRAM_LO + eng], state[_DRAM_HI + eng] = a1[i], d_hi
             # Local memory hazards with the other engines.
             if not zeros:
                 for e in range(_ENGINES):
                     if (
                         e != eng
-                        and end[e] > start
-                        and has[e] != 0
-                        and (writes or writes_[e] != 0)
-                        and lo <= hi_[e]
-                        and lo_[e] <= hi
+                        and state[_END + e] > start
+                        and state[_HAS + e] != 0
+                        and (writes or state[_WRITES + e] != 0)
+                        and lo <= state[_HI + e]
+                        and state[_LO + e] <= hi
                     ):
-                        start, held = end[e], owner[e]
+                        start, held = state[_END + e], state[_OWNER + e]
             # The engine's own timing.
             if op == _MATMUL:
                 first = start  # its vectors start issuing the cycle after dispatch
                 if lw_since_mm:
-                    first = max(start, end[_W] + swap)
+                    first = max(start, state[_END + _W] + swap)
                     swap_at = first
                     inactive_free = c_issued + n + set_free
                 # (A window MatMul's last output takes its last taps in the array's first stages:
                 # its writes end taps - 1 cycles before its stream's last vector would.)
                 cost = k + n + mm - lw_size[i]
                 done = first + cost
-                if end[_O] > first and not zeros:
+                if state[_END + _O] > first and not zeros:
                     # A move beside MatMuls takes port B; a writer asking every cycle holds it off
                     # while both this MatMul issues and the writer reads.
                     for e in (_D0W, _D1W):
-                        if stream_period[e] == 1:
-                            held_off = min(first + k, stream_hi[e], end[_O]) - max(first, stream_lo[e])
+                        if state[_STREAM_PERIOD + e] == 1:
+                            held_off = min(first + k, state[_STREAM_HI + e], state[_END + _O]) - max(
+                                first, state[_STREAM_LO + e]
+                            )
                             if held_off > 0:
-                                end[_O] += held_off
+                                state[_END + _O] += held_off
                                 o_port_b_end += held_off
-                                finish = max(finish, end[_O])
+                                finish = max(finish, state[_END + _O])
                 c_issued = first + k  # the next MatMul dispatches as this one issues its last vector
                 # The banks of the MatMuls still in flight (a bank stays held BANK_HOLD cycles past
                 # its MatMul's modelled end, when its last accumulator writes land), and its own.
-                c_banks = (c_banks if end[_C] + BANK_HOLD > start else 0) | banks
+                c_banks = (c_banks if state[_END + _C] + BANK_HOLD > start else 0) | banks
                 lw_since_mm, mm_since_lw = False, True
             elif op == _LOADWEIGHTS:
                 first = start
                 if mm_since_lw:
                     first = max(start, swap_at + lw_after_swap, inactive_free)
-                reads_end = _weight_reads(first, k, stream_lo, stream_hi, stream_period, rq, lw_end)
+                reads_end = _weight_reads(first, k, *_streams(state), rq, lw_end)
                 lw_end = reads_end
                 for e in (_D0W, _D1W):
                     # A writer asking every cycle waits for the load's reads (they go first).
-                    if stream_period[e] == 1:
-                        taken = min(k, min(reads_end, stream_hi[e]) - max(first, stream_lo[e]))
+                    if state[_STREAM_PERIOD + e] == 1:
+                        taken = min(k, min(reads_end, state[_STREAM_HI + e]) - max(first, state[_STREAM_LO + e]))
                         if taken > 0:
-                            end[e] += taken
-                            stream_hi[e] += taken
-                            finish = max(finish, end[e])
+                            state[_END + e] += taken
+                            state[_STREAM_HI + e] += taken
+                            finish = max(finish, state[_END + e])
                 for e in (_D0R, _D1R):
                     # A reader whose responses end while the load reads: the last ones, below the
                     # urgent level, wait in its queue for the load's reads (with those left from
                     # the loads before: between loads the queue drains only as fast as the port is
                     # free of responses still arriving).
-                    if stream_period[e] != 0 and end[e] > first and stream_hi[e] <= reads_end:
-                        came = (stream_hi[e] - max(first, stream_lo[e])) // stream_period[e]
+                    if (
+                        state[_STREAM_PERIOD + e] != 0
+                        and state[_END + e] > first
+                        and state[_STREAM_HI + e] <= reads_end
+                    ):
+                        came = (state[_STREAM_HI + e] - max(first, state[_STREAM_LO + e])) // state[_STREAM_PERIOD + e]
                         if came > 0:
                             waiting = int(np.ceil(min(rq[e], RESPONSES_WAITING - 1.0)))
-                            end[e] = max(end[e], reads_end + max(waiting, min(came, RESPONSES_WAITING - 1)) + read)
-                            finish = max(finish, end[e])
+                            state[_END + e] = max(
+                                state[_END + e], reads_end + max(waiting, min(came, RESPONSES_WAITING - 1)) + read
+                            )
+                            finish = max(finish, state[_END + e])
                 done = reads_end + lw
                 cost = done - first
                 lw_since_mm, mm_since_lw = True, False
@@ -576,7 +579,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 if c_issued > start:
                     done = max(
                         done,
-                        _shared_port_reads(start, k, stream_lo, stream_hi, stream_period, _READERS | _WRITERS) + move,
+                        _shared_port_reads(start, k, *_streams(state), _READERS | _WRITERS) + move,
                     )
                 cost = done - start
                 m_banks = banks
@@ -585,43 +588,45 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
                 cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
                 done = start + cost
                 if writes:  # a reader: responses into local memory
-                    stream_lo[eng], stream_hi[eng] = start + rl, done - read
-                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, (rl + bpv) // max_reads)
+                    state[_STREAM_LO + eng], state[_STREAM_HI + eng] = start + rl, done - read
+                    state[_STREAM_PERIOD + eng] = bpv if s1[i] == 0 else max(bpv, (rl + bpv) // max_reads)
                 else:  # a writer: local reads at the bus rate
-                    stream_lo[eng], stream_hi[eng] = start, done - wl - write
-                    stream_period[eng] = bpv if s1[i] == 0 else max(bpv, 2)
+                    state[_STREAM_LO + eng], state[_STREAM_HI + eng] = start, done - wl - write
+                    state[_STREAM_PERIOD + eng] = bpv if s1[i] == 0 else max(bpv, 2)
                 # This move's port-B accesses and another DRAM engine's share the port: where they
                 # want more than one a cycle (only with one bus beat per vector), both streams stretch.
                 for e in range(_D0R, _ENGINES):
-                    if e == eng or stream_period[e] == 0:
+                    if e == eng or state[_STREAM_PERIOD + e] == 0:
                         continue
-                    window = min(stream_hi[e], stream_hi[eng]) - max(stream_lo[e], stream_lo[eng])
+                    window = min(state[_STREAM_HI + e], state[_STREAM_HI + eng]) - max(
+                        state[_STREAM_LO + e], state[_STREAM_LO + eng]
+                    )
                     if window <= 0:
                         continue
-                    extra = int(window / stream_period[e] + window / stream_period[eng]) - window
+                    extra = int(window / state[_STREAM_PERIOD + e] + window / state[_STREAM_PERIOD + eng]) - window
                     if extra > 0:
-                        stream_hi[eng] += extra
+                        state[_STREAM_HI + eng] += extra
                         done += extra
                         cost += extra
-                        stream_hi[e] += extra
-                        end[e] += extra
-                        finish = max(finish, end[e])
-            if eng != _C and eng != _O and not zeros and o_port_b_end > start and end[_O] > start:
+                        state[_STREAM_HI + e] += extra
+                        state[_END + e] += extra
+                        finish = max(finish, state[_END + e])
+            if eng != _C and eng != _O and not zeros and o_port_b_end > start and state[_END + _O] > start:
                 if eng == _W:
                     t0, per = first, 1
                 else:
-                    t0, per = stream_lo[eng], stream_period[eng]
+                    t0, per = state[_STREAM_LO + eng], state[_STREAM_PERIOD + eng]
                 if per == 1 and to_dram:
                     # A writer asking every cycle: the move gets no port-B slot while it reads and
                     # MatMuls issue (without them the move goes through port A).
-                    taken = max(0, min(stream_hi[eng], c_issued) - t0) if o_port_b_end > t0 else 0
+                    taken = max(0, min(state[_STREAM_HI + eng], c_issued) - t0) if o_port_b_end > t0 else 0
                 else:
                     taken = min(k, max(0, (o_port_b_end - t0 + per - 1) // per))
-                end[_O] += taken
+                state[_END + _O] += taken
                 o_port_b_end += taken
-                finish = max(finish, end[_O])
-            end[eng], owner[eng] = done, me
-            has[eng], lo_[eng], hi_[eng], writes_[eng] = not zeros, lo, hi, writes
+                finish = max(finish, state[_END + _O])
+            state[_END + eng], state[_OWNER + eng] = done, me
+            state[_HAS + eng], state[_LO + eng], state[_HI + eng], state[_WRITES + eng] = not zeros, lo, hi, writes
             busy[op] += cost
             finish = max(finish, done)
         else:
@@ -631,22 +636,28 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame):
         buffered = min(capacity, buffered + bb * (start - dispatch)) - ib
         dispatch = start
         finish = max(finish, start + 1)
-    state[_END : _END + _ENGINES], state[_OWNER : _OWNER + _ENGINES] = end, owner
-    state[_HAS : _HAS + _ENGINES], state[_LO : _LO + _ENGINES], state[_HI : _HI + _ENGINES] = has, lo_, hi_
-    state[_WRITES : _WRITES + _ENGINES] = writes_
-    state[_STREAM_LO : _STREAM_LO + _ENGINES], state[_STREAM_HI : _STREAM_HI + _ENGINES] = stream_lo, stream_hi
-    state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES] = stream_period
     state[_DISPATCH], state[_FINISH], state[_SIMD_END], state[_S_OWNER] = dispatch, finish, simd_end, s_owner
     state[_LAST_SIMD_WRITE], state[_LAST_SIMD_TIME] = last_simd_write, last_simd_time
     state[_C_ISSUED] = c_issued
     state[_LW_SINCE_MM], state[_MM_SINCE_LW], state[_SWAP_AT] = lw_since_mm, mm_since_lw, swap_at
-    state[_DRAM_LO : _DRAM_LO + _ENGINES], state[_DRAM_HI : _DRAM_HI + _ENGINES] = dram_lo, dram_hi
     state[_BUFFERED] = buffered
     state[_C_BANKS], state[_M_BANKS], state[_S_BANKS] = c_banks, m_banks, s_banks
     state[_O_PORT_B_END] = o_port_b_end
-    state[_RQ : _RQ + _ENGINES] = (rq * _RQ_UNIT).astype(np.int64)
+    for e in range(_ENGINES):
+        state[_RQ + e] = np.int64(rq[e] * _RQ_UNIT)
     state[_LW_END] = lw_end
     state[_SET_FREE] = inactive_free
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _streams(state):
+    """Each DRAM engine's last DRAM <-> local move: the cycles it uses local memory's port B (from,
+    to, one per ``period`` cycles; period 0: none)."""
+    return (
+        state[_STREAM_LO : _STREAM_LO + _ENGINES],
+        state[_STREAM_HI : _STREAM_HI + _ENGINES],
+        state[_STREAM_PERIOD : _STREAM_PERIOD + _ENGINES],
+    )
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
