@@ -314,7 +314,7 @@ def interleave(
               ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo, ins.read_hi, ins.dram_bank, ins.dram_lo,
               ins.dram_hi, ins.writes_dram)  # fmt: skip
     none = np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.int64)  # (no blame kept)
-    model = (tuple(ins.columns), sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
+    model = (ins.columns, sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
     windows = [(lo, hi) for lo, hi in ins.windows() if hi - lo >= 2 and np.unique(ins.stream[lo:hi]).size >= 2]
     done, changed = 0, 0
     with ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1)) as pool:  # (the merges release the GIL)

@@ -253,9 +253,20 @@ class Simulation:
     def run(self, columns: np.ndarray, node: np.ndarray | None = None) -> None:
         """Run the instructions given as ``columns``."""
         node = np.zeros(0, dtype=np.int64) if node is None else node
-        fields = tuple(np.ascontiguousarray(c) for c in columns)
-        n = fields[0].shape[0]
-        _simulate(fields, self.core, self.memory, self.costs, self.busy, self.state, node, _KIND_OF, self.blame, 0, n)
+        rows = np.ascontiguousarray(columns, dtype=np.int64)
+        _simulate(
+            rows,
+            self.core,
+            self.memory,
+            self.costs,
+            self.busy,
+            self.state,
+            node,
+            _KIND_OF,
+            self.blame,
+            0,
+            rows.shape[1],
+        )
 
     def fork(self) -> "Simulation":
         other = copy.copy(self)
@@ -371,15 +382,14 @@ _READERS, _WRITERS = (1 << _D0R) | (1 << _D1R), (1 << _D0W) | (1 << _D1W)
 
 
 @numba.njit(cache=True, nogil=True)
-def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, first_i, last_i):
+def _simulate(columns, core, memory, costs, busy, state, node, kind_of, blame, first_i, last_i):
     """The dispatch rule above, one instruction at a time, from and back to ``state``; adds each
     opcode's busy cycles to ``busy``. With ``node`` (each instruction's node), charges every cycle
     dispatch advances to ``blame[node, kind_of[opcode, flags]]`` of the instruction that held it up.
-    ``fields``: the instructions' decoded fields (``ProgramFields``, sizes and LoadWeights sizes as
-    counts; those from ``first_i`` up to ``last_i`` run); ``core``, ``memory``, ``costs``: as
+    ``columns``: the instructions' decoded fields, a row each (``Simulation.columns``; those from
+    ``first_i`` up to ``last_i`` run); ``core``, ``memory``, ``costs``: as
     ``Simulation`` groups them. Each engine's entries are read and written in ``state`` itself (a
     call costs little: the interleave pass steps the model an instruction at a time)."""
-    ops, flags, size, lw_size, a0, s0, a1, s1 = fields
     n, bpv, depth, ib, bb, half = core
     rl, wl, max_reads = memory
     mm, lw, move, simd_drain, simd_dependent, read, write, swap, lw_after_swap, set_free = costs
@@ -413,31 +423,30 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
         ready = dispatch + 1
         if buffered + bb < ib:
             ready = dispatch + (ib - buffered + bb - 1) // bb
-        op = ops[i]
-        fl = flags[i]
+        # (Read as scalars: unpacking the rows would cost a reference count each call.)
+        op, fl, count, lw_count = columns[0, i], columns[1, i], columns[2, i], columns[3, i]
+        a0, s0, a1, s1 = columns[4, i], columns[5, i], columns[6, i], columns[7, i]
         me = node[i] * nk + kind_of[op, fl] if track else 0
         held = me  # whom the cycles from the previous dispatch to this one are charged to
         start = ready
         if op == _SIMD:
-            banks = ((1 << (a1[i] >= half)) if fl & _SIMD_READ else 0) | (
-                (1 << (a0[i] >= half)) if fl & _SIMD_WRITE else 0
-            )
+            banks = ((1 << (a1 >= half)) if fl & _SIMD_READ else 0) | ((1 << (a0 >= half)) if fl & _SIMD_WRITE else 0)
             if state[_END + _O] > start:
                 start, held = state[_END + _O], state[_OWNER + _O]
             if banks & c_banks and state[_END + _C] > start:
                 start, held = state[_END + _C], state[_OWNER + _C]
             if banks & c_banks and start >= state[_END + _C]:
                 c_banks = 0  # it went with the compute engine idle: the next MatMul's banks start afresh
-            if fl & _SIMD_READ and a1[i] == last_simd_write and start - last_simd_time < simd_dependent:
+            if fl & _SIMD_READ and a1 == last_simd_write and start - last_simd_time < simd_dependent:
                 start, held = last_simd_time + simd_dependent, s_owner
             s_banks = (s_banks if simd_end > start else 0) | banks
             s_owner = me
-            last_simd_write = a0[i] if fl & _SIMD_WRITE else -1
+            last_simd_write = a0 if fl & _SIMD_WRITE else -1
             last_simd_time = start
             simd_end = start + simd_drain
             busy[op] += 1
             finish = max(finish, simd_end)
-        elif op == _CONFIGURE and (a0[i] & 0xF) == _WINDOW_REGISTER:
+        elif op == _CONFIGURE and (a0 & 0xF) == _WINDOW_REGISTER:
             busy[op] += 1  # the window MatMuls after it take its value as they dispatch: no drain
         elif op == _CONFIGURE:
             for e in range(_ENGINES):
@@ -447,13 +456,13 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
                 start, held = simd_end, s_owner
             busy[op] += 1
         elif op == _MATMUL or op == _LOADWEIGHTS or op == _DATAMOVE:
-            k = lw_size[i] if op == _LOADWEIGHTS else size[i]
+            k = lw_count if op == _LOADWEIGHTS else count
             zeros = (op == _MATMUL and (fl & _MATMUL_ZEROES) != 0) or (
                 op == _LOADWEIGHTS and (fl & _LOADWEIGHTS_ZEROES) != 0
             )
             to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & _TO_DRAM) != 0
             writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
-            lo, hi = _local_range(a0[i], s0[i], k, depth)
+            lo, hi = _local_range(a0, s0, k, depth)
             banks = 0
             if op == _LOADWEIGHTS:
                 eng = _W
@@ -461,7 +470,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
                 eng = (_D1W if to_dram else _D1R) if fl & _DRAM1 else (_D0W if to_dram else _D0R)
             else:
                 eng = _C if op == _MATMUL else _O
-                banks = _acc_banks(a1[i], s1[i], k, half)
+                banks = _acc_banks(a1, s1, k, half)
             # The engine itself.
             if eng == _C:
                 # A MatMul streams in right behind a MatMul; it waits for the accumulator engine only
@@ -491,14 +500,14 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
                         start, held = state[_END + other], state[_OWNER + other]
                 # A bank's reader and writer run side by side unless their DRAM ranges overlap.
                 partner = eng + 1 if eng in (_D0R, _D1R) else eng - 1
-                d_hi = a1[i] + (k - 1) * (1 << s1[i])
+                d_hi = a1 + (k - 1) * (1 << s1)
                 if (
                     state[_END + partner] > start
-                    and a1[i] <= state[_DRAM_HI + partner]
+                    and a1 <= state[_DRAM_HI + partner]
                     and state[_DRAM_LO + partner] <= d_hi
                 ):
                     start, held = state[_END + partner], state[_OWNER + partner]
-                state[_DRAM_LO + eng], state[_DRAM_HI + eng] = a1[i], d_hi
+                state[_DRAM_LO + eng], state[_DRAM_HI + eng] = a1, d_hi
             # Local memory hazards with the other engines.
             if not zeros:
                 for e in range(_ENGINES):
@@ -520,7 +529,7 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
                     inactive_free = c_issued + n + set_free
                 # (A window MatMul's last output takes its last taps in the array's first stages:
                 # its writes end taps - 1 cycles before its stream's last vector would.)
-                cost = k + n + mm - lw_size[i]
+                cost = k + n + mm - lw_count
                 done = first + cost
                 if state[_END + _O] > first and not zeros:
                     # A move beside MatMuls takes port B; a writer asking every cycle holds it off
@@ -585,14 +594,14 @@ def _simulate(fields, core, memory, costs, busy, state, node, kind_of, blame, fi
                 m_banks = banks
                 o_port_b_end = done - move if c_issued > start else 0
             else:
-                cost = _dram_cycles(k, to_dram, s1[i], bpv, rl, wl, max_reads, read, write)
+                cost = _dram_cycles(k, to_dram, s1, bpv, rl, wl, max_reads, read, write)
                 done = start + cost
                 if writes:  # a reader: responses into local memory
                     state[_STREAM_LO + eng], state[_STREAM_HI + eng] = start + rl, done - read
-                    state[_STREAM_PERIOD + eng] = bpv if s1[i] == 0 else max(bpv, (rl + bpv) // max_reads)
+                    state[_STREAM_PERIOD + eng] = bpv if s1 == 0 else max(bpv, (rl + bpv) // max_reads)
                 else:  # a writer: local reads at the bus rate
                     state[_STREAM_LO + eng], state[_STREAM_HI + eng] = start, done - wl - write
-                    state[_STREAM_PERIOD + eng] = bpv if s1[i] == 0 else max(bpv, 2)
+                    state[_STREAM_PERIOD + eng] = bpv if s1 == 0 else max(bpv, 2)
                 # This move's port-B accesses and another DRAM engine's share the port: where they
                 # want more than one a cycle (only with one bus beat per vector), both streams stretch.
                 for e in range(_D0R, _ENGINES):
