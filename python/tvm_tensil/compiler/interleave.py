@@ -15,7 +15,8 @@ window. So the program computes exactly what it did.
 The merge picks, among the streams' next instructions whose dependencies are issued, one the latency
 model dispatches within ``slack`` cycles of the earliest, the one with the longest chain of work
 after it in the window (a critical-path priority). A window keeps the fastest of the merges over
-``SLACKS`` and its own order, by the latency model (everything it started ended).
+``SLACKS`` and its own order, by the latency model (everything it started ended). A second pass
+over windows shifted by half a window (``OFFSETS``) merges across the first one's window edges.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ from .latency import Simulation, beats_per_vector
 # Instructions per window, and the slacks (cycles) whose merges each window tries.
 WINDOW = 2048
 SLACKS = (0, 16, 64, 1024)
+# Where each pass's windows start in a stretch of the program: the second pass merges across the
+# first one's window edges.
+OFFSETS = (0, WINDOW // 2)
 # The largest program the pass runs on unless asked (``CompileOptions.interleave``): it takes a few
 # microseconds an instruction on two cores (docs/results.md has the compile seconds).
 AUTO_LIMIT = 1_500_000
@@ -106,12 +110,15 @@ class _Instructions:
         self.work[dram] = outputs[dram] * beats_per_vector(arch)
         self.columns = Simulation.columns(f, layout, None)  # (rows: contiguous)
 
-    def windows(self) -> list[tuple[int, int]]:
-        """Runs of at most ``WINDOW`` instructions between the instructions that end a window."""
+    def windows(self, offset: int = 0) -> list[tuple[int, int]]:
+        """Runs of at most ``WINDOW`` instructions between the instructions that end a window, the
+        first of each stretch between those ``offset`` long (a stretch no longer: none)."""
         ends = np.flatnonzero(self.stream < 0)
         found, start = [], 0
         for stop in list(ends) + [len(self.stream)]:
-            found += [(a, min(stop, a + WINDOW)) for a in range(start, stop, WINDOW)]
+            if stop - start > offset:
+                cuts = [start, *range(start + (offset or WINDOW), stop, WINDOW), stop]
+                found += list(zip(cuts, cuts[1:]))
             start = stop + 1
         return found
 
@@ -302,8 +309,19 @@ def interleave(
     program: Program, arch: Architecture, owners: np.ndarray, measure: bool = True
 ) -> tuple[Program, np.ndarray, int]:
     """``program`` with each window's instructions merged across engines where the latency model
-    finds it faster (``measure=False``: every window merged, with the first slack); each
-    instruction's node (``owners``, permuted alike); the windows reordered."""
+    finds it faster (``measure=False``: every window merged, with the first slack), a pass per
+    ``OFFSETS``; each instruction's node (``owners``, permuted alike); the windows reordered."""
+    changed = 0
+    for offset in OFFSETS:
+        program, owners, merged = _merged(program, arch, owners, measure, offset)
+        changed += merged
+    return program, owners, changed
+
+
+def _merged(
+    program: Program, arch: Architecture, owners: np.ndarray, measure: bool, offset: int
+) -> tuple[Program, np.ndarray, int]:
+    """One pass of ``interleave`` over windows ``offset`` into each stretch."""
     n = len(program)
     if n < 2:
         return program, owners, 0
@@ -315,7 +333,7 @@ def interleave(
               ins.dram_hi, ins.writes_dram)  # fmt: skip
     none = np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.int64)  # (no blame kept)
     model = (ins.columns, sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
-    windows = [(lo, hi) for lo, hi in ins.windows() if hi - lo >= 2 and np.unique(ins.stream[lo:hi]).size >= 2]
+    windows = [(lo, hi) for lo, hi in ins.windows(offset) if hi - lo >= 2 and np.unique(ins.stream[lo:hi]).size >= 2]
     done, changed = 0, 0
     with ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1)) as pool:  # (the merges release the GIL)
         # Each window's dependencies are found in the pool while the window before it merges.
