@@ -38,6 +38,9 @@ _MEMORY = {d: d.memory for d in Direction}
 _ROW = 7  # opcode, flags, addr0, stride0, addr1, stride1, operand2
 _MATMUL, _DATAMOVE, _LOADWEIGHTS = int(Opcode.MATMUL), int(Opcode.DATAMOVE), int(Opcode.LOADWEIGHTS)
 _SIMD, _CONFIGURE, _NOOP = int(Opcode.SIMD), int(Opcode.CONFIGURE), int(Opcode.NOOP)
+# Flag bits as plain integers (enum arithmetic per instruction costs compile time).
+_ACCUMULATE, _ZEROES, _WINDOW = int(MatMulFlag.ACCUMULATE), int(MatMulFlag.ZEROES), int(MatMulFlag.WINDOW)
+_LOAD_ZEROES = int(LoadWeightsFlag.ZEROES)
 
 
 def no_rows() -> np.ndarray:
@@ -130,7 +133,7 @@ class LIR:
         ls = 0 if zeroes else self._stride0.get(local_step)
         s = self._stride1.get(acc_step)
         limit = self._run_limit["acc"]
-        fl = int(MatMulFlag.ACCUMULATE * accumulate | MatMulFlag.ZEROES * zeroes)
+        fl = (_ACCUMULATE if accumulate else 0) | (_ZEROES if zeroes else 0)
         if ls is not None and s is not None and size <= limit:
             self._emit(_MATMUL, fl, 0 if zeroes else local, ls if size > 1 else 0, acc, s if size > 1 else 0, size - 1)
             return
@@ -153,7 +156,7 @@ class LIR:
         ls, s = self._stride0.get(local_step), self._stride1.get(acc_step)
         if ls is None or s is None or outputs > self._run_limit["acc"]:
             raise ValueError(f"window MatMul of {outputs} outputs, steps {local_step}/{acc_step}: not encodable")
-        fl = int(MatMulFlag.WINDOW | MatMulFlag.ACCUMULATE * accumulate)
+        fl = _WINDOW | (_ACCUMULATE if accumulate else 0)
         self._emit(_MATMUL, fl, local, ls, acc, s if outputs > 1 else 0, outputs - 1)
 
     def load_weights(self, local: int, size: int, local_step: int = 1, zeroes: bool = False) -> None:
@@ -162,7 +165,7 @@ class LIR:
             raise ValueError(f"LoadWeights step {local_step} is not encodable")
         self._emit(
             _LOADWEIGHTS,
-            int(LoadWeightsFlag.ZEROES * zeroes),
+            _LOAD_ZEROES if zeroes else 0,
             0 if zeroes else local,
             ls if size > 1 else 0,
             size - 1,
