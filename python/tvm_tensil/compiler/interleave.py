@@ -21,6 +21,7 @@ over windows shifted by half a window (``OFFSETS``) merges across the first one'
 
 from __future__ import annotations
 
+import copy
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -110,6 +111,14 @@ class _Instructions:
         self.work[dram] = outputs[dram] * beats_per_vector(arch)
         self.columns = Simulation.columns(f, layout, None)  # (rows: contiguous)
 
+    def permuted(self, order: np.ndarray) -> "_Instructions":
+        """The same instructions in ``order`` (each stream keeps its order, so a window MatMul still
+        sees the window register it saw)."""
+        other = copy.copy(self)
+        for name, values in vars(self).items():
+            setattr(other, name, values[..., order])
+        return other
+
     def windows(self, offset: int = 0) -> list[tuple[int, int]]:
         """Runs of at most ``WINDOW`` instructions between the instructions that end a window, the
         first of each stretch between those ``offset`` long (a stretch no longer: none)."""
@@ -192,7 +201,7 @@ def _dependencies(lo, hi, stream, local_depth, acc_depth, local_lo, local_hi, us
 @numba.njit(cache=True, nogil=True)
 def _step(j, model, busy, state, out_busy, out_state, copy):
     """The latency model (``model``: the program's columns and the model's parameters, as
-    ``interleave`` groups them) advanced by instruction ``j`` from ``busy``/``state`` into
+    ``_merged`` groups them) advanced by instruction ``j`` from ``busy``/``state`` into
     ``out_busy``/``out_state`` (``copy=False``: the same arrays); returns the cycle it dispatches."""
     columns, core, memory, costs, kind_of, no_node, no_blame = model
     if copy:
@@ -310,24 +319,28 @@ def interleave(
 ) -> tuple[Program, np.ndarray, int]:
     """``program`` with each window's instructions merged across engines where the latency model
     finds it faster (``measure=False``: every window merged, with the first slack), a pass per
-    ``OFFSETS``; each instruction's node (``owners``, permuted alike); the windows reordered."""
-    changed = 0
-    for offset in OFFSETS:
-        program, owners, merged = _merged(program, arch, owners, measure, offset)
-        changed += merged
-    return program, owners, changed
-
-
-def _merged(
-    program: Program, arch: Architecture, owners: np.ndarray, measure: bool, offset: int
-) -> tuple[Program, np.ndarray, int]:
-    """One pass of ``interleave`` over windows ``offset`` into each stretch."""
+    ``OFFSETS``; each instruction's node (``owners``, permuted alike); how many windows were
+    reordered."""
     n = len(program)
     if n < 2:
         return program, owners, 0
     ins = _Instructions(program, arch)
+    order, changed = np.arange(n), 0
+    for offset in OFFSETS:
+        merged, count = _merged(ins, arch, measure, offset)
+        if count:
+            ins, order, changed = ins.permuted(merged), order[merged], changed + count
+    if not changed:
+        return program, owners, 0
+    rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, layout_of(arch).instruction_bytes)
+    return Program(rows[order].tobytes(), program.layout, program.name), owners[order], changed
+
+
+def _merged(ins: _Instructions, arch: Architecture, measure: bool, offset: int) -> tuple[np.ndarray, int]:
+    """One pass of ``interleave`` over windows ``offset`` into each stretch: the new order of the
+    instructions and how many windows it changed."""
     sim = Simulation(arch)
-    order = np.arange(n)
+    order = np.arange(len(ins.stream))
     arrays = (ins.stream, arch.local_depth, arch.accumulator_depth, ins.local_lo, ins.local_hi, ins.uses_local,
               ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo, ins.read_hi, ins.dram_bank, ins.dram_lo,
               ins.dram_hi, ins.writes_dram)  # fmt: skip
@@ -358,7 +371,4 @@ def _merged(
                 order[lo:hi] = best_order
                 changed += 1
             sim, done = best, hi
-    if not changed:
-        return program, owners, 0
-    rows = np.frombuffer(program.data, dtype=np.uint8).reshape(n, layout_of(arch).instruction_bytes)
-    return Program(rows[order].tobytes(), program.layout, program.name), owners[order], changed
+    return order, changed
