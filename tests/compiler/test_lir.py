@@ -69,3 +69,59 @@ def test_discarding_keeps_counting_but_holds_nothing(monkeypatch):
     for _ in range(10):
         lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 1 << 24, 1)  # invalid, but never encoded
     assert len(lir) == 10 and not lir._encoded
+
+
+def test_a_burst_records_the_rows_the_lir_emits():
+    """Requests recorded in a ``Burst`` (weight loads, MatMuls, window MatMuls, Configures, a run
+    longer than the size field) are the LIR's rows, each with its clock cost and kind; a request of
+    several instructions is its rows, all but the last CONTINUED."""
+    from tvm_tensil.compiler.lir import CONFIGURE, CONTINUED, LOAD, Burst
+    from tvm_tensil.isa.instructions import TapWindow
+
+    arch = PRESETS["ultra96v2_300mhz"]
+    lir, burst = LIR(arch), Burst(arch)
+    long = arch.accumulator_depth + 5  # two MatMuls
+    window = TapWindow(3, 1, 1).value
+    lir.load_weights(7, 9)
+    lir.matmul(16, 40, 7, local_step=2, accumulate=True)
+    lir.matmul(0, 3, 4, zeroes=True)
+    lir.configure(ConfigRegister.WINDOW, window)
+    lir.window_matmul(100, 8, 5, accumulate=True)
+    lir.load_weights(30, 1)
+    lir.matmul(0, 0, long)
+    burst.load_weights(7, 9)
+    encoded = burst.plain_runs([(16, 40, 7, 8)], local_step=2)
+    burst.load_and_matmuls(30, 1, encoded, 0, 0, accumulate=True)
+    assert burst.plain_runs([(0, 0, long, 1)], local_step=1) is None  # not one instruction
+    burst.clear()
+    burst.load_weights(7, 9)
+    burst.matmul(16, 40, 7, 2, 8, accumulate=True)
+    burst.matmul(0, 3, 4, 1, 5, zeroes=True)
+    burst.configure(ConfigRegister.WINDOW, window)
+    burst.window_matmul(100, 8, 5, 7, accumulate=True)
+    burst.load_weights(30, 1)
+    burst.matmul(0, 0, long, 1, long + 1)
+    assert bytes(burst.rows) == bytes(lir._rows)
+    assert burst.kinds == [LOAD, 7, 4, CONFIGURE, 7, LOAD, CONTINUED, long]
+    assert burst.costs == [13, 8, 5, 0, 8, 5, 0, long + 1]
+    played = LIR(arch)
+    played.emit_burst(burst, 0, 3)
+    played.emit_burst(burst, 3, 6)
+    assert bytes(played._rows) == bytes(lir._rows)[: 6 * 7 * 8]
+
+
+def test_fields_of_rows_not_encoded_are_the_decoded_ones(monkeypatch):
+    """``LIR.fields`` (what a search measures its trials by, without encoding them) gives what
+    decoding the encoded program gives, chunk by chunk."""
+    from tvm_tensil.isa.instructions import TapWindow
+
+    monkeypatch.setattr(LIR, "CHUNK", 4)
+    lir = LIR(PRESETS["ultra96v2_300mhz"])  # (a core with the window register)
+    emit_all(lir)
+    lir.configure(ConfigRegister.WINDOW, TapWindow(3, 2, 1).value)
+    chunks = list(lir.fields())
+    assert len(chunks) > 1 and lir._rows  # encoded chunks and rows still pending
+    decoded = lir.program().fields()
+    for name in decoded.__dataclass_fields__:
+        got = [v for f in chunks for v in getattr(f, name).tolist()]
+        assert got == getattr(decoded, name).tolist(), name

@@ -130,6 +130,14 @@ def estimate_cycles(program: Program, arch: Architecture, timing: dict | None = 
     return _cycles(busy, state)
 
 
+def estimate_cycles_of(chunks, arch: Architecture) -> dict[str, int]:
+    """``estimate_cycles`` of a program given as its fields, a chunk at a time (``LIR.fields``)."""
+    sim = Simulation(arch)
+    for f in chunks:
+        sim.advance(f)
+    return _cycles(sim.busy, sim.state)
+
+
 def instruction_nodes(count: int, node_starts) -> np.ndarray:
     """Each of ``count`` instructions' node: ``k`` for those from ``node_starts[k]`` up to the next
     start (those before the first start: node 0)."""

@@ -16,6 +16,7 @@ with its program counter and memory stays proportional to the encoded program.
 from __future__ import annotations
 
 from array import array
+from functools import lru_cache
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from ..isa.instructions import (
     SIMDOp,
 )
 from ..isa.layout import layout_of
-from ..isa.program import Program
+from ..isa.program import Program, ProgramFields
 
 _MEMORY = {d: d.memory for d in Direction}
 _ROW = 7  # opcode, flags, addr0, stride0, addr1, stride1, operand2
@@ -48,24 +49,120 @@ def no_rows() -> np.ndarray:
     return np.zeros((0, _ROW), dtype=np.int64)
 
 
+# A burst row's kind, where it is not a MatMul's (a MatMul's kind is the vectors it streams, >= 0):
+# a weight load, a Configure, or a row of a request that goes on in the next row.
+LOAD, CONFIGURE, CONTINUED = -1, -2, -3
+
+
+class Burst:
+    """Compute instructions recorded to go out together (the scheduler plays them into a program
+    in runs, between the moves it paces beside them), encoded as ``LIR`` encodes them. Each row
+    has the compute cycles the scheduler's clock counts for it (``costs``) and its kind (``kinds``):
+    a request of several instructions (a run longer than the size field) is its rows, all but the
+    last ``CONTINUED`` and costing nothing."""
+
+    def __init__(self, arch: Architecture):
+        self.rows = array("q")
+        self.costs: list[int] = []
+        self.kinds: list[int] = []
+        self._side = LIR(arch)  # the encoder of the requests that are not one plain instruction
+        _, self._stride0, stride1, limits, _ = _encoding(arch)
+        self._limit = limits["acc"]
+        self._plain = self._stride0.get(1) is not None and stride1.get(1) is not None
+
+    def __len__(self) -> int:
+        return len(self.costs)
+
+    def clear(self) -> None:
+        self.rows = array("q")
+        self.costs, self.kinds = [], []
+
+    def _from_side(self, cost: int, kind: int) -> None:
+        n = len(self._side._rows) // _ROW
+        self.rows.extend(self._side._rows)
+        self._side._rows = array("q")
+        if n:
+            self.costs.extend([0] * (n - 1) + [cost])
+            self.kinds.extend([CONTINUED] * (n - 1) + [kind])
+        else:  # (nothing to encode: counted all the same, with no row of its own)
+            raise ValueError("a burst request of no instructions")
+
+    def plain_runs(self, runs, local_step: int):
+        """``runs`` of MatMuls ``(local offset, accumulator offset, vectors, cost)`` at one step,
+        encoded ahead (``load_and_matmuls``), or None where one is not a single instruction."""
+        ls = self._stride0.get(local_step)
+        if ls is None or not self._plain or any(not 0 < n <= self._limit for _, _, n, _ in runs):
+            return None
+        return [(lo, ao, ls if n > 1 else 0, n - 1, cost, n) for lo, ao, n, cost in runs]
+
+    def load_and_matmuls(self, weights: int, size: int, encoded, local: int, acc: int, accumulate: bool) -> None:
+        """``load_weights(weights, size)``, then the MatMuls ``encoded`` by ``plain_runs`` from
+        ``local`` into ``acc``."""
+        ext, cost, kind = self.rows.extend, self.costs.append, self.kinds.append
+        self.load_weights(weights, size)
+        fl = _ACCUMULATE if accumulate else 0
+        for lo, ao, s0, n1, c, k in encoded:
+            ext((_MATMUL, fl, local + lo, s0, acc + ao, 0, n1))
+            cost(c)
+            kind(k)
+
+    def matmul(self, local: int, acc: int, size: int, local_step: int, cost: int, accumulate=False, zeroes=False):
+        """``LIR.matmul(local, acc, size, local_step, accumulate=, zeroes=)``, counted as ``cost``."""
+        ls = 0 if zeroes else self._stride0.get(local_step)
+        if ls is not None and self._plain and 0 < size <= self._limit:
+            fl = (_ACCUMULATE if accumulate else 0) | (_ZEROES if zeroes else 0)
+            self.rows.extend((_MATMUL, fl, 0 if zeroes else local, ls if size > 1 else 0, acc, 0, size - 1))
+            self.costs.append(cost)
+            self.kinds.append(size)
+        else:
+            self._side.matmul(local, acc, size, local_step, 1, accumulate, zeroes)
+            self._from_side(cost, size)
+
+    def window_matmul(self, local: int, acc: int, outputs: int, streams: int, accumulate: bool) -> None:
+        """``LIR.window_matmul(local, acc, outputs, accumulate=)``, streaming ``streams`` vectors."""
+        if not self._plain or outputs > self._limit:
+            self._side.window_matmul(local, acc, outputs, accumulate=accumulate)  # (raises as LIR does)
+        fl = _WINDOW | (_ACCUMULATE if accumulate else 0)
+        self.rows.extend((_MATMUL, fl, local, self._stride0[1], acc, 0, outputs - 1))
+        self.costs.append(streams + 1)
+        self.kinds.append(streams)
+
+    def load_weights(self, local: int, size: int) -> None:
+        """``LIR.load_weights(local, size)``."""
+        ls = self._stride0.get(1)
+        if ls is None:
+            self._side.load_weights(local, size)  # (raises as LIR does)
+        self.rows.extend((_LOADWEIGHTS, 0, local, ls if size > 1 else 0, size - 1, 0, 0))
+        self.costs.append(size + 4)
+        self.kinds.append(LOAD)
+
+    def configure(self, register: ConfigRegister, value: int) -> None:
+        self._side.configure(register, value)
+        self._from_side(0, CONFIGURE)
+
+
+@lru_cache(maxsize=16)
+def _encoding(arch: Architecture):
+    """(layout, stride0 codes, stride1 codes, run limits, SIMD operand bits) of ``arch`` (the same
+    for every LIR of it: a search makes many short ones)."""
+    lay = layout_of(arch)
+    size_limit = 1 << lay.operand2_address_bits
+    stride0 = {1 << e: e for e in range(arch.stride0_depth)}
+    stride1 = {1 << e: e for e in range(arch.stride1_depth)}
+    run_limit = {m: min(size_limit, arch.depth("local"), arch.depth(m)) for m in ("dram0", "dram1", "acc", "local")}
+    return lay, stride0, stride1, run_limit, lay.simd_operand_bits
+
+
 class LIR:
     CHUNK = 1 << 18  # rows encoded and validated at a time
 
     def __init__(self, arch: Architecture):
         self.arch = arch
-        self.layout = layout_of(arch)
         self.comments: dict[int, str] = {}
         self._rows = array("q")
         self._encoded: list[bytes] = []
         self._done = 0  # instructions already encoded
-        lay = self.layout
-        self._size_limit = 1 << lay.operand2_address_bits
-        self._stride0 = {1 << e: e for e in range(arch.stride0_depth)}
-        self._stride1 = {1 << e: e for e in range(arch.stride1_depth)}
-        self._run_limit = {
-            m: min(self._size_limit, arch.depth("local"), arch.depth(m)) for m in ("dram0", "dram1", "acc", "local")
-        }
-        self._simd_bits = lay.simd_operand_bits
+        self.layout, self._stride0, self._stride1, self._run_limit, self._simd_bits = _encoding(arch)
         self._discarding = False
         self._window: int | None = None  # the window register after the instructions encoded
 
@@ -240,6 +337,21 @@ class LIR:
     def noop(self) -> None:
         self._emit(_NOOP, 0, 0, 0, 0, 0, 0)
 
+    def fields(self):
+        """The instructions' fields a chunk at a time, as decoding the program would give them (the
+        rows not encoded yet are not encoded for it: a search reads every trial's, keeps one)."""
+        for data in self._encoded:
+            yield Program(data, self.layout, "lir").fields()
+        if self._rows:
+            yield _fields(np.frombuffer(self._rows, dtype=np.int64).reshape(-1, _ROW).copy(), self.layout)
+
+    def emit_burst(self, burst: Burst, lo: int, hi: int) -> None:
+        """Append ``burst``'s rows ``lo`` to ``hi`` (exclusive)."""
+        if hi > lo:
+            self._rows.extend(burst.rows[lo * _ROW : hi * _ROW])
+            if len(self._rows) >= _ROW * self.CHUNK:
+                self._spill()
+
     def pending_rows(self) -> np.ndarray:
         """The instructions emitted so far, as rows (opcode, flags, addr0, stride0, addr1, stride1,
         operand2), for a short side program (nothing encoded yet) that ``emit_rows`` replays later."""
@@ -320,3 +432,21 @@ class LIR:
     def program(self, name: str = "program") -> Program:
         self._flush()
         return Program(b"".join(self._encoded), self.layout, name)
+
+
+def _fields(rows: np.ndarray, lay) -> ProgramFields:
+    """``Program.fields`` of ``rows`` once encoded (rows that fit their fields, as ``_encode`` checks)."""
+    op, fl, a0, s0, a1, s1, o2 = rows.T
+    plain = op != _CONFIGURE
+    raw0 = np.where(plain, a0 | (s0 << lay.operand0_address_bits), a0)
+    raw1 = np.where(plain, a1 | (s1 << lay.operand1_address_bits), a1)
+
+    def split(raw, abits, sbits):
+        return raw & ((1 << abits) - 1), (raw >> abits) & ((1 << sbits) - 1), (raw >> (abits + sbits)) != 0
+
+    addr0, stride0, pad0 = split(raw0, lay.operand0_address_bits, lay.stride0_bits)
+    addr1, stride1, pad1 = split(raw1, lay.operand1_address_bits, lay.stride1_bits)
+    return ProgramFields(
+        opcode=op, flags=fl, raw0=raw0, raw1=raw1, operand2=o2, addr0=addr0, stride0=stride0,
+        addr1=addr1, stride1=stride1, pad0=pad0, pad1=pad1,
+    )  # fmt: skip

@@ -35,3 +35,24 @@ def test_weights_may_go_in_pieces_the_loads_follow():
     assert pieces("ultra96v2_300mhz", urgent=True, weight_piece=1024, size=2176) == [128, 1024, 1024]
     assert pieces("ultra96v2_300mhz", urgent=True, weight_piece=1024, size=100) == [100]
     assert pieces("ultra96v2_300mhz", urgent=True, size=2176) == [128, 2048]
+
+
+def test_the_threshold_is_the_compute_that_issues_the_next_move():
+    """``threshold``: the cycles of compute after which ``compute`` issues a deferred move (the
+    scheduler counts compute up to it in one step): one cycle fewer issues nothing."""
+    for preset in ("ultra96v2_300mhz", "arty_a7_35"):
+        arch = PRESETS[preset]
+        lir = LIR(arch)
+        overlap = Overlap(lir, arch)
+        assert overlap.threshold() is None
+        overlap.defer(Direction.DRAM0_TO_LOCAL, 0, 0, 1200)
+        overlap.defer(Direction.LOCAL_TO_DRAM0, 2000, 0, 300)
+        overlap.compute(1)  # the first pieces go out
+        issued = len(lir)
+        assert issued >= 1
+        wait = overlap.threshold()
+        assert wait > 1
+        overlap.compute(wait - 1)
+        assert len(lir) == issued
+        overlap.compute(1)
+        assert len(lir) > issued

@@ -26,7 +26,7 @@ from ...isa.layout import layout_of
 from ...packing import ConstRecipe, group_blocks
 from ..graph import Conv, Node, grouped, kernel_size
 from ..latency import COSTS, accumulator_cycles, beats_per_vector
-from ..lir import LIR, no_rows
+from ..lir import CONTINUED, LIR, LOAD, Burst, no_rows
 from ..memory import ConstTable
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
@@ -745,6 +745,22 @@ class _SerialClock:
     def mark_ready(self) -> None:
         """Accumulator work was queued behind the MatMuls emitted so far."""
 
+    def reach(self, costs: list[int], i: int, n: int, need: int | None) -> tuple[int, int]:
+        """How far compute of ``costs[i:n]`` goes before the overlap's clock has counted ``need``
+        cycles (None: to the end): (the end of that run, its cycles). ``advance`` then counts them."""
+        if need is None:
+            return n, sum(costs[i:n])
+        cycles = 0
+        for j in range(i, n):
+            cycles += costs[j]
+            if cycles >= need:
+                return j + 1, cycles
+        return n, cycles
+
+    def advance(self, cycles: int) -> None:
+        if cycles:
+            self.overlap.compute(cycles)
+
     def emit(self, lir: LIR, rows: np.ndarray) -> None:
         lir.emit_rows(rows)
 
@@ -784,6 +800,22 @@ class _PacedClock:
 
     def mark_ready(self) -> None:
         self.ready = self.t_compute  # its MatMuls are out
+
+    def reach(self, costs: list[int], i: int, n: int, need: int | None) -> tuple[int, int]:
+        """As ``_SerialClock.reach``: the overlap counts how far the later engine's clock moves."""
+        if need is None:
+            return n, sum(costs[i:n])
+        start, t_compute, t_acc, cycles = self.clock, self.t_compute, self.t_acc, 0
+        for j in range(i, n):
+            cycles += costs[j]
+            if max(start, t_compute + cycles, t_acc) - start >= need:
+                return j + 1, cycles
+        return n, cycles
+
+    def advance(self, cycles: int) -> None:
+        if cycles:
+            self.t_compute += cycles
+            self._tick()
 
     def emit(self, lir: LIR, rows: np.ndarray) -> None:
         for lo in range(0, len(rows), self.PIECE):
@@ -841,6 +873,7 @@ class _Stream:
         self.shortcuts_moved: set[tuple[int, int]] = set()  # (tile, block) whose shortcut is in
         self.fresh = False  # an epilogue was queued since the last MatMul
         self.window: TapWindow | None = None  # the window register as this stream left it
+        self.burst = Burst(ctx.arch)  # MatMuls and weight loads recorded to ``play``
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -877,10 +910,66 @@ class _Stream:
 
     def _after_matmul(self, size: int, runs: int) -> None:
         self.clock.compute(size + runs)
+        self._earn(size)
+
+    def _earn(self, size: int) -> None:
+        """A MatMul streaming ``size`` vectors went out: what it lets the backlog release."""
         self.earned = size
         if self.fresh:  # the backlog's first rows wait for its block's last MatMul to leave the array
             self.earned = max(0, size - self.ctx.arch.array_size - COSTS["mm"])
             self.fresh = False
+
+    def record_window_matmul(self, local: int, acc: int, outputs: int, window: TapWindow, accumulate: bool) -> None:
+        """``window_matmul`` into the burst."""
+        if window != self.window:
+            self.burst.configure(ConfigRegister.WINDOW, window.value)
+            self.window = window
+        self.burst.window_matmul(local, acc, outputs, (outputs - 1) * window.stride + window.taps, accumulate)
+
+    def play(self) -> None:
+        """The burst's instructions out, as ``matmul``, ``load_weights`` and ``window_matmul`` would
+        have emitted them one by one: stepped one at a time while the backlog has rows to release
+        between them (or stores wait for the next MatMul); else, where only the overlap's deferred
+        moves go out between them, in runs up to each instruction after which it issues some."""
+        burst, lir, clock = self.burst, self.lir, self.clock
+        costs, kinds, n, i = burst.costs, burst.kinds, len(burst), 0
+        while i < n:
+            if len(self.backlog) or (self.early and self.waiting):
+                e = i  # the request's last row
+                while kinds[e] == CONTINUED:
+                    e += 1
+                kind = kinds[e]
+                if kind >= 0:  # a MatMul
+                    self._before_matmul()
+                    lir.emit_burst(burst, i, e + 1)
+                    clock.compute(costs[e])
+                    self._earn(kind)
+                else:
+                    lir.emit_burst(burst, i, e + 1)
+                    if kind == LOAD:
+                        clock.compute(costs[e])
+                        self._release_earned()
+                i = e + 1
+                continue
+            threshold = self.overlap.threshold()
+            j, cycles = clock.reach(costs, i, n, None if threshold is None else max(threshold, 1))
+            lir.emit_burst(burst, i, j)
+            clock.advance(cycles)
+            # (Nothing to release: the last MatMul's or load's effect on ``earned`` is all that is left.)
+            first = next((k for k in range(i, j) if kinds[k] >= 0), None)
+            last = next((k for k in range(j - 1, i - 1, -1) if kinds[k] >= 0 or kinds[k] == LOAD), None)
+            if last is not None:
+                if kinds[last] == LOAD:
+                    self.earned = 0
+                    if first is not None:
+                        self.fresh = False
+                elif last == first:
+                    self._earn(kinds[last])
+                else:
+                    self.fresh = False
+                    self.earned = kinds[last]
+            i = j
+        burst.clear()
 
     def load_weights(self, local: int, size: int) -> None:
         self.lir.load_weights(local, size)
@@ -1217,6 +1306,13 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
     zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
     part_now = 0
     slots = p.weights.slots
+    burst = s.burst
+    # Per tap, its runs encoded ahead (None: a run that is not one instruction).
+    encoded = {}
+    if not streamed and not p.window_rows:
+        encoded = {
+            t: burst.plain_runs([(o, a, n, n + r) for o, a, n, r in tap], p.window.sw) for t, tap in enumerate(runs)
+        }
     for group in p.weights.groups[ob]:
         s.overlap.need_urgent()  # this group's weights
         base = s.slot_base(s.seq)
@@ -1226,8 +1322,10 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
             rec = p.recipes.second
             s.overlap.defer(Direction.DRAM1_TO_LOCAL, p.memory.second_weights, rec.base, rec.size, urgent=True)
         s.seq += 1
+        # The group's weight loads and MatMuls are recorded, then played out together.
         for ib, t, local, part in group.loads:
             if part != part_now:  # the residue's result to the output's scale; the rest adds to it
+                s.play()
                 part_now = part
                 _rescale(s, acc0, count, cvec, residue)
                 if p.recipes.identity:
@@ -1235,29 +1333,38 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
                     s.load_weights(p.memory.identity, block)
                     s.matmul(store + ob * count, acc0, count, accumulate=True)
             if ib is None:  # the bias into row 0 of a MatMul of zeroes
-                s.load_weights(base + local, 1)
-                s.matmul(0, acc0, count, zeroes=True, accumulate=bool(short or residue))
+                burst.load_weights(base + local, 1)
+                burst.matmul(0, acc0, count, 1, count + 1, accumulate=bool(short or residue), zeroes=True)
                 continue
             if not streamed and not runs[t]:  # the tap reads only padding in this tile: nothing to load
                 if zero_first:  # (the accumulators are still cleared)
-                    s.load_weights(base + local, block)
-                    s.matmul(0, acc0, count, zeroes=True)
+                    burst.load_weights(base + local, block)
+                    burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
                     zero_first = False
                 continue
             # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
-            s.load_weights(base + local, p.window.kw + 1 if p.window_rows else block)
+            weights = p.window.kw + 1 if p.window_rows else block
             if zero_first:  # (a residue block's bias row is zero)
-                s.matmul(0, acc0, count, zeroes=True)
+                burst.load_weights(base + local, weights)
+                burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
                 zero_first = False
+            elif encoded.get(t) is not None:
+                burst.load_and_matmuls(base + local, weights, encoded[t], slab + ib * plane, acc0, not first)
+                first = False
+                continue
+            else:
+                burst.load_weights(base + local, weights)
             if streamed:
-                s.matmul(slab + ib * plane, acc0, count, accumulate=not first)
+                burst.matmul(slab + ib * plane, acc0, count, 1, count + 1, accumulate=not first)
             elif p.window_rows:
                 for offset, acc, cnt, window in runs[t]:
-                    s.window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, accumulate=not first)
+                    s.record_window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, not first)
             else:
+                at = slab + ib * plane
                 for offset, acc, cnt, rows in runs[t]:
-                    s.matmul(slab + ib * plane + offset, acc0 + acc, cnt, p.window.sw, rows, accumulate=not first)
+                    burst.matmul(at + offset, acc0 + acc, cnt, p.window.sw, cnt + rows, accumulate=not first)
             first = False
+        s.play()
         if slots == 1 and s.seq < len(s.sequence):
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
 

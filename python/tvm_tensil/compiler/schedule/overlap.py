@@ -86,6 +86,16 @@ class Overlap:
     def pending(self) -> bool:
         return bool(self.urgent or self.reads or self.writes)
 
+    def threshold(self) -> int | None:
+        """The cycles of compute after which ``compute`` issues a deferred move (None: nothing is
+        deferred). Until then it only counts them down: compute(a) then compute(b) is compute(a + b)."""
+        if self.shared:
+            return max(self.read_busy, self.write_busy) if self.pending else None
+        reads = self.read_busy if self.urgent or self.reads else None
+        if not self.writes:
+            return reads
+        return self.write_busy if reads is None else min(reads, self.write_busy)
+
     def compute(self, cycles: int) -> None:
         """``cycles`` of compute were issued: issue the deferred moves that fit beside them."""
         if self.shared:  # one clock: reads and writes take turns

@@ -8,10 +8,11 @@ appended, its constants committed). Nothing of the losers remains.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import Callable
 
 from ...isa.instructions import InvalidInstruction
-from ..latency import estimate_cycles
+from ..latency import estimate_cycles_of
 from ..lir import LIR
 from .context import Context, HandOver, Out
 
@@ -32,12 +33,12 @@ class Tried:
     left: HandOver
 
 
-def cycles_with(lir: LIR, left: HandOver) -> int:
-    """Latency-model cycles of ``lir`` followed by the stores it still carries."""
-    trial = LIR(lir.arch)
-    trial.extend(lir)
-    left.issue(trial)
-    return estimate_cycles(trial.program(), lir.arch)["total"]
+def cycles_with(lir: LIR, left: HandOver, *more: LIR) -> int:
+    """Latency-model cycles of ``lir`` (and ``more`` after it) followed by the stores it still
+    carries."""
+    stores = LIR(lir.arch)
+    left.issue(stores)
+    return estimate_cycles_of(chain(*(x.fields() for x in (lir, *more, stores))), lir.arch)["total"]
 
 
 def cycles_through(ctx: Context, tried: Tried, further: bool = False) -> int:
@@ -57,10 +58,7 @@ def cycles_through(ctx: Context, tried: Tried, further: bool = False) -> int:
             left = ctx.lower_next(after, last, left, ahead)
         ctx.looked_ahead[key] = (ahead.lir, left)
     lir, left = ctx.looked_ahead[key]
-    trial = LIR(ctx.arch)
-    trial.extend(tried.out.lir)
-    trial.extend(lir)
-    return cycles_with(trial, left)
+    return cycles_with(tried.out.lir, left, lir)
 
 
 def cheapest(
@@ -123,8 +121,8 @@ def cheapest(
     best = tried[pick]
     if won is not None:
         won.append(index[pick])
+    out.consts.commit(best.out.consts)  # (first: a trial is encoded here, and may not encode)
     out.lir.extend(best.out.lir)
-    out.consts.commit(best.out.consts)
     return best.left
 
 
@@ -132,8 +130,8 @@ def lowered(done: Out, left: HandOver) -> Alternative:
     """An alternative already lowered into ``done`` (a fork of the same ``Out``): replayed."""
 
     def replay(ctx: Context, given: HandOver, out: Out) -> HandOver:
-        out.lir.extend(done.lir)
         out.consts.commit(done.consts)
+        out.lir.extend(done.lir)
         return left
 
     return replay
