@@ -99,7 +99,12 @@ class Burst:
         """``load_weights(weights, size)``, then the MatMuls ``encoded`` by ``plain_runs`` from
         ``local`` into ``acc``."""
         ext, cost, kind = self.rows.extend, self.costs.append, self.kinds.append
-        self.load_weights(weights, size)
+        ls = self._stride0.get(1)
+        if ls is None:
+            self._side.load_weights(weights, size)  # (raises as LIR does)
+        ext((_LOADWEIGHTS, 0, weights, ls if size > 1 else 0, size - 1, 0, 0))
+        cost(size + 4)
+        kind(LOAD)
         fl = _ACCUMULATE if accumulate else 0
         for lo, ao, s0, n1, c, k in encoded:
             ext((_MATMUL, fl, local + lo, s0, acc + ao, 0, n1))
