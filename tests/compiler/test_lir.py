@@ -125,3 +125,27 @@ def test_fields_of_rows_not_encoded_are_the_decoded_ones(monkeypatch):
     for name in decoded.__dataclass_fields__:
         got = [v for f in chunks for v in getattr(f, name).tolist()]
         assert got == getattr(decoded, name).tolist(), name
+
+
+def test_a_burst_template_filled_in_is_the_burst_recorded_there():
+    """``Burst.template`` then ``fill(t, weights, local, acc)``: the rows recorded with the weights at
+    ``weights``, the MatMuls reading from ``local`` and writing from ``acc`` (a MatMul of zeroes reads
+    nothing; a Configure moves with nothing)."""
+    from tvm_tensil.compiler.lir import Burst
+    from tvm_tensil.isa.instructions import TapWindow
+
+    arch = PRESETS["ultra96v2_300mhz"]
+
+    def record(burst, weights, local, acc):
+        burst.load_weights(weights + 17, 17)
+        burst.matmul(0, acc + 3, 8, 1, 9, zeroes=True)
+        burst.matmul(local + 40, acc + 3, 8, 2, 12, accumulate=True)
+        burst.configure(ConfigRegister.WINDOW, TapWindow(3, 1, 1).value)
+        burst.window_matmul(local + 7, acc + 5, 4, 6, accumulate=False)
+
+    at_zero, there, filled = Burst(arch), Burst(arch), Burst(arch)
+    record(at_zero, 0, 0, 0)
+    record(there, 1000, 300, 2048)
+    filled.fill(at_zero.template(), 1000, 300, 2048)
+    assert bytes(filled.rows) == bytes(there.rows)
+    assert (filled.costs, filled.kinds) == (there.costs, there.kinds)

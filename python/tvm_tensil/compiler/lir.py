@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,6 +55,17 @@ def no_rows() -> np.ndarray:
 LOAD, CONFIGURE, CONTINUED = -1, -2, -3
 
 
+class BurstTemplate(NamedTuple):
+    """Rows recorded once (``Burst.template``) and which of them move with which base address."""
+
+    rows: np.ndarray
+    loads: np.ndarray  # 1: a weight load (its local address moves with the weights)
+    reads: np.ndarray  # 1: a MatMul reading local memory (not of zeroes)
+    matmuls: np.ndarray  # 1: a MatMul (its accumulator address moves)
+    costs: tuple[int, ...]
+    kinds: tuple[int, ...]
+
+
 class Burst:
     """Compute instructions recorded to go out together (the scheduler plays them into a program
     in runs, between the moves it paces beside them), encoded as ``LIR`` encodes them. Each row
@@ -76,6 +88,27 @@ class Burst:
     def clear(self) -> None:
         self.rows = array("q")
         self.costs, self.kinds = [], []
+
+    def template(self) -> "BurstTemplate":
+        """What was recorded, for ``fill`` to record again with addresses moved (recorded with the
+        weights, the slab and the accumulators at 0)."""
+        rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _ROW).copy()
+        op, zeroes = rows[:, 0], (rows[:, 1] & _ZEROES) != 0
+        matmul = op == _MATMUL
+        return BurstTemplate(
+            rows, (op == _LOADWEIGHTS).astype(np.int64), (matmul & ~zeroes).astype(np.int64),
+            matmul.astype(np.int64), tuple(self.costs), tuple(self.kinds),
+        )  # fmt: skip
+
+    def fill(self, t: "BurstTemplate", weights: int, local: int, acc: int) -> None:
+        """Record ``t`` again, its weight loads from ``weights`` on, its MatMuls reading from ``local``
+        on (not those of zeroes) and writing from ``acc`` on."""
+        rows = t.rows.copy()
+        rows[:, 2] += t.loads * weights + t.reads * local
+        rows[:, 4] += t.matmuls * acc
+        self.rows.frombytes(rows.tobytes())
+        self.costs.extend(t.costs)
+        self.kinds.extend(t.kinds)
 
     def _from_side(self, cost: int, kind: int) -> None:
         n = len(self._side._rows) // _ROW

@@ -18,6 +18,7 @@ slab(s)] from ``lo``; accumulators = [tile | scratch | constants] (per bank when
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -874,6 +875,13 @@ class _Stream:
         self.fresh = False  # an epilogue was queued since the last MatMul
         self.window: TapWindow | None = None  # the window register as this stream left it
         self.burst = Burst(ctx.arch)  # MatMuls and weight loads recorded to ``play``
+        # The tile being emitted: its runs (``_emit_tile``) as a key; recorded groups by their loads,
+        # that key and the state they start from; each tap's runs encoded by the burst.
+        self.runs_key = 0
+        self.templates: dict[tuple, tuple] = {}
+        self._interned: dict = {}
+        self._loads: dict[int, int] = {}
+        self._encoded: dict[tuple, list | None] = {}
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -918,6 +926,24 @@ class _Stream:
         if self.fresh:  # the backlog's first rows wait for its block's last MatMul to leave the array
             self.earned = max(0, size - self.ctx.arch.array_size - COSTS["mm"])
             self.fresh = False
+
+    def intern(self, value) -> int:
+        """A small integer for ``value`` (equal values, the same one)."""
+        return self._interned.setdefault(value, len(self._interned))
+
+    def loads_key(self, group) -> int:
+        """``intern(group.loads)``, once per group."""
+        key = self._loads.get(id(group))
+        if key is None:
+            key = self._loads[id(group)] = self.intern(group.loads)
+        return key
+
+    def encoded(self, runs, t: int, step: int):
+        """Tap ``t``'s runs of the current tile encoded (``Burst.plain_runs``), once per tile geometry."""
+        key = (self.runs_key, t)
+        if key not in self._encoded:
+            self._encoded[key] = self.burst.plain_runs([(o, a, n, n + r) for o, a, n, r in runs[t]], step)
+        return self._encoded[key]
 
     def record_window_matmul(self, local: int, acc: int, outputs: int, window: TapWindow, accumulate: bool) -> None:
         """``window_matmul`` into the burst."""
@@ -1138,6 +1164,7 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
     # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
     streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
+    s.runs_key = s.intern(tuple(tuple(r) for r in runs))
     blocks = len(p.weights.groups)
     paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
     for ob in range(blocks):
@@ -1306,13 +1333,7 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
     zero_first = residue and not first  # no covering tap: a MatMul of zeroes clears them first
     part_now = 0
     slots = p.weights.slots
-    burst = s.burst
-    # Per tap, its runs encoded ahead (None: a run that is not one instruction).
-    encoded = {}
-    if not streamed and not p.window_rows:
-        encoded = {
-            t: burst.plain_runs([(o, a, n, n + r) for o, a, n, r in tap], p.window.sw) for t, tap in enumerate(runs)
-        }
+    burst, bias_accumulates = s.burst, bool(short or residue)
     for group in p.weights.groups[ob]:
         s.overlap.need_urgent()  # this group's weights
         base = s.slot_base(s.seq)
@@ -1322,51 +1343,72 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
             rec = p.recipes.second
             s.overlap.defer(Direction.DRAM1_TO_LOCAL, p.memory.second_weights, rec.base, rec.size, urgent=True)
         s.seq += 1
-        # The group's weight loads and MatMuls are recorded, then played out together.
-        for ib, t, local, part in group.loads:
-            if part != part_now:  # the residue's result to the output's scale; the rest adds to it
-                s.play()
-                part_now = part
-                _rescale(s, acc0, count, cvec, residue)
-                if p.recipes.identity:
-                    s.overlap.settle(store + ob * count, store + (ob + 1) * count)
-                    s.load_weights(p.memory.identity, block)
-                    s.matmul(store + ob * count, acc0, count, accumulate=True)
-            if ib is None:  # the bias into row 0 of a MatMul of zeroes
-                burst.load_weights(base + local, 1)
-                burst.matmul(0, acc0, count, 1, count + 1, accumulate=bool(short or residue), zeroes=True)
-                continue
-            if not streamed and not runs[t]:  # the tap reads only padding in this tile: nothing to load
-                if zero_first:  # (the accumulators are still cleared)
-                    burst.load_weights(base + local, block)
-                    burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
-                    zero_first = False
-                continue
-            # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
-            weights = p.window.kw + 1 if p.window_rows else block
-            if zero_first:  # (a residue block's bias row is zero)
-                burst.load_weights(base + local, weights)
-                burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
-                zero_first = False
-            elif encoded.get(t) is not None:
-                burst.load_and_matmuls(base + local, weights, encoded[t], slab + ib * plane, acc0, not first)
-                first = False
-                continue
-            else:
-                burst.load_weights(base + local, weights)
-            if streamed:
-                burst.matmul(slab + ib * plane, acc0, count, 1, count + 1, accumulate=not first)
-            elif p.window_rows:
-                for offset, acc, cnt, window in runs[t]:
-                    s.record_window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, not first)
-            else:
-                at = slab + ib * plane
-                for offset, acc, cnt, rows in runs[t]:
-                    burst.matmul(at + offset, acc0 + acc, cnt, p.window.sw, cnt + rows, accumulate=not first)
-            first = False
+        # The group's weight loads and MatMuls are recorded, then played out together. Recorded
+        # once per stream for the same loads, tile geometry and state, then filled in at this
+        # group's addresses (each group of each tile would record the same rows).
+        record = partial(_record_load, s, p, runs, plane, count, block, streamed, bias_accumulates)
+        if all(part == part_now for *_, part in group.loads):
+            key = (s.loads_key(group), s.runs_key, streamed, plane, count, first, zero_first, s.window)
+            template = s.templates.get(key)
+            if template is None:
+                state = first, zero_first
+                for ib, t, local, _ in group.loads:
+                    state = record(ib, t, local, 0, 0, 0, *state)
+                template = (burst.template(), state, s.window)
+                s.templates[key] = template
+                burst.clear()
+            burst.fill(template[0], base, slab, acc0)
+            (first, zero_first), s.window = template[1:]
+        else:
+            for ib, t, local, part in group.loads:
+                if part != part_now:  # the residue's result to the output's scale; the rest adds to it
+                    s.play()
+                    part_now = part
+                    _rescale(s, acc0, count, cvec, residue)
+                    if p.recipes.identity:
+                        s.overlap.settle(store + ob * count, store + (ob + 1) * count)
+                        s.load_weights(p.memory.identity, block)
+                        s.matmul(store + ob * count, acc0, count, accumulate=True)
+                first, zero_first = record(ib, t, local, base, slab, acc0, first, zero_first)
         s.play()
         if slots == 1 and s.seq < len(s.sequence):
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
+
+
+def _record_load(s: _Stream, p: ConvPlan, runs, plane, count, block, streamed, bias_accumulates, ib, t, local, base,
+                 slab, acc0, first: bool, zero_first: bool) -> tuple[bool, bool]:  # fmt: skip
+    """One of a group's array loads into the stream's burst: its weights (from ``base + local``)
+    and MatMuls (input block ``ib`` of the slab at ``slab``, tap ``t``, into ``acc0``); returns
+    ``first`` and ``zero_first`` after it."""
+    burst = s.burst
+    if ib is None:  # the bias into row 0 of a MatMul of zeroes
+        burst.load_weights(base + local, 1)
+        burst.matmul(0, acc0, count, 1, count + 1, accumulate=bias_accumulates, zeroes=True)
+        return first, zero_first
+    if not streamed and not runs[t]:  # the tap reads only padding in this tile: nothing to load
+        if zero_first:  # (the accumulators are still cleared)
+            burst.load_weights(base + local, block)
+            burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
+        return first, False
+    # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
+    weights = p.window.kw + 1 if p.window_rows else block
+    encoded = None if streamed or p.window_rows or zero_first else s.encoded(runs, t, p.window.sw)
+    if encoded is not None:
+        burst.load_and_matmuls(base + local, weights, encoded, slab + ib * plane, acc0, not first)
+        return False, zero_first
+    burst.load_weights(base + local, weights)
+    if zero_first:  # (a residue block's bias row is zero)
+        burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
+    if streamed:
+        burst.matmul(slab + ib * plane, acc0, count, 1, count + 1, accumulate=not first)
+    elif p.window_rows:
+        for offset, acc, cnt, window in runs[t]:
+            s.record_window_matmul(slab + ib * plane + offset, acc0 + acc, cnt, window, not first)
+    else:
+        at = slab + ib * plane
+        for offset, acc, cnt, rows in runs[t]:
+            burst.matmul(at + offset, acc0 + acc, cnt, p.window.sw, cnt + rows, accumulate=not first)
+    return False, False
 
 
 def _rescale(s: _Stream, acc: int, count: int, cvec, bits: int) -> None:
