@@ -245,18 +245,20 @@ class Simulation:
                       c["swap"], c["lw_after_swap"], c["set_free"])  # fmt: skip
 
     @staticmethod
-    def columns(f: ProgramFields, layout: InstructionLayout, window: int | None) -> np.ndarray:
+    def columns(f: ProgramFields, layout: InstructionLayout, window: int | None, seen=None) -> np.ndarray:
         """The fields the model reads, one row each (``run`` takes any selection of columns); a
-        window MatMul's size is the vectors it streams (``window``: the window register before ``f``)."""
-        size, tail = window_stream(f, layout, window)
+        window MatMul's size is the vectors it streams (``window``: the window register before ``f``;
+        ``seen``: the one each instruction sees, if known)."""
+        size, tail = window_stream(f, layout, window, seen)
         # The fourth row: a LoadWeights' size; a window MatMul's stream after its last output's first.
         extra = np.where(f.opcode == _LOADWEIGHTS, f.raw1 + 1, tail)
         return np.stack([f.opcode, f.flags, size, extra, f.addr0, f.stride0, f.addr1, f.stride1])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
         """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
-        self.run(self.columns(f, self.layout, self.window), node)
-        self.window = window_register(f, self.layout, self.window)[1]
+        seen, after = window_register(f, self.layout, self.window)
+        self.run(self.columns(f, self.layout, self.window, seen), node)
+        self.window = after
 
     def run(self, columns: np.ndarray, node: np.ndarray | None = None) -> None:
         """Run the instructions given as ``columns``."""

@@ -384,7 +384,9 @@ def window_register(f: ProgramFields, layout: InstructionLayout, window: int | N
     return np.concatenate([[before], through[:-1]]).astype(np.int64), None if after < 0 else after
 
 
-def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | None) -> tuple[np.ndarray, np.ndarray]:
+def window_stream(
+    f: ProgramFields, layout: InstructionLayout, window: int | None, seen: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Each instruction's size, but for a window MatMul the vectors it streams through the array
     (its reads and padding: ``(outputs - 1) * stride + taps``; a window MatMul without a window set
     counts its outputs); and for each window MatMul the vectors it streams after its last output's
@@ -392,7 +394,7 @@ def window_stream(f: ProgramFields, layout: InstructionLayout, window: int | Non
     size = f.operand2 + 1
     if not layout.arch.window_matmul:
         return size, np.zeros(len(size), dtype=np.int64)
-    seen = window_register(f, layout, window)[0]
+    seen = window_register(f, layout, window)[0] if seen is None else seen
     taps, _, _, stride = TapWindow.fields(np.maximum(seen, 0))
     windowed = (f.opcode == Opcode.MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
     return np.where(windowed, (size - 1) * stride + taps, size), np.where(windowed, taps - 1, 0).astype(np.int64)

@@ -880,7 +880,7 @@ class _Stream:
         self.runs_key = 0
         self.templates: dict[tuple, tuple] = {}
         self._interned: dict = {}
-        self._loads: dict[int, int] = {}
+        self._loads: dict[int, tuple] = {}
         self._encoded: dict[tuple, list | None] = {}
 
     def release(self, limit: int | None = None) -> None:
@@ -931,11 +931,12 @@ class _Stream:
         """A small integer for ``value`` (equal values, the same one)."""
         return self._interned.setdefault(value, len(self._interned))
 
-    def loads_key(self, group) -> int:
-        """``intern(group.loads)``, once per group."""
+    def loads_key(self, group) -> tuple[int, tuple]:
+        """``intern(group.loads)`` and the parts its loads are of, once per group."""
         key = self._loads.get(id(group))
         if key is None:
-            key = self._loads[id(group)] = self.intern(group.loads)
+            parts = tuple(sorted({load[3] for load in group.loads}))
+            key = self._loads[id(group)] = (self.intern(group.loads), parts)
         return key
 
     def encoded(self, runs, t: int, step: int):
@@ -1347,8 +1348,9 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
         # once per stream for the same loads, tile geometry and state, then filled in at this
         # group's addresses (each group of each tile would record the same rows).
         record = partial(_record_load, s, p, runs, plane, count, block, streamed, bias_accumulates)
-        if all(part == part_now for *_, part in group.loads):
-            key = (s.loads_key(group), s.runs_key, streamed, plane, count, first, zero_first, s.window)
+        loads, parts = s.loads_key(group)
+        if parts == (part_now,):
+            key = (loads, s.runs_key, streamed, plane, count, first, zero_first, s.window)
             template = s.templates.get(key)
             if template is None:
                 state = first, zero_first
