@@ -58,10 +58,10 @@ LOAD, CONFIGURE, CONTINUED = -1, -2, -3
 class BurstTemplate(NamedTuple):
     """Rows recorded once (``Burst.template``) and which of them move with which base address."""
 
-    rows: np.ndarray
-    loads: np.ndarray  # 1: a weight load (its local address moves with the weights)
-    reads: np.ndarray  # 1: a MatMul reading local memory (not of zeroes)
-    matmuls: np.ndarray  # 1: a MatMul (its accumulator address moves)
+    rows: np.ndarray  # flat
+    loads: np.ndarray  # where a weight load's local address is (it moves with the weights)
+    reads: np.ndarray  # where a MatMul's local address is (not one of zeroes)
+    matmuls: np.ndarray  # where a MatMul's accumulator address is
     costs: tuple[int, ...]
     kinds: tuple[int, ...]
 
@@ -92,20 +92,22 @@ class Burst:
     def template(self) -> "BurstTemplate":
         """What was recorded, for ``fill`` to record again with addresses moved (recorded with the
         weights, the slab and the accumulators at 0)."""
-        rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _ROW).copy()
+        rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _ROW)
         op, zeroes = rows[:, 0], (rows[:, 1] & _ZEROES) != 0
         matmul = op == _MATMUL
         return BurstTemplate(
-            rows, (op == _LOADWEIGHTS).astype(np.int64), (matmul & ~zeroes).astype(np.int64),
-            matmul.astype(np.int64), tuple(self.costs), tuple(self.kinds),
+            rows.ravel().copy(), np.flatnonzero(op == _LOADWEIGHTS) * _ROW + 2,
+            np.flatnonzero(matmul & ~zeroes) * _ROW + 2, np.flatnonzero(matmul) * _ROW + 4,
+            tuple(self.costs), tuple(self.kinds),
         )  # fmt: skip
 
     def fill(self, t: "BurstTemplate", weights: int, local: int, acc: int) -> None:
         """Record ``t`` again, its weight loads from ``weights`` on, its MatMuls reading from ``local``
         on (not those of zeroes) and writing from ``acc`` on."""
         rows = t.rows.copy()
-        rows[:, 2] += t.loads * weights + t.reads * local
-        rows[:, 4] += t.matmuls * acc
+        rows[t.loads] += weights
+        rows[t.reads] += local
+        rows[t.matmuls] += acc
         self.rows.frombytes(rows.tobytes())
         self.costs.extend(t.costs)
         self.kinds.extend(t.kinds)
