@@ -882,6 +882,7 @@ class _Stream:
         self._interned: dict = {}
         self._loads: dict[int, tuple] = {}
         self._encoded: dict[tuple, list | None] = {}
+        self._queued: dict[tuple, np.ndarray] = {}  # ``later``'s rows by key (never written to)
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -1009,14 +1010,20 @@ class _Stream:
             self.overlap.defer(*move)
         self.waiting = []
 
-    def later(self, emit) -> None:
-        """``emit(lir)`` now or, banked, into the end of the backlog."""
+    def later(self, emit, key=None) -> None:
+        """``emit(lir)`` now or, banked, into the end of the backlog (``key``: what ``emit`` emits
+        depends on only, as a value: its rows are then emitted once per stream)."""
         if not self.p.banked:
             self.now(emit)
             return
-        side = LIR(self.ctx.arch)
-        emit(side)
-        self.backlog = np.concatenate([self.backlog, side.pending_rows()])
+        rows = self._queued.get(key) if key is not None else None
+        if rows is None:
+            side = LIR(self.ctx.arch)
+            emit(side)
+            rows = side.pending_rows()
+            if key is not None:
+                self._queued[key] = rows
+        self.backlog = np.concatenate([self.backlog, rows]) if len(self.backlog) else rows
         self.clock.mark_ready()
         self.fresh = True
 
@@ -1209,11 +1216,11 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     _settle_block(s, p, i, ob, bool(second))
     if short and not node.attrs.residue and not p.recipes.identity and p.banked:
         _move_next_shortcut(ctx, s, p, i, ob + 1)
-    finish = _finish(node, p, i, ob, acc0, cvec)
+    finish, key = _finish(node, p, i, ob, acc0, cvec)
     if second:  # now: the second output's MatMul reads this gather
         s.now(finish)
     else:
-        s.later(finish)
+        s.later(finish, key)
         if s.early:
             flush(ctx.place[node.output], p.tiles[i], store, lambda *run: s.waiting.append(run), blocks=[ob])
     s.clock.queued(count * (1 + len(node.epilogue)))
@@ -1244,7 +1251,7 @@ def _emit_paired(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, cvecs, pla
     _settle_block(s, p, i, ob, True)
     if ob % 2 == 0 and node.attrs.residual and not p.recipes.identity:
         _move_next_shortcut(ctx, s, p, i, ob + 1)
-    s.later(_finish(node, p, i, ob, acc0, cvec))
+    s.later(*_finish(node, p, i, ob, acc0, cvec))
     s.clock.queued(count * (1 + len(node.epilogue)))
     if ob % 2 == 0:
         return
@@ -1271,14 +1278,14 @@ def _move_next_shortcut(ctx, s: _Stream, p: ConvPlan, i: int, after: int) -> Non
 
 
 def _finish(node: Node, p: ConvPlan, i: int, ob: int, acc0: int, cvec):
-    """Block ``ob``'s epilogue and gather into the store buffer."""
-    store = p.memory.stores[i % p.buffers]
+    """Block ``ob``'s epilogue and gather into the store buffer, and what they depend on (a key)."""
+    store, pixels = p.memory.stores[i % p.buffers], p.tiles[i].pixels
 
     def finish(lir: LIR) -> None:
-        emit_epilogue(lir, acc0, p.tiles[i].pixels, node.epilogue, cvec, ob)
+        emit_epilogue(lir, acc0, pixels, node.epilogue, cvec, ob)
         gather(lir, p.tiles[i], ob, acc0, store)
 
-    return finish
+    return finish, ("finish", id(node.epilogue), id(cvec), acc0, pixels, ob, store)
 
 
 def _second_matmul(ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int) -> None:
@@ -1298,7 +1305,7 @@ def _queue_second_finish(node: Node, s: _Stream, p: ConvPlan, i: int, ob: int, a
         emit_epilogue(lir, acc0, count, second.epilogue, cvec, ob)
         gather(lir, p.tiles[i], ob, acc0, store2)
 
-    s.later(finish_second)
+    s.later(finish_second, ("second", id(second.epilogue), id(cvec), acc0, count, ob, store2))
     s.clock.queued(count * (1 + len(second.epilogue)))
 
 
