@@ -64,6 +64,7 @@ class BurstTemplate(NamedTuple):
     matmuls: np.ndarray  # where a MatMul's accumulator address is
     costs: tuple[int, ...]
     kinds: tuple[int, ...]
+    filled: dict  # the rows filled in, by (weights, local, acc)
 
 
 class Burst:
@@ -98,17 +99,20 @@ class Burst:
         return BurstTemplate(
             rows.ravel().copy(), np.flatnonzero(op == _LOADWEIGHTS) * _ROW + 2,
             np.flatnonzero(matmul & ~zeroes) * _ROW + 2, np.flatnonzero(matmul) * _ROW + 4,
-            tuple(self.costs), tuple(self.kinds),
+            tuple(self.costs), tuple(self.kinds), {},
         )  # fmt: skip
 
     def fill(self, t: "BurstTemplate", weights: int, local: int, acc: int) -> None:
         """Record ``t`` again, its weight loads from ``weights`` on, its MatMuls reading from ``local``
         on (not those of zeroes) and writing from ``acc`` on."""
-        rows = t.rows.copy()
-        rows[t.loads] += weights
-        rows[t.reads] += local
-        rows[t.matmuls] += acc
-        self.rows.frombytes(rows.tobytes())
+        data = t.filled.get((weights, local, acc))
+        if data is None:  # (a stream meets few: two weight slots, slabs, banks)
+            rows = t.rows.copy()
+            rows[t.loads] += weights
+            rows[t.reads] += local
+            rows[t.matmuls] += acc
+            data = t.filled[weights, local, acc] = rows.tobytes()
+        self.rows.frombytes(data)
         self.costs.extend(t.costs)
         self.kinds.extend(t.kinds)
 

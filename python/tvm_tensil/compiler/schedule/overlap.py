@@ -104,12 +104,21 @@ class Overlap:
         self.write_busy -= cycles
         if self.shared:  # in the order they were deferred, the urgent ones first
             while self.read_busy <= 0 and self.pending:
-                self._issue(self.urgent or min((q for q in (self.reads, self.writes) if q), key=lambda q: q[0][0]))
+                self._issue(self._first())
             return
         while self.read_busy <= 0 and (self.urgent or self.reads):
             self._issue(self.urgent or self.reads)
         while self.write_busy <= 0 and self.writes:
             self._issue(self.writes)
+
+    def _first(self) -> deque:
+        """The urgent queue if it holds a move, else the queue whose first move was deferred first."""
+        if self.urgent:
+            return self.urgent
+        reads, writes = self.reads, self.writes
+        if reads and writes:
+            return reads if reads[0][0] < writes[0][0] else writes
+        return reads or writes
 
     def need_urgent(self) -> None:
         """What comes next reads the urgent moves' data: issue them all now (what comes next
@@ -163,5 +172,8 @@ def _earlier(queue: deque, seq: int, lo: int, hi: int) -> bool:
     return False
 
 
+_WRITES = frozenset({int(Direction.LOCAL_TO_DRAM0), int(Direction.LOCAL_TO_DRAM1)})
+
+
 def _writes(direction: Direction) -> bool:
-    return direction in (Direction.LOCAL_TO_DRAM0, Direction.LOCAL_TO_DRAM1)
+    return direction in _WRITES
