@@ -219,3 +219,78 @@ def test_a_tiles_shortcut_goes_out_block_by_block_beside_its_matmuls(defer):
                 assert block in loaded_at  # its shortcut is in
         assert (after_matmul > 0) == defer
     assert cycles[True] < cycles[False]
+
+
+def depthwise(x_shape, k=3):
+    """x -> depthwise conv (k x k, same padding, a ReLU6) -> y."""
+    n, h, w, c = x_shape
+    rng = np.random.default_rng(1)
+    attrs = dict(weight=0, bias=1, padding=(k // 2,) * 4, groups=c)
+    nodes = [Node("conv2d", ["x"], "c", attrs), Node("clip", ["c"], "y", dict(lo=0.0, hi=6.0))]
+    tensors = {"x": Tensor("x", x_shape), "c": Tensor("c", x_shape), "y": Tensor("y", x_shape)}
+    consts = [rng.standard_normal((c, 1, k, k)).astype("float32"), rng.standard_normal(c).astype("float32")]
+    return Graph(tensors, nodes, ["x"], ["y"], consts)
+
+
+@pytest.mark.parametrize("preset", ["arty_a7_35", "ultra96v2_300mhz"])
+@pytest.mark.parametrize("graph", ["conv", "residual", "depthwise"])
+def test_played_runs_are_the_instructions_one_by_one(monkeypatch, preset, graph):
+    """The stream plays a weight group's MatMuls and loads in runs between the deferred moves, and
+    reuses a group's recording and a block's epilogue at other addresses: the program is the one
+    the same instructions make played one at a time, each recorded where it goes (for every plan
+    the search weighs: buffers, bands, banks, pipelined, paced; a core with one clock for DRAM reads
+    and writes, and one with two and the window MatMul)."""
+    from helpers import schedule_context
+    from tvm_tensil.compiler.lir import CONTINUED, LIR, LOAD
+    from tvm_tensil.compiler.memory import ConstTable
+    from tvm_tensil.compiler.schedule import NOTHING, Out
+    from tvm_tensil.compiler.schedule import conv as lowering
+
+    class Forgetful(dict):
+        def __setitem__(self, key, value):
+            pass
+
+    class OneByOne(lowering._Stream):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._queued = Forgetful()
+
+        def loads_key(self, group):
+            return 0, ()  # (no single part: recorded in place, never reused)
+
+        def play(self):
+            burst, i = self.burst, 0
+            while i < len(burst):
+                e = i
+                while burst.kinds[e] == CONTINUED:
+                    e += 1
+                kind = burst.kinds[e]
+                if kind >= 0:
+                    self._before_matmul()
+                self.lir.emit_burst(burst, i, e + 1)
+                if kind >= 0:
+                    self.clock.compute(burst.costs[e])
+                    self._earn(kind)
+                elif kind == LOAD:
+                    self.clock.compute(burst.costs[e])
+                    self._release_earned()
+                i = e + 1
+            burst.clear()
+
+    arch = PRESETS[preset].replace(local_depth=2048)  # (several tiles)
+    g = {"conv": lambda: conv((1, 20, 20, 24), 40), "residual": lambda: conv((1, 20, 20, 32), 32, residual=True),
+         "depthwise": lambda: depthwise((1, 24, 24, 48))}[graph]()  # fmt: skip
+    ctx, fused = schedule_context(g, arch)
+    node = fused.nodes[0]
+    programs = {}
+    for stream in (lowering._Stream, OneByOne):
+        monkeypatch.setattr(lowering, "_Stream", stream)
+        for buffers in (1, 2):
+            for pipelined, paced in ((False, False), (True, False), (False, True), (True, True)):
+                out = Out(LIR(arch), ConstTable(arch))
+                p = lowering.plan(node, ctx, NOTHING, out.consts, buffers)
+                lowering.emit(node, ctx, NOTHING, out, p, pipelined, paced=paced)
+                programs.setdefault((buffers, pipelined, paced), []).append(out.lir.program("t").data)
+    assert len(programs) == 8
+    for key, (played, one_by_one) in programs.items():
+        assert played == one_by_one, key
