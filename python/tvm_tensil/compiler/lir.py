@@ -34,7 +34,7 @@ from ..isa.instructions import (
     SIMDOp,
 )
 from ..isa.layout import layout_of
-from ..isa.program import Program, ProgramFields
+from ..isa.program import Program, ProgramFields, fields_of_operands
 
 _MEMORY = {d: d.memory for d in Direction}
 _ROW = 7  # opcode, flags, addr0, stride0, addr1, stride1, operand2
@@ -69,25 +69,26 @@ class BurstTemplate(NamedTuple):
 
 class Burst:
     """Compute instructions recorded to go out together (the scheduler plays them into a program
-    in runs, between the moves it paces beside them), encoded as ``LIR`` encodes them. Each row
-    has the compute cycles the scheduler's clock counts for it (``costs``) and its kind (``kinds``):
-    a request of several instructions (a run longer than the size field) is its rows, all but the
-    last ``CONTINUED`` and costing nothing."""
+    in runs, between the moves it paces beside them): requests to an ``LIR`` of their own, each
+    row with the compute cycles the scheduler's clock counts for it (``costs``) and its kind
+    (``kinds``); a request of several instructions (a run longer than the size field) is its rows,
+    all but the last ``CONTINUED`` and costing nothing."""
 
     def __init__(self, arch: Architecture):
-        self.rows = array("q")
+        self.lir = LIR(arch)
+        self.lir.CHUNK = 1 << 62  # (a burst is played, never encoded)
         self.costs: list[int] = []
         self.kinds: list[int] = []
-        self._side = LIR(arch)  # the encoder of the requests that are not one plain instruction
-        _, self._stride0, stride1, limits, _ = _encoding(arch)
-        self._limit = limits["acc"]
-        self._plain = self._stride0.get(1) is not None and stride1.get(1) is not None
+
+    @property
+    def rows(self) -> array:
+        return self.lir._rows
 
     def __len__(self) -> int:
         return len(self.costs)
 
     def clear(self) -> None:
-        self.rows = array("q")
+        self.lir._rows = array("q")
         self.costs, self.kinds = [], []
 
     def template(self) -> "BurstTemplate":
@@ -116,73 +117,36 @@ class Burst:
         self.costs.extend(t.costs)
         self.kinds.extend(t.kinds)
 
-    def _from_side(self, cost: int, kind: int) -> None:
-        n = len(self._side._rows) // _ROW
-        self.rows.extend(self._side._rows)
-        self._side._rows = array("q")
-        if n:
-            self.costs.extend([0] * (n - 1) + [cost])
-            self.kinds.extend([CONTINUED] * (n - 1) + [kind])
-        else:  # (nothing to encode: counted all the same, with no row of its own)
+    def _recorded(self, before: int, cost: int, kind: int) -> None:
+        """The rows after ``before`` are one request's."""
+        n = len(self.rows) // _ROW - before
+        if not n:
             raise ValueError("a burst request of no instructions")
-
-    def plain_runs(self, runs, local_step: int):
-        """``runs`` of MatMuls ``(local offset, accumulator offset, vectors, cost)`` at one step,
-        encoded ahead (``load_and_matmuls``), or None where one is not a single instruction."""
-        ls = self._stride0.get(local_step)
-        if ls is None or not self._plain or any(not 0 < n <= self._limit for _, _, n, _ in runs):
-            return None
-        return [(lo, ao, ls if n > 1 else 0, n - 1, cost, n) for lo, ao, n, cost in runs]
-
-    def load_and_matmuls(self, weights: int, size: int, encoded, local: int, acc: int, accumulate: bool) -> None:
-        """``load_weights(weights, size)``, then the MatMuls ``encoded`` by ``plain_runs`` from
-        ``local`` into ``acc``."""
-        ext, cost, kind = self.rows.extend, self.costs.append, self.kinds.append
-        ls = self._stride0.get(1)
-        if ls is None:
-            self._side.load_weights(weights, size)  # (raises as LIR does)
-        ext((_LOADWEIGHTS, 0, weights, ls if size > 1 else 0, size - 1, 0, 0))
-        cost(size + 4)
-        kind(LOAD)
-        fl = _ACCUMULATE if accumulate else 0
-        for lo, ao, s0, n1, c, k in encoded:
-            ext((_MATMUL, fl, local + lo, s0, acc + ao, 0, n1))
-            cost(c)
-            kind(k)
+        self.costs.extend([0] * (n - 1) + [cost])
+        self.kinds.extend([CONTINUED] * (n - 1) + [kind])
 
     def matmul(self, local: int, acc: int, size: int, local_step: int, cost: int, accumulate=False, zeroes=False):
         """``LIR.matmul(local, acc, size, local_step, accumulate=, zeroes=)``, counted as ``cost``."""
-        ls = 0 if zeroes else self._stride0.get(local_step)
-        if ls is not None and self._plain and 0 < size <= self._limit:
-            fl = (_ACCUMULATE if accumulate else 0) | (_ZEROES if zeroes else 0)
-            self.rows.extend((_MATMUL, fl, 0 if zeroes else local, ls if size > 1 else 0, acc, 0, size - 1))
-            self.costs.append(cost)
-            self.kinds.append(size)
-        else:
-            self._side.matmul(local, acc, size, local_step, 1, accumulate, zeroes)
-            self._from_side(cost, size)
+        before = len(self.rows) // _ROW
+        self.lir.matmul(local, acc, size, local_step, 1, accumulate, zeroes)
+        self._recorded(before, cost, size)
 
     def window_matmul(self, local: int, acc: int, outputs: int, streams: int, accumulate: bool) -> None:
         """``LIR.window_matmul(local, acc, outputs, accumulate=)``, streaming ``streams`` vectors."""
-        if not self._plain or outputs > self._limit:
-            self._side.window_matmul(local, acc, outputs, accumulate=accumulate)  # (raises as LIR does)
-        fl = _WINDOW | (_ACCUMULATE if accumulate else 0)
-        self.rows.extend((_MATMUL, fl, local, self._stride0[1], acc, 0, outputs - 1))
-        self.costs.append(streams + 1)
-        self.kinds.append(streams)
+        before = len(self.rows) // _ROW
+        self.lir.window_matmul(local, acc, outputs, accumulate=accumulate)
+        self._recorded(before, streams + 1, streams)
 
     def load_weights(self, local: int, size: int) -> None:
         """``LIR.load_weights(local, size)``."""
-        ls = self._stride0.get(1)
-        if ls is None:
-            self._side.load_weights(local, size)  # (raises as LIR does)
-        self.rows.extend((_LOADWEIGHTS, 0, local, ls if size > 1 else 0, size - 1, 0, 0))
-        self.costs.append(size + 4)
-        self.kinds.append(LOAD)
+        before = len(self.rows) // _ROW
+        self.lir.load_weights(local, size)
+        self._recorded(before, size + 4, LOAD)
 
     def configure(self, register: ConfigRegister, value: int) -> None:
-        self._side.configure(register, value)
-        self._from_side(0, CONFIGURE)
+        before = len(self.rows) // _ROW
+        self.lir.configure(register, value)
+        self._recorded(before, 0, CONFIGURE)
 
 
 @lru_cache(maxsize=16)
@@ -484,13 +448,4 @@ def _fields(rows: np.ndarray, lay) -> ProgramFields:
     plain = op != _CONFIGURE
     raw0 = np.where(plain, a0 | (s0 << lay.operand0_address_bits), a0)
     raw1 = np.where(plain, a1 | (s1 << lay.operand1_address_bits), a1)
-
-    def split(raw, abits, sbits):
-        return raw & ((1 << abits) - 1), (raw >> abits) & ((1 << sbits) - 1), (raw >> (abits + sbits)) != 0
-
-    addr0, stride0, pad0 = split(raw0, lay.operand0_address_bits, lay.stride0_bits)
-    addr1, stride1, pad1 = split(raw1, lay.operand1_address_bits, lay.stride1_bits)
-    return ProgramFields(
-        opcode=op, flags=fl, raw0=raw0, raw1=raw1, operand2=o2, addr0=addr0, stride0=stride0,
-        addr1=addr1, stride1=stride1, pad0=pad0, pad1=pad1,
-    )  # fmt: skip
+    return fields_of_operands(op, fl, raw0, raw1, o2, lay)

@@ -157,25 +157,7 @@ class Program:
         o1 = _operand(rows, b0, b1).astype(np.int64)
         o2 = _operand(rows, b0 + b1, b2).astype(np.int64)
         header = rows[:, -1].astype(np.int64)
-
-        def split(raw, abits, sbits):
-            return raw & ((1 << abits) - 1), (raw >> abits) & ((1 << sbits) - 1), (raw >> (abits + sbits)) != 0
-
-        addr0, stride0, pad0 = split(o0, lay.operand0_address_bits, lay.stride0_bits)
-        addr1, stride1, pad1 = split(o1, lay.operand1_address_bits, lay.stride1_bits)
-        return ProgramFields(
-            opcode=header >> 4,
-            flags=header & 0xF,
-            raw0=o0,
-            raw1=o1,
-            operand2=o2,
-            addr0=addr0,
-            stride0=stride0,
-            addr1=addr1,
-            stride1=stride1,
-            pad0=pad0,
-            pad1=pad1,
-        )
+        return fields_of_operands(header >> 4, header & 0xF, o0, o1, o2, lay)
 
     def window_after(self, f: ProgramFields, window: int | None = None) -> int | None:
         """The window register's value after ``f`` (``window`` before it; None: never set)."""
@@ -368,6 +350,21 @@ def _configure_values(f: ProgramFields, layout: InstructionLayout) -> np.ndarray
     core's window register value spans all three)."""
     o0, o1 = layout.operand0_bits, layout.operand1_bits
     return (f.raw0 >> 4) | (f.raw1 << (o0 - 4)) | (f.operand2 << (o0 + o1 - 4))
+
+
+def fields_of_operands(opcode, flags, raw0, raw1, operand2, layout: InstructionLayout) -> ProgramFields:
+    """Instructions' fields from their opcodes, flags and whole operands (operands 0 and 1 split
+    into address, stride and the bits above them)."""
+
+    def split(raw, abits, sbits):
+        return raw & ((1 << abits) - 1), (raw >> abits) & ((1 << sbits) - 1), (raw >> (abits + sbits)) != 0
+
+    addr0, stride0, pad0 = split(raw0, layout.operand0_address_bits, layout.stride0_bits)
+    addr1, stride1, pad1 = split(raw1, layout.operand1_address_bits, layout.stride1_bits)
+    return ProgramFields(
+        opcode=opcode, flags=flags, raw0=raw0, raw1=raw1, operand2=operand2, addr0=addr0, stride0=stride0,
+        addr1=addr1, stride1=stride1, pad0=pad0, pad1=pad1,
+    )  # fmt: skip
 
 
 def window_register(f: ProgramFields, layout: InstructionLayout, window: int | None) -> tuple[np.ndarray, int | None]:

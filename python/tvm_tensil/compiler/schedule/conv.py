@@ -876,12 +876,11 @@ class _Stream:
         self.window: TapWindow | None = None  # the window register as this stream left it
         self.burst = Burst(ctx.arch)  # MatMuls and weight loads recorded to ``play``
         # The tile being emitted: its runs (``_emit_tile``) as a key; recorded groups by their loads,
-        # that key and the state they start from; each tap's runs encoded by the burst.
+        # that key and the state they start from.
         self.runs_key = 0
         self.templates: dict[tuple, tuple] = {}
         self._interned: dict = {}
         self._loads: dict[int, tuple] = {}
-        self._encoded: dict[tuple, list | None] = {}
         self._queued: dict[tuple, np.ndarray] = {}  # ``later``'s rows by key (never written to)
 
     def release(self, limit: int | None = None) -> None:
@@ -939,13 +938,6 @@ class _Stream:
             parts = tuple(sorted({load[3] for load in group.loads}))
             key = self._loads[id(group)] = (self.intern(group.loads), parts)
         return key
-
-    def encoded(self, runs, t: int, step: int):
-        """Tap ``t``'s runs of the current tile encoded (``Burst.plain_runs``), once per tile geometry."""
-        key = (self.runs_key, t)
-        if key not in self._encoded:
-            self._encoded[key] = self.burst.plain_runs([(o, a, n, n + r) for o, a, n, r in runs[t]], step)
-        return self._encoded[key]
 
     def record_window_matmul(self, local: int, acc: int, outputs: int, window: TapWindow, accumulate: bool) -> None:
         """``window_matmul`` into the burst."""
@@ -1400,12 +1392,7 @@ def _record_load(s: _Stream, p: ConvPlan, runs, plane, count, block, streamed, b
             burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
         return first, False
     # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
-    weights = p.window.kw + 1 if p.window_rows else block
-    encoded = None if streamed or p.window_rows or zero_first else s.encoded(runs, t, p.window.sw)
-    if encoded is not None:
-        burst.load_and_matmuls(base + local, weights, encoded, slab + ib * plane, acc0, not first)
-        return False, zero_first
-    burst.load_weights(base + local, weights)
+    burst.load_weights(base + local, p.window.kw + 1 if p.window_rows else block)
     if zero_first:  # (a residue block's bias row is zero)
         burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
     if streamed:
