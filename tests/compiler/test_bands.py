@@ -207,3 +207,28 @@ def test_a_patched_first_conv_starts_a_chain():
         for part in (compile_graph(graph, WINDOW, "t", options=CompileOptions(row_bands=b)) for b in (True, False))
     ]
     np.testing.assert_array_equal(*outs)
+
+
+@pytest.mark.parametrize(
+    "arch, shape, expand, stride, residual, kernel",
+    [
+        (WINDOW, (1, 20, 12, 8), 4, 1, True, 3),  # every band in turn
+        (WINDOW, (1, 21, 12, 8), 4, 2, False, 3),  # the last band's do not fit beside each other
+        (ARCH, (1, 40, 6, 8), 4, 1, False, 5),  # diagonal weight blocks, two halo rows a side
+    ],
+    ids=["residual", "stride2", "diagonal5x5"],
+)
+def test_an_expansion_and_its_depthwise_conv_in_turn_compute_what_they_do_in_order(
+    arch, shape, expand, stride, residual, kernel
+):
+    """Where both fit in local memory and a bank, the expansion's blocks and the depthwise conv's
+    go in turn (``conv.emit_in_turn``): bit for bit what they compute one after the other."""
+    graph, x, _ = block(shape, expand, stride, residual, kernel)
+    options = {t: CompileOptions(row_bands=True, in_turn=t) for t in (True, False)}
+    parts = {t: compile_graph(graph, arch, "t", options=o) for t, o in options.items()}
+    outs = {t: Emulator(arch).run_model(p.model(graph.constants), {"x": x})["y"] for t, p in parts.items()}
+    np.testing.assert_array_equal(outs[True], outs[False])  # bit for bit
+    layers = {n["output"]: n for n in parts[True].report["nodes"]}
+    assert layers["ra"]["in_turn_with"] == "rb" and layers["rb"]["in_turn_with"] == "ra"
+    assert not any("in_turn_with" in n for n in parts[False].report["nodes"])
+    assert parts[True].program.data != parts[False].program.data

@@ -153,6 +153,8 @@ class BuildReport:
                 ep = f" + {'+'.join(node['epilogue'])}" if node["epilogue"] else ""
                 two = f", weights in two parts (residue 2^-{node['residue_bits']})" if "residue_bits" in node else ""
                 busiest = max(node["busy"].items(), key=lambda kv: kv[1], default=("nothing", 0))
+                if "in_turn_with" in node:
+                    two += f", in turn with {node['in_turn_with']} (the pair's cycles in the first)"
                 lines.append(
                     f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions, "
                     f"~{sum(node['cycles'].values()):,} cycles (busiest: {busiest[0]} {busiest[1]:,}){two} "

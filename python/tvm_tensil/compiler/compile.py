@@ -540,9 +540,11 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
     for node in progress.bar(graph.nodes, desc=f"tvm_tensil: compiling {name}", unit="op", delay=2):
         start = len(lir)
         if node.output in banded.chains:  # a chain: its bands or its convs whole, the faster
-            for lowered, count in sched.lower_chain(node):
+            for lowered, count, partner in sched.lower_chain(node):
                 node_starts.append(start)
                 report(lowered, count)
+                if partner is not None:  # emitted in turn with it: their cycles count in the first
+                    per_node[-1]["in_turn_with"] = banded.layer.get(partner.output, partner.output)
                 start += count
             continue
         if node.output in in_bands:
@@ -660,6 +662,8 @@ def _layers_merged(entries: list[dict], graph: Graph, layers: dict[str, str]) ->
             merged[entry["output"], entry["op"]] = entry
             continue
         last["instructions"] += entry["instructions"]
+        if "in_turn_with" in entry:  # (some of its bands)
+            last["in_turn_with"] = entry["in_turn_with"]
         for key in ("cycles", "busy"):
             last[key] = {k: last[key].get(k, 0) + entry[key].get(k, 0) for k in last[key] | entry[key]}
     return list(merged.values())

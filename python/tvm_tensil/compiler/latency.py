@@ -66,6 +66,7 @@ from ..isa.instructions import (
     MatMulFlag,
     Opcode,
     SIMDFlag,
+    TapWindow,
 )
 from ..isa.layout import InstructionLayout, layout_of
 from ..isa.program import Program, ProgramFields, window_register, window_stream
@@ -249,10 +250,18 @@ class Simulation:
         """The fields the model reads, one row each (``run`` takes any selection of columns); a
         window MatMul's size is the vectors it streams (``window``: the window register before ``f``;
         ``seen``: the one each instruction sees, if known)."""
+        seen = window_register(f, layout, window)[0] if seen is None else seen
         size, tail = window_stream(f, layout, window, seen)
         # The fourth row: a LoadWeights' size; a window MatMul's stream after its last output's first.
         extra = np.where(f.opcode == _LOADWEIGHTS, f.raw1 + 1, tail)
-        return np.stack([f.opcode, f.flags, size, extra, f.addr0, f.stride0, f.addr1, f.stride1])
+        # The ninth: the local vectors an instruction touches, for a window MatMul those its window
+        # reads (its stream less the padding before and after them).
+        local = np.where(f.opcode == _LOADWEIGHTS, extra, size)
+        if layout.arch.window_matmul:
+            _, lead, trail, _ = TapWindow.fields(np.maximum(seen, 0))
+            windowed = (f.opcode == _MATMUL) & ((f.flags & MatMulFlag.WINDOW) != 0) & (seen >= 0)
+            local = np.where(windowed, size - lead - trail, local)
+        return np.stack([f.opcode, f.flags, size, extra, f.addr0, f.stride0, f.addr1, f.stride1, local])
 
     def advance(self, f: ProgramFields, node: np.ndarray | None = None) -> None:
         """Run the instructions ``f`` (with ``node``, each one's node for the blame)."""
@@ -472,7 +481,7 @@ def _simulate(columns, core, memory, costs, busy, state, node, kind_of, blame, f
             )
             to_dram = op == _DATAMOVE and fl < _ACC_TO_LOCAL and (fl & _TO_DRAM) != 0
             writes = op == _DATAMOVE and (fl == _ACC_TO_LOCAL or (fl < _ACC_TO_LOCAL and not to_dram))
-            lo, hi = _local_range(a0, s0, k, depth)
+            lo, hi = _local_range(a0, s0, columns[8, i], depth)
             banks = 0
             if op == _LOADWEIGHTS:
                 eng = _W

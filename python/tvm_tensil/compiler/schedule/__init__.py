@@ -85,30 +85,51 @@ class GraphSchedule:
     def lower(self, node: Node) -> None:
         self.left = lower_node(node, self.ctx.before(self._after.get(id(node))), self.left, self.out)
 
-    def lower_chain(self, first: Node) -> list[tuple[Node, int]]:
-        """The chain whose first band's first node is ``first``: its bands or its convs whole,
-        whichever the latency model finds faster (with the stores each leaves still to go; bands
-        alone where they are certain to be).
-        Returns the nodes lowered and their instructions."""
+    def lower_chain(self, first: Node) -> list[tuple[Node, int, Node | None]]:
+        """The chain whose first band's first node is ``first``: its bands (each conv lowered on
+        its own, or a conv and the depthwise conv after it in turn: ``conv.emit_in_turn``) or its
+        convs whole, whichever the latency model finds faster (with the stores each leaves still to
+        go; bands alone where they are certain to be). Returns the nodes lowered, their
+        instructions and the node each was emitted in turn with (its instructions counted in the
+        first of the two)."""
         bands, convs, certain = self.banded.chains[first.output]
         after = self._after.get(id(bands[-1]))
-        done: dict[int, list[tuple[Node, int]]] = {}
+        done: dict[int, list[tuple[Node, int, Node | None]]] = {}
 
-        def sequence(index: int, nodes: list[Node], ctx: Context) -> Alternative:
+        def sequence(index: int, nodes: list[Node], ctx: Context, in_turn: bool = False) -> Alternative:
             def lower(_ctx: Context, given: HandOver, out: Out) -> HandOver:
                 done[index] = []
-                for node, nxt in zip(nodes, nodes[1:] + [after]):
-                    start = len(out.lir)
-                    given = lower_node(node, ctx.before(nxt), given, out)
-                    done[index].append((node, len(out.lir) - start))
+                following = nodes[1:] + [after]
+                i = 0
+                while i < len(nodes):
+                    node, start = nodes[i], len(out.lir)
+                    if in_turn and i + 1 < len(nodes) and conv.depthwise_follows(node, nodes[i + 1], ctx):
+                        trial = out.fork()
+                        try:
+                            given = conv.lower_with_depthwise(node, nodes[i + 1], ctx, given, trial)
+                        except ScheduleError:
+                            pass
+                        else:
+                            out.lir.extend(trial.lir)
+                            out.consts.commit(trial.consts)
+                            # (The pair's instructions are one stream: counted as the first's.)
+                            done[index] += [(node, len(out.lir) - start, nodes[i + 1]), (nodes[i + 1], 0, node)]
+                            i += 2
+                            continue
+                    given = lower_node(node, ctx.before(following[i]), given, out)
+                    done[index].append((node, len(out.lir) - start, None))
+                    i += 1
                 return given
 
             return lower
 
-        alternatives = [sequence(0, bands, self.ctx)]
+        in_turn = self.ctx.options.in_turn
+        alternatives = [sequence(0, bands, self.ctx, in_turn=bool(in_turn))]
+        if in_turn is None:
+            alternatives.append(sequence(1, bands, self.ctx, in_turn=True))
         compare = self.ctx.options.row_bands is None and not certain
         if compare and all(conv.output in self.ctx.place for conv in convs):  # (their maps fit DRAM0)
-            alternatives.append(sequence(1, convs, self.plain))
+            alternatives.append(sequence(len(alternatives), convs, self.plain))
         won: list[int] = []
         alone = replace(self.ctx.before(after), looking_ahead=self.ctx.options.look_ahead)
         self.left = cheapest(alternatives, alone, self.left, self.out, won=won)

@@ -67,6 +67,10 @@ class CompileOptions:
     # rows, those maps kept in local memory (``compiler.bands``): always (True), never (False), or
     # where the latency model finds it faster (None).
     row_bands: bool | None = None
+    # In a band, a conv and the depthwise conv that reads it emit their output blocks in turn (one
+    # block's epilogue beside the other conv's MatMuls; ``schedule.conv.emit_in_turn``): where the
+    # latency model finds it faster (None), wherever they fit (True), or never (False).
+    in_turn: bool | None = None
     # Each window of the finished program merged again across the engines' instruction streams
     # where the latency model finds it faster (``compiler.interleave``): always (True), never
     # (False), or in programs of at most ``interleave.AUTO_LIMIT`` instructions (None; the pass takes

@@ -851,9 +851,11 @@ class _Stream:
         early: bool,
         paced: bool = False,
         weight_piece: int | None = None,
+        beside: "_Stream | None" = None,
     ):
         self.ctx, self.lir, self.p = ctx, out.lir, p
-        self.overlap = Overlap(out.lir, ctx.arch, weight_piece)
+        # ``beside``: a stream whose overlap and clock this one shares (two convs' blocks in turn).
+        self.overlap = beside.overlap if beside else Overlap(out.lir, ctx.arch, weight_piece)
         self.backlog = no_rows()
         # Every (tile, output block, group) in program order, so each can fetch the next one's weights.
         self.sequence = [
@@ -870,7 +872,7 @@ class _Stream:
         self.waiting: list = []
         self.earned = 0  # backlog rows the last MatMul earned, not yet released
         # The overlap's clock (``_SerialClock``, ``_PacedClock``).
-        self.clock = _PacedClock(self.overlap) if paced else _SerialClock(self.overlap)
+        self.clock = beside.clock if beside else _PacedClock(self.overlap) if paced else _SerialClock(self.overlap)
         self.shortcuts_moved: set[tuple[int, int]] = set()  # (tile, block) whose shortcut is in
         self.fresh = False  # an epilogue was queued since the last MatMul
         self.window: TapWindow | None = None  # the window register as this stream left it
@@ -882,6 +884,12 @@ class _Stream:
         self._interned: dict = {}
         self._loads: dict[int, tuple] = {}
         self._queued: dict[tuple, np.ndarray] = {}  # ``later``'s rows by key (never written to)
+
+    def take_over(self, other: "_Stream") -> None:
+        """Go on where ``other`` (sharing this stream's overlap and clock) stopped: its backlog, the
+        rows its last MatMul earned, the window register as it left it."""
+        self.backlog, self.earned, self.fresh, self.window = other.backlog, other.earned, other.fresh, other.window
+        other.backlog, other.earned = no_rows(), 0
 
     def release(self, limit: int | None = None) -> None:
         take = len(self.backlog) if limit is None else limit
@@ -913,6 +921,13 @@ class _Stream:
 
     def _before_matmul(self) -> None:
         self._release_earned()
+        if self.fresh and len(self.backlog):
+            # The backlog's first row waits for its block's MatMuls to leave the array, and the core
+            # keeps a bank busy while MatMuls stream back to back: behind the next MatMul it would
+            # wait for that one too, so it goes first (the array drains once, as it would after
+            # that MatMul), and the MatMuls after it stream beside the rest.
+            self.release(1)
+            self.fresh = False
         if self.early and self.waiting and not len(self.backlog):  # their gather is out: beside this
             self.defer_waiting()
 
@@ -1127,6 +1142,96 @@ def emit(
     return left
 
 
+def depthwise_follows(first: Node, then: Node, ctx: Context) -> bool:
+    """Whether ``then`` is a depthwise conv reading only ``first``'s result, which nothing else
+    reads: its output block ``b`` needs only ``first``'s block ``b``."""
+    return (
+        then.op == "conv2d" and first.op == "conv2d" and then.inputs == [first.output]
+        and first.output in ctx.read_once and then.attrs.weight is not None and _depthwise(then.attrs, ctx)
+        and not (first.attrs.second or then.attrs.second or first.attrs.residue or then.attrs.residue)
+        and not then.attrs.residual
+    )  # fmt: skip
+
+
+def lower_with_depthwise(first: Node, then: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
+    """``first``, then the depthwise conv ``then`` that reads its result (``depthwise_follows``),
+    their output blocks in turn (``emit_in_turn``), each one tile: raises ``ScheduleError`` where
+    they do not fit together."""
+    pa = plan(first, ctx, given, out.consts, 1)
+    result = ctx.place[first.output]
+    if len(pa.tiles) != 1 or not _one_whole_map(pa.tiles, result.shape) or pa.memory.kept:
+        raise ScheduleError(f"{first.output}: not one whole map in local memory")
+    handed = _keep_in_local(first, ctx, pa, pa.tiles[0])
+    # ``then``'s buffers beside everything of ``first``'s (its weights and slab are in use meanwhile).
+    m = pa.memory
+    spans = [(m.weights, m.weights + pa.weights.staging), *((s, s + slab_size_of(pa, ctx, first)) for s in m.slabs)]
+    spans += [(a, a + n) for a, n in given.in_local.values()]
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    busy = HandOver({**handed.in_local, "": (lo, hi - lo)}, handed.carried)
+    pb = plan(then, ctx, busy, out.consts, 1)
+    if len(pb.tiles) != 1 or not pb.memory.handed or pb.memory.kept:
+        raise ScheduleError(f"{then.output}: not one whole map beside {first.output}'s")
+    return emit_in_turn(first, then, ctx, given, out, pa, pb)
+
+
+def slab_size_of(p: ConvPlan, ctx: Context, node: Node) -> int:
+    """The vectors of plan ``p``'s slab (of its first tile)."""
+    inp, tile = ctx.place[node.inputs[0]], p.tiles[0]
+    full_rows = p.cols == ctx.place[node.output].shape[2]
+    return slab_size(tile.rows, tile.cols, p.window, inp.blocks, inp.shape[2] if full_rows else None)
+
+
+def emit_in_turn(first: Node, then: Node, ctx: Context, given: HandOver, out: Out, pa: ConvPlan, pb: ConvPlan):
+    """Plans ``pa`` (one whole map handed over in local memory) and ``pb`` (its depthwise conv)
+    emitted together, their output blocks in turn: ``first``'s block 0, then its block ``b + 1``
+    before ``then``'s block ``b`` (which reads ``first``'s block ``b`` only), the accumulator banks
+    alternating from one to the next. One block's epilogue and gather then run beside the other
+    conv's MatMuls: an expansion's long epilogue (a ReLU6 and the gather, two accumulator cycles a
+    vector against one MatMul cycle) beside a depthwise conv's MatMuls, its short epilogue beside
+    the next expansion block's. Returns what ``then`` leaves the next node."""
+    lir, half = out.lir, ctx.arch.accumulator_depth // 2
+    ka, kb = len(pa.constants), len(pb.constants)
+    if max(pa.tiles[0].pixels, pb.tiles[0].pixels) > half - ka - kb:
+        raise ScheduleError(f"{first.output}, {then.output}: their tiles and constants do not fit a bank")
+    if not (pa.banked and pb.banked):
+        raise ScheduleError(f"{first.output}, {then.output}: not banked")
+    cva = const_vectors(ctx, out, list(pa.constants), half - ka, 2 * half - ka)
+    cvb = const_vectors(ctx, out, list(pb.constants), half - ka - kb, 2 * half - ka - kb)
+    cvecs = [[c, {v: a + half for v, a in c.items()}] for c in (cva, cvb)]
+    ma = pa.memory
+    if not ma.handed:
+        given.issue(lir)
+    sa = _Stream(ctx, out, pa, False, False)
+    for name, moves in given.carried if ma.handed else ():
+        if not (name == first.inputs[0] and name in ctx.read_once):
+            sa.overlap.defer_moves(moves)
+    full_rows = pa.cols == ctx.place[first.output].shape[2]
+    geometry = ma.geometry
+    if not ma.handed:
+        geometry = _load_slab(lir.datamove, ctx.place[first.inputs[0]], pa.tiles[0], pa, ma.slabs[0], full_rows)
+    sb = _Stream(ctx, out, pb, False, False, beside=sa)
+    sa.fetch(0)
+    sb.fetch(0)
+    runs = [_tile_runs(first, ctx, sa, pa, 0, geometry), _tile_runs(then, ctx, sb, pb, 0, pb.memory.geometry)]
+    planes = [geometry[3], pb.memory.geometry[3]]
+    blocks = len(pa.weights.groups)
+    order = [(0, 0)] + [job for b in range(1, blocks) for job in ((0, b), (1, b - 1))] + [(1, blocks - 1)]
+    streams, nodes, plans = (sa, sb), (first, then), (pa, pb)
+    active = sa
+    for j, (k, ob) in enumerate(order):
+        s, node, p = streams[k], nodes[k], plans[k]
+        if s is not active:
+            s.take_over(active)
+            active = s
+        tile = p.tiles[0]
+        s.lir.comment(f"{node.op} {node.output}: rows {tile.y0}+{tile.rows} block {ob} (in turn)")
+        bank = j % 2
+        _emit_block(node, ctx, s, p, 0, ob, bank * half, cvecs[k][bank], planes[k], *runs[k])
+    active.release()
+    active.overlap.drain()
+    return _keep_in_local(then, ctx, pb, pb.tiles[0])
+
+
 def _window_runs(p: ConvPlan, tile: Tile, in_shape, y_lo: int, x_lo: int, scols: int) -> list[list[tuple]]:
     """Per kernel row: (slab offset, accumulator, outputs, the tile's window) of each output row
     whose input row is real (the others are padding: nothing to add)."""
@@ -1143,28 +1248,17 @@ def _window_runs(p: ConvPlan, tile: Tile, in_shape, y_lo: int, x_lo: int, scols:
 def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geometry, cvecs) -> tuple:
     """Tile ``i``: every output block's MatMuls, epilogue and gather (the next tile's slab loads
     deferred beside them with two buffers); returns the geometry of the slab loaded next."""
-    inp = ctx.place[node.inputs[0]]
     tile, m = p.tiles[i], p.memory
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
-    y_lo, x_lo, scols, plane = geometry
-    # Per tap: (slab offset, accumulator, vectors) of each run, the same for every block.
-    if p.window_rows:  # per kernel row: a window MatMul per output row it reads a real input row for
-        runs = _window_runs(p, tile, inp.shape, y_lo, x_lo, scols)
-    else:
-        runs = [
-            merge_runs([((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
-                        tap_runs(tile, inp.shape, p.window, p.padding, tap)], p.window.sw)
-            for tap in p.taps
-        ]  # fmt: skip
+    plane = geometry[3]
+    runs, streamed = _tile_runs(node, ctx, s, p, i, geometry)
     if p.buffers == 2 and i + 1 < len(p.tiles):  # the next tile's slab, beside this tile's MatMuls
         full_rows = p.cols == ctx.place[node.output].shape[2]
         if not m.handed:
+            inp = ctx.place[node.inputs[0]]
             geometry = _load_slab(s.overlap.defer, inp, p.tiles[i + 1], p, m.slabs[(i + 1) % 2], full_rows)
         if short:
             load_tile(short, p.tiles[i + 1], m.stores[(i + 1) % 2], s.overlap.defer)
-    # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
-    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
-    s.runs_key = s.intern(tuple(tuple(r) for r in runs))
     blocks = len(p.weights.groups)
     paired = blocks - blocks % 2 if _pairs_second_outputs(node, p) else 0
     for ob in range(blocks):
@@ -1189,6 +1283,25 @@ def _emit_tile(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geomet
     s.defer_waiting()
     s.overlap.drain()  # the next tile reads its slab; the store buffer about to be reused is flushed
     return geometry
+
+
+def _tile_runs(node: Node, ctx: Context, s: _Stream, p: ConvPlan, i: int, geometry) -> tuple[list, bool]:
+    """Tile ``i``'s MatMul runs per tap (slab offset, accumulator, vectors; the same for every
+    block), and whether its pointwise MatMuls stream the slab whole; the runs become the stream's key."""
+    inp, tile = ctx.place[node.inputs[0]], p.tiles[i]
+    y_lo, x_lo, scols, _ = geometry
+    if p.window_rows:  # per kernel row: a window MatMul per output row it reads a real input row for
+        runs = _window_runs(p, tile, inp.shape, y_lo, x_lo, scols)
+    else:
+        runs = [
+            merge_runs([((y - y_lo) * scols + (x - x_lo), r * tile.cols + c0, cnt) for r, y, c0, x, cnt in
+                        tap_runs(tile, inp.shape, p.window, p.padding, tap)], p.window.sw)
+            for tap in p.taps
+        ]  # fmt: skip
+    # (Read in place, a tile's rows start at its own row of the whole map, not at the slab's start.)
+    streamed = p.window.pointwise and not any(p.padding) and tile.cols == inp.shape[2] == scols and tile.y0 == y_lo
+    s.runs_key = s.intern(tuple(tuple(r) for r in runs))
+    return runs, streamed
 
 
 def _bank(p: ConvPlan, i: int, ob: int) -> int:
