@@ -29,7 +29,7 @@ import machine
 
 HERE = Path(__file__).parent
 OPTIONS = ("look_ahead", "prefetch", "sink_stores", "shortcut_in_place", "defer_shortcut", "window_matmul", "row_bands",
-           "interleave")  # fmt: skip
+           "interleave", "in_turn")  # fmt: skip
 SIZES = {"mobilenetv2": 224, "resnet50v2": 224, "yolov4_tiny": 416}
 
 CHILD = r"""
@@ -59,7 +59,7 @@ def main() -> None:
             row = {"net": name, "arch": arch}
             # look_ahead is a depth: also through one node only (1).
             values = {"off": False, "on": True} | ({"one_node": 1} if args.option == "look_ahead" else {})
-            values |= {"always": "always"} if args.option in ("row_bands", "interleave") else {}
+            values |= {"always": "always"} if args.option in ("row_bands", "interleave", "in_turn") else {}
             for key, on in values.items():
                 code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -179,6 +179,23 @@ def chart(rows: list[dict]) -> None:
     fig.savefig(CHART, dpi=110)
 
 
+def table(rows: list[dict]) -> str:
+    """The recorded rows as docs/results.md's markdown table."""
+    lines = [
+        "| network | preset | compile s | peak MB | instructions | latency model ms | RTL ms (model error) "
+        "| MAC bound ms | Tensil published ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rtl = f"{r['rtl_ms']} ({r['latency_model_error']:+.2%})" if r.get("rtl_ms") is not None else "-"
+        lines.append(
+            f"| {r['net']} {r['size']} | {r['arch']} | {r['compile_seconds']} | {r['peak_memory_mb']:,} "
+            f"| {r['instructions']:,} | {r['estimated_ms']} | {rtl} | {r['mac_bound_ms']} "
+            f"| {r['published_ms'] if r.get('published_ms') is not None else '-'} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", nargs="*", default=PRESETS)
@@ -186,7 +203,11 @@ def main() -> None:
     p.add_argument("--rtl", nargs="*", default=[], help="presets on which every workload also runs on the RTL")
     p.add_argument("--chart-only", action="store_true", help="redraw the chart from the recorded results")
     p.add_argument("--accuracy-only", action="store_true", help="only (re)measure the FP16BP8 accuracy")
+    p.add_argument("--table", action="store_true", help="print the recorded results as docs/results.md's table")
     args = p.parse_args()
+    if args.table:
+        print(table(json.loads(RESULTS.read_text())["results"]))
+        return
     if args.chart_only:
         chart(json.loads(RESULTS.read_text())["results"])
         return
