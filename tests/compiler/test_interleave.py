@@ -111,3 +111,36 @@ def test_compiled_models_compute_the_same_and_run_faster(net):
             assert sum(n["instructions"] for n in part.report["nodes"]) == part.report["instructions"]
     np.testing.assert_array_equal(outs[0], outs[1])
     assert cycles[0] < cycles[1]
+
+
+def test_the_pass_steps_the_latency_models_own_rules():
+    """numba compiles a cached kernel again only when its own file changes, and the pass's kernels
+    step the latency model (``latency._simulate``): after an edit of the model they could still hold
+    the old one (README, "Developing": clear the caches). Stepped through them one instruction at a
+    time, random programs and a window MatMul's padded row take the model's cycles."""
+    from tvm_tensil.compiler import interleave as il
+    from tvm_tensil.compiler import latency
+    from tvm_tensil.isa.instructions import TapWindow
+
+    window = TapWindow(3, 1, 0, 2).fitting(112, 56)
+    padded_row = assemble(
+        "\n".join(
+            ["datamove dram1_to_local local=0 dram1=0 size=9", "loadweights local=0 size=4",
+             f"configure window value={window.value}"]
+            + [line for i in range(4) for line in (f"matmul window local={64 + i * 224} acc=0 size=56",
+                                                   f"datamove acc_to_local local={176 + i * 224} acc=1024 size=56")]
+        ),
+        layout_of(PRESETS["arty_a7_35"]),
+    )  # fmt: skip
+    cases = [(PRESETS["arty_a7_35"], padded_row)]
+    for arch in ARCHS:
+        cases += [(arch, Program.from_instructions(body, layout_of(arch)))
+                  for _, body, _ in random_programs(arch, 20, seed=5, length=(20, 60))]  # fmt: skip
+    for arch, program in cases:
+        sim = latency.Simulation(arch)
+        none = np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.int64)
+        columns = latency.Simulation.columns(program.fields(), program.layout, None)
+        model = (columns, sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
+        for j in range(len(program)):
+            il._step(j, model, sim.busy, sim.state, sim.busy, sim.state, False)
+        assert sim.finish == estimate_cycles(program, arch)["total"], program.instructions()
