@@ -4,7 +4,8 @@
 the tiles, one or two slab and store buffers, how the weights reach the array (``WeightPlan``),
 whether output blocks alternate accumulator banks, and the local memory map (including a map the
 conv before left in local memory). ``emit`` reads the plan and writes the instructions. ``lower``
-chooses among plans by the latency model (``search.cheapest``).
+chooses among plans by the latency model (``search.cheapest``). ``emit_in_turn`` writes two plans
+together, a conv's output blocks and those of the depthwise conv that reads it in turn.
 
 Within a tile: inputs (the slab) are loaded into local memory once and reused by every kernel tap
 and every output channel block; weights are loaded into the array once per (tile, tap, channel
