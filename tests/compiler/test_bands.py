@@ -222,12 +222,14 @@ def test_an_expansion_and_its_depthwise_conv_in_turn_compute_what_they_do_in_ord
     arch, shape, expand, stride, residual, kernel
 ):
     """Where both fit in local memory and a bank, the expansion's blocks and the depthwise conv's
-    go in turn (``conv.emit_in_turn``): bit for bit what they compute one after the other."""
-    graph, x, _ = block(shape, expand, stride, residual, kernel)
+    go in turn (``conv.emit_in_turn``): bit for bit what they compute one after the other, and the
+    block's float result within the data type's rounding."""
+    graph, x, want = block(shape, expand, stride, residual, kernel)
     options = {t: CompileOptions(row_bands=True, in_turn=t) for t in (True, False)}
     parts = {t: compile_graph(graph, arch, "t", options=o) for t, o in options.items()}
     outs = {t: Emulator(arch).run_model(p.model(graph.constants), {"x": x})["y"] for t, p in parts.items()}
     np.testing.assert_array_equal(outs[True], outs[False])  # bit for bit
+    np.testing.assert_allclose(outs[True], want, atol=0.1)  # (the data type's rounding of a and b)
     layers = {n["output"]: n for n in parts[True].report["nodes"]}
     assert layers["ra"]["in_turn_with"] == "rb" and layers["rb"]["in_turn_with"] == "ra"
     assert not any("in_turn_with" in n for n in parts[False].report["nodes"])

@@ -1090,23 +1090,15 @@ def emit(
         given = given.without(node.inputs[1])
     if not m.handed:  # this conv reads DRAM0: what the conv before still had to store first
         given.issue(lir)
-    half = ctx.arch.accumulator_depth // 2
-    k = len(p.constants)
     if p.banked:
-        cvec0 = const_vectors(ctx, out, list(p.constants), half - k, 2 * half - k)
-        cvecs = [cvec0, {v: a + half for v, a in cvec0.items()}]
+        cvecs = _banked_constants(ctx, out, p.constants, ctx.arch.accumulator_depth // 2)
     else:
-        cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - k)]
+        cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - len(p.constants))]
     pipelined = pipelined and pipelines(node, p)
     s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p), paced, weight_piece)
-    for name, moves in given.carried if m.handed else ():  # the previous stores, beside this compute
-        if not (name == node.inputs[0] and name in ctx.read_once):  # (nobody else reads that one)
-            s.overlap.defer_moves(moves)
+    geometry = _take_input(node, ctx, given, s)
     full_rows = p.cols == result.shape[2]
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
-    geometry = m.geometry
-    if not m.handed:
-        geometry = _load_slab(lir.datamove, inp, p.tiles[0], p, m.slabs[0], full_rows)
     # A tile's shortcut loaded before its MatMuls (the first tile's, each tile's with one buffer):
     # deferred, each block's settled just before it enters the accumulators, so the later blocks'
     # loads go out beside the first blocks' MatMuls, not all ahead of them.
@@ -1165,7 +1157,7 @@ def lower_with_depthwise(first: Node, then: Node, ctx: Context, given: HandOver,
     handed = _keep_in_local(first, ctx, pa, pa.tiles[0])
     # ``then``'s buffers beside everything of ``first``'s (its weights and slab are in use meanwhile).
     m = pa.memory
-    spans = [(m.weights, m.weights + pa.weights.staging), *((s, s + slab_size_of(pa, ctx, first)) for s in m.slabs)]
+    spans = [(m.weights, m.weights + pa.weights.staging), *((s, s + _slab_size(pa, ctx, first)) for s in m.slabs)]
     spans += [(a, a + n) for a, n in given.in_local.values()]
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
     busy = HandOver({**handed.in_local, "": (lo, hi - lo)}, handed.carried)
@@ -1175,7 +1167,7 @@ def lower_with_depthwise(first: Node, then: Node, ctx: Context, given: HandOver,
     return emit_in_turn(first, then, ctx, given, out, pa, pb)
 
 
-def slab_size_of(p: ConvPlan, ctx: Context, node: Node) -> int:
+def _slab_size(p: ConvPlan, ctx: Context, node: Node) -> int:
     """The vectors of plan ``p``'s slab (of its first tile)."""
     inp, tile = ctx.place[node.inputs[0]], p.tiles[0]
     full_rows = p.cols == ctx.place[node.output].shape[2]
@@ -1190,26 +1182,17 @@ def emit_in_turn(first: Node, then: Node, ctx: Context, given: HandOver, out: Ou
     conv's MatMuls: an expansion's long epilogue (a ReLU6 and the gather, two accumulator cycles a
     vector against one MatMul cycle) beside a depthwise conv's MatMuls, its short epilogue beside
     the next expansion block's. Returns what ``then`` leaves the next node."""
-    lir, half = out.lir, ctx.arch.accumulator_depth // 2
+    half = ctx.arch.accumulator_depth // 2
     ka, kb = len(pa.constants), len(pb.constants)
     if max(pa.tiles[0].pixels, pb.tiles[0].pixels) > half - ka - kb:
         raise ScheduleError(f"{first.output}, {then.output}: their tiles and constants do not fit a bank")
     if not (pa.banked and pb.banked):
         raise ScheduleError(f"{first.output}, {then.output}: not banked")
-    cva = const_vectors(ctx, out, list(pa.constants), half - ka, 2 * half - ka)
-    cvb = const_vectors(ctx, out, list(pb.constants), half - ka - kb, 2 * half - ka - kb)
-    cvecs = [[c, {v: a + half for v, a in c.items()}] for c in (cva, cvb)]
-    ma = pa.memory
-    if not ma.handed:
-        given.issue(lir)
+    cvecs = [_banked_constants(ctx, out, pa.constants, half), _banked_constants(ctx, out, pb.constants, half - ka)]
+    if not pa.memory.handed:
+        given.issue(out.lir)
     sa = _Stream(ctx, out, pa, False, False)
-    for name, moves in given.carried if ma.handed else ():
-        if not (name == first.inputs[0] and name in ctx.read_once):
-            sa.overlap.defer_moves(moves)
-    full_rows = pa.cols == ctx.place[first.output].shape[2]
-    geometry = ma.geometry
-    if not ma.handed:
-        geometry = _load_slab(lir.datamove, ctx.place[first.inputs[0]], pa.tiles[0], pa, ma.slabs[0], full_rows)
+    geometry = _take_input(first, ctx, given, sa)
     sb = _Stream(ctx, out, pb, False, False, beside=sa)
     sa.fetch(0)
     sb.fetch(0)
@@ -1231,6 +1214,29 @@ def emit_in_turn(first: Node, then: Node, ctx: Context, given: HandOver, out: Ou
     active.release()
     active.overlap.drain()
     return _keep_in_local(then, ctx, pb, pb.tiles[0])
+
+
+def _banked_constants(ctx: Context, out: Out, values, top: int) -> list[dict]:
+    """The epilogue's constant vectors ``values`` just below ``top`` in each accumulator bank: per
+    bank, where each one is."""
+    half, k = ctx.arch.accumulator_depth // 2, len(values)
+    lower = const_vectors(ctx, out, list(values), top - k, top - k + half)
+    return [lower, {v: a + half for v, a in lower.items()}]
+
+
+def _take_input(node: Node, ctx: Context, given: HandOver, s: _Stream) -> tuple:
+    """The stream's conv takes its input: where the conv before handed it over in local memory,
+    that conv's stores are deferred beside this compute (its result's dropped when only this conv
+    reads it); else the first tile's slab is loaded. Returns the slab's geometry."""
+    p = s.p
+    m = p.memory
+    for name, moves in given.carried if m.handed else ():
+        if not (name == node.inputs[0] and name in ctx.read_once):
+            s.overlap.defer_moves(moves)
+    if m.handed:
+        return m.geometry
+    full_rows = p.cols == ctx.place[node.output].shape[2]
+    return _load_slab(s.lir.datamove, ctx.place[node.inputs[0]], p.tiles[0], p, m.slabs[0], full_rows)
 
 
 def _window_runs(p: ConvPlan, tile: Tile, in_shape, y_lo: int, x_lo: int, scols: int) -> list[list[tuple]]:
