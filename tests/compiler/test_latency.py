@@ -266,9 +266,6 @@ def test_weight_loads_under_a_dram_stream_within_one_percent_of_the_rtl(matmul):
     and 20: it let the load's last reads hide its landing, and counted a drained queue empty though
     a response may have come the cycle before."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.latency import estimate_cycles
-    from tvm_tensil.isa import assemble
-    from tvm_tensil.runtime import get_device
 
     arch = PRESETS["pynqz1"]
     lines = ["datamove dram1_to_local local=6144 dram1=0 size=512"]
@@ -276,9 +273,7 @@ def test_weight_loads_under_a_dram_stream_within_one_percent_of_the_rtl(matmul):
         lines += [f"loadweights local={i * 9} size=9", f"matmul local={4096 + i * matmul} acc={i * matmul}"]
         lines[-1] += f" size={matmul}"
     lines.insert(5, lines.pop(0))  # the stream starts under the third load
-    program = assemble("\n".join(lines), layout_of(arch))
-    measured = get_device("verilator", arch).execute(program).cycles
-    assert abs(estimate_cycles(program, arch)["total"] - measured) <= 0.01 * measured, measured
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
 
 
 @pytest.mark.parametrize("vectors", [512, 1024])
@@ -289,9 +284,6 @@ def test_a_move_behind_the_next_banks_matmul_waits_for_the_bank_still_held(vecto
     the core for both: the bank is held a few cycles past the MatMul's modelled end (the model
     counting from that end was 14% fast here)."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.latency import estimate_cycles
-    from tvm_tensil.isa import assemble
-    from tvm_tensil.runtime import get_device
 
     arch = PRESETS["arty_a7_35"]
     n, half, k = arch.array_size, arch.accumulator_depth // 2, vectors
@@ -302,9 +294,7 @@ def test_a_move_behind_the_next_banks_matmul_waits_for_the_bank_still_held(vecto
         if gather is not None:
             lines.append(f"datamove acc_to_local local={2 * w + gather * k} acc={gather * half} size={k}")
     lines.append(f"datamove acc_to_local local={2 * w + k} acc={half} size={k}")
-    program = assemble("\n".join(lines), layout_of(arch))
-    measured = get_device("verilator", arch).execute(program).cycles
-    assert abs(estimate_cycles(program, arch)["total"] - measured) <= 0.01 * measured, measured
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -314,10 +304,7 @@ def test_window_matmuls_within_one_percent_of_the_rtl(stride):
     between weight groups dispatches without waiting for the engines. With the outputs instead of the
     stream the model would be ~2x fast at stride 2."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.latency import estimate_cycles
-    from tvm_tensil.isa import assemble
     from tvm_tensil.isa.instructions import TapWindow
-    from tvm_tensil.runtime import get_device
 
     arch = PRESETS["arty_a7_35"]
     assert arch.window_matmul
@@ -334,10 +321,7 @@ def test_window_matmuls_within_one_percent_of_the_rtl(stride):
             lines.append(
                 f"matmul window {'accumulate ' if group % 3 else ''}local={64 + row * width} acc={acc} size={outputs}"
             )
-    program = assemble("\n".join(lines), layout_of(arch))
-    measured = get_device("verilator", arch).execute(program).cycles
-    estimate = estimate_cycles(program, arch)["total"]
-    assert abs(estimate - measured) <= 0.01 * measured, (estimate, measured)
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
 
 
 def test_an_epilogue_between_window_matmuls_of_both_banks_within_one_percent_of_the_rtl():
@@ -349,10 +333,7 @@ def test_an_epilogue_between_window_matmuls_of_both_banks_within_one_percent_of_
     stream's last vector would; and an instruction that waited for the compute engine went with it
     idle, so the MatMul after it holds only its own bank (not the one the engine held before)."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.latency import estimate_cycles
-    from tvm_tensil.isa import assemble
     from tvm_tensil.isa.instructions import TapWindow
-    from tvm_tensil.runtime import get_device
 
     arch = PRESETS["arty_a7_35"]
     half = arch.accumulator_depth // 2
@@ -369,10 +350,7 @@ def test_an_epilogue_between_window_matmuls_of_both_banks_within_one_percent_of_
         ]
         lines += [f"simd min read write left=in right=r1 acc_write={b0 + j} acc_read={b0 + j}" for j in range(14)]
         lines.append(f"datamove acc_to_local local={2000 + i * 14} acc={b0} size=14")
-    program = assemble("\n".join(lines), layout_of(arch))
-    measured = get_device("verilator", arch).execute(program).cycles
-    estimate = estimate_cycles(program, arch)["total"]
-    assert abs(estimate - measured) <= 0.01 * measured, (estimate, measured)
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
 
 
 def test_a_window_matmuls_local_range_is_its_reads_not_its_padding():
@@ -381,10 +359,7 @@ def test_a_window_matmuls_local_range_is_its_reads_not_its_padding():
     runs beside the MatMul, on the RTL and in the model (which counted the padded stream: 14% slow
     here, and an expansion's gather held behind the depthwise conv reading the block before)."""
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler.latency import estimate_cycles
-    from tvm_tensil.isa import assemble
     from tvm_tensil.isa.instructions import TapWindow
-    from tvm_tensil.runtime import get_device
 
     arch = PRESETS["arty_a7_35"]
     half = arch.accumulator_depth // 2
@@ -397,6 +372,63 @@ def test_a_window_matmuls_local_range_is_its_reads_not_its_padding():
             f"matmul window local={row} acc=0 size=56",
             f"datamove acc_to_local local={row + 112} acc={half} size=56",
         ]
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
+
+
+@pytest.mark.parametrize("load, read", [(4, 52), (9, 56)])
+def test_responses_held_back_by_loads_drain_after_a_stream_at_one_beat_a_vector(load, read):
+    """With one bus beat per vector a reader's responses come a cycle apart, so those a LoadWeights
+    held back stay queued until the stream ends and drain after it (a later load's reads pausing
+    them again): the reader ends late and the next read starts late. The model let the queue empty
+    under the stream (4-8% fast on this loop; arty's depthwise convs read their slabs so)."""
+    from tvm_tensil.arch import PRESETS
+
+    arch = PRESETS["arty_a7_35"]
+    lines = ["datamove dram1_to_local local=0 dram1=0 size=90"]
+    for i in range(60):
+        lines += [f"loadweights local={(i % 9) * 9} size={load}", f"matmul local={1300 + (i % 20) * 28} acc=0 size=30"]
+        if i % 3 == 0:
+            lines.append(f"datamove dram0_to_local local={2200 + (i % 10) * 120} dram0={5000 + 120 * i} size={read}")
+    _assert_model_within_one_percent_of_the_rtl(lines, arch)
+
+
+def test_the_guide_differs_from_the_model_only_in_responses_held_back_under_a_stream():
+    """``Simulation.guide`` (what the interleave pass's merges step) lets responses a load held back
+    drain under the stream: faster than the model on the loop above, the same where no load runs
+    beside a read."""
+    from tvm_tensil.arch import PRESETS
+    from tvm_tensil.compiler.latency import Simulation
+    from tvm_tensil.isa import assemble
+
+    arch = PRESETS["arty_a7_35"]
+
+    def both(lines):
+        program = assemble("\n".join(lines), layout_of(arch))
+        model = Simulation(arch)
+        guide = model.guide()
+        model.advance(program.fields())
+        guide.advance(program.fields())
+        return model.finish, guide.finish
+
+    held = ["datamove dram1_to_local local=0 dram1=0 size=90"]
+    apart = list(held)
+    for i in range(30):
+        step = [f"loadweights local={(i % 9) * 9} size=9", f"matmul local={1300 + (i % 20) * 28} acc=0 size=30"]
+        read = f"datamove dram0_to_local local={2200 + (i % 10) * 120} dram0={5000 + 120 * i} size=56"
+        held += step + ([read] if i % 3 == 0 else [])
+        apart += [read, "matmul local=1300 acc=0 size=200"] if i % 3 == 0 else step
+    model, guide = both(held)
+    assert guide < model, (guide, model)
+    model, guide = both(apart)
+    assert guide == model
+
+
+def _assert_model_within_one_percent_of_the_rtl(lines: list[str], arch) -> None:
+    """The assembly ``lines`` on the verilator device and in the latency model: within 1%."""
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.isa import assemble
+    from tvm_tensil.runtime import get_device
+
     program = assemble("\n".join(lines), layout_of(arch))
     measured = get_device("verilator", arch).execute(program).cycles
     estimate = estimate_cycles(program, arch)["total"]

@@ -14,8 +14,12 @@ window. So the program computes exactly what it did.
 
 The merge picks, among the streams' next instructions whose dependencies are issued, one the latency
 model dispatches within ``slack`` cycles of the earliest, the one with the longest chain of work
-after it in the window (a critical-path priority). A window keeps the fastest of the merges over
-``SLACKS`` and its own order, by the latency model (everything it started ended). A second pass
+after it in the window (a critical-path priority). The merge steps the model's guide
+(``Simulation.guide``: responses a LoadWeights holds back under a DRAM stream drain under it):
+stepping the core's rule, where they stay queued to the stream's end, it would see each read
+dispatch late and let the reads fall behind the MatMuls that wait for them. A window keeps the
+fastest of the merges over ``SLACKS`` and its own order, by the latency model itself (everything
+it started ended). A second pass
 over windows shifted by half a window (``OFFSETS``) merges across the first one's window edges.
 """
 
@@ -345,7 +349,8 @@ def _merged(ins: _Instructions, arch: Architecture, measure: bool, offset: int) 
               ins.writes_local, ins.write_lo, ins.write_hi, ins.read_lo, ins.read_hi, ins.dram_bank, ins.dram_lo,
               ins.dram_hi, ins.writes_dram)  # fmt: skip
     none = np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.int64)  # (no blame kept)
-    model = (ins.columns, sim.core, sim.memory, sim.costs, latency._KIND_OF, *none)
+    # The merges step the guide's rule (``Simulation.guide``); each merge is then measured by the core's.
+    model = (ins.columns, sim.core, sim.guide().memory, sim.costs, latency._KIND_OF, *none)
     windows = [(lo, hi) for lo, hi in ins.windows(offset) if hi - lo >= 2 and np.unique(ins.stream[lo:hi]).size >= 2]
     done, changed = 0, 0
     with ThreadPoolExecutor(min(len(SLACKS), os.cpu_count() or 1)) as pool:  # (the merges release the GIL)
@@ -356,8 +361,11 @@ def _merged(ins: _Instructions, arch: Architecture, measure: bool, offset: int) 
             deps = found.result()
 
             def merge(slack: int, start: Simulation = sim, lo: int = lo, hi: int = hi, deps: np.ndarray = deps):
+                guide = start.guide()
+                merged = _merge(lo, hi, ins.stream, deps, ins.work, model, guide.busy, guide.state, slack) + lo
                 trial = start.fork()
-                return trial, _merge(lo, hi, ins.stream, deps, ins.work, model, trial.busy, trial.state, slack) + lo
+                trial.run(ins.columns[:, merged])
+                return trial, merged
 
             merges = [pool.submit(merge, slack) for slack in (SLACKS if measure else SLACKS[:1])]
             if k + 1 < len(windows):
