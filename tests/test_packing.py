@@ -30,3 +30,16 @@ def test_a_flattened_map_meets_its_dense_weights(old_library):
     packed = packed.reshape(cbo, cbi, n + 1, n)
     result = sum(stored[ib] @ packed[:, ib, 1:, :] for ib in range(cbi)).reshape(-1)[:out]
     np.testing.assert_allclose(result, x.reshape(-1) @ weight)
+
+
+def test_blocks_without_bias_rows_are_the_blocks_weight_rows():
+    """``bias_rows=False``: each block's N weight rows, its (zero) bias row left out; a bias cannot
+    ride in them."""
+    n, rng = 4, np.random.default_rng(1)
+    consts = [rng.standard_normal((6, 9, 3, 3)), rng.standard_normal(6)]
+    full = PACKERS["conv_weights"](consts, n, weight=0, groups=1).reshape(-1, n + 1, n)
+    bare = PACKERS["conv_weights"](consts, n, weight=0, groups=1, bias_rows=False).reshape(-1, n, n)
+    np.testing.assert_array_equal(bare, full[:, 1:])
+    assert not full[:, 0].any()
+    with pytest.raises(ValueError, match="bias"):
+        PACKERS["conv_weights"](consts, n, weight=0, groups=1, bias_rows=False, bias=1, bias_tap=[1, 1])

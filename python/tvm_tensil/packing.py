@@ -84,10 +84,13 @@ def pack_conv_weights(
     residue: Sequence[int] | None = None,
     patches: bool = False,
     window: bool = False,
+    bias_rows: bool = True,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
-    block then carry the bias, so the MatMul that starts each output block adds it.
+    block then carry the bias, so the MatMul that starts each output block adds it. Without
+    ``bias_rows`` (a dense conv, no ``bias``) the blocks are their N rows of weights only: a load
+    reads them and then shifts in a zero bias row.
 
     Dense conv: blocks ordered (output block, part, input block, kh, kw); a grouped conv packs only
     the input blocks each output block reads (``group_blocks``), in the same order.
@@ -143,6 +146,10 @@ def pack_conv_weights(
             rows = _bias_rows(consts, bias, cbo, n)
             for ob in range(cbo):
                 out[ob, -1, reads[ob][0] if reads else 0, bias_tap[0], bias_tap[1], 0, :] = rows[ob]
+        if not bias_rows:
+            if bias is not None:
+                raise ValueError("blocks without bias rows carry no bias")
+            out = out[..., 1:, :]
         if reads:  # (output block, part, its input blocks, kh, kw)
             return np.concatenate([out[ob][:, ibs].reshape(-1, n) for ob, ibs in enumerate(reads)])
         return out.reshape(-1, n)

@@ -1103,6 +1103,37 @@ def test_streamed_weights_may_go_in_pieces_the_loads_follow(monkeypatch):
     assert cycles[True] < cycles[False]
 
 
+@pytest.mark.parametrize("preset, bias", [("pynqz1_12x12", True), ("ultra96v2_300mhz", False), ("pynqz1", True)])
+def test_a_dense_layers_weight_blocks_go_without_bias_rows(preset, bias):
+    """A dense layer's weight blocks may go without their bias rows (``bare_blocks``): a block of N
+    rows is read and a zero shifted in after it, the bias starts each output block through a MatMul
+    of one zero vector. Exact against numpy either way, a vector a block fewer read from DRAM1 and
+    into the array; the scheduler keeps whichever the latency model finds faster."""
+    from tvm_tensil.isa.instructions import Direction, LoadWeightsFlag
+
+    arch = PRESETS[preset]
+    n = arch.array_size
+    rng = np.random.default_rng(17)
+    w = grid(rng, (5 * n - 3, 7 * n + 1, 1, 1), -2, 2)
+    b = grid(rng, 5 * n - 3) if bias else None
+    x = grid(rng, (1, 1, 1, 7 * n + 1), -1, 1)
+    g, out = conv_graph(x.shape, w, b)
+    reads, programs = {}, {}
+    for bare in (False, True):
+        y, part, _ = run(g, {"x": x}, arch, CompileOptions(bare_blocks=bare))
+        np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b))
+        f = part.program.fields()
+        loads = (f.opcode == int(Opcode.LOADWEIGHTS)) & ((f.flags & int(LoadWeightsFlag.ZEROES)) == 0)
+        weights = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.DRAM1_TO_LOCAL))
+        reads[bare] = np.array([(f.raw1[loads] + 1).sum(), (f.operand2[weights] + 1).sum()])
+        programs[bare] = part.program.data
+    # 5 x 8 blocks: a read fewer each, but the 5 output blocks' bias rows read on their own.
+    assert (reads[False] - reads[True] == 5 * 8 - (5 if bias else 0)).all()
+    y, part, _ = run(g, {"x": x}, arch)  # the faster of the two, by the latency model
+    np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b))
+    assert part.program.data in programs.values()
+
+
 # -- depthwise convs as window MatMuls (a core with the window MatMul) -------------------------------
 
 WINDOW_ARCH = ARCH.replace(window_matmul=True, name="pynqz1_window")

@@ -59,7 +59,7 @@ class BurstTemplate(NamedTuple):
     """Rows recorded once (``Burst.template``) and which of them move with which base address."""
 
     rows: np.ndarray  # flat
-    loads: np.ndarray  # where a weight load's local address is (it moves with the weights)
+    loads: np.ndarray  # where a weight load's local address is (it moves with the weights; not of zeroes)
     reads: np.ndarray  # where a MatMul's local address is (not one of zeroes)
     matmuls: np.ndarray  # where a MatMul's accumulator address is
     costs: tuple[int, ...]
@@ -96,9 +96,9 @@ class Burst:
         weights, the slab and the accumulators at 0)."""
         rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _ROW)
         op, zeroes = rows[:, 0], (rows[:, 1] & _ZEROES) != 0
-        matmul = op == _MATMUL
+        matmul, loads = op == _MATMUL, (op == _LOADWEIGHTS) & ((rows[:, 1] & _LOAD_ZEROES) == 0)
         return BurstTemplate(
-            rows.ravel().copy(), np.flatnonzero(op == _LOADWEIGHTS) * _ROW + 2,
+            rows.ravel().copy(), np.flatnonzero(loads) * _ROW + 2,
             np.flatnonzero(matmul & ~zeroes) * _ROW + 2, np.flatnonzero(matmul) * _ROW + 4,
             tuple(self.costs), tuple(self.kinds), {},
         )  # fmt: skip
@@ -137,10 +137,10 @@ class Burst:
         self.lir.window_matmul(local, acc, outputs, accumulate=accumulate)
         self._recorded(before, streams + 1, streams)
 
-    def load_weights(self, local: int, size: int) -> None:
-        """``LIR.load_weights(local, size)``."""
+    def load_weights(self, local: int, size: int, zeroes: bool = False) -> None:
+        """``LIR.load_weights(local, size, zeroes=)``."""
         before = len(self.rows) // _ROW
-        self.lir.load_weights(local, size)
+        self.lir.load_weights(local, size, zeroes=zeroes)
         self._recorded(before, size + 4, LOAD)
 
     def configure(self, register: ConfigRegister, value: int) -> None:

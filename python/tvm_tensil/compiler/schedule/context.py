@@ -71,6 +71,10 @@ class CompileOptions:
     # block's epilogue beside the other conv's MatMuls; ``schedule.conv.emit_in_turn``): where the
     # latency model finds it faster (None), wherever they fit (True), or never (False).
     in_turn: bool | None = None
+    # A dense conv's weight blocks without their bias rows (``schedule.conv.bare_blocks``: a read
+    # less per block, a zero shifted in for it): where the latency model finds it faster (None),
+    # always (True), or never (False).
+    bare_blocks: bool | None = None
     # Each window of the finished program merged again across the engines' instruction streams
     # where the latency model finds it faster (``compiler.interleave``): always (True), never
     # (False), or in programs of at most ``interleave.AUTO_LIMIT`` instructions (None; the pass takes

@@ -122,6 +122,8 @@ class ConvPlan:
     # A depthwise conv on a core with the window MatMul: each kernel row one window MatMul per
     # output row (``taps`` are then the kernel rows, (ky, 0); each tile's window: ``_tile_window``).
     window_rows: bool = False
+    # Weight blocks of N rows, without the bias row (``bare_blocks``).
+    bare_blocks: bool = False
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -139,13 +141,16 @@ def _window(node: Node, ctx: Context) -> Window:
 
 
 def _recipes(
-    node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool, rows: bool = False
-) -> Recipes:
-    """``rows``: the weights of window MatMuls, a block per kernel row (``taps`` the rows)."""
+    node: Node, ctx: Context, consts: ConstTable, taps, covering, shortcut_matmul: bool, rows: bool = False,
+    bare: bool = False,
+) -> Recipes:  # fmt: skip
+    """``rows``: the weights of window MatMuls, a block per kernel row (``taps`` the rows); ``bare``:
+    weight blocks without bias rows (``bare_blocks``), the bias a row per output block."""
     a = node.attrs
     out_c = ctx.place[node.output].shape[3]
     bias = a.bias
-    fused_bias = {"bias": bias, "bias_tap": list(taps[covering])} if covering is not None and bias is not None else {}
+    fused = covering is not None and bias is not None and not bare
+    fused_bias = {"bias": bias, "bias_tap": list(taps[covering])} if fused else {}
     constants = ctx.graph.constants
     if a.weight is None:
         weights = consts.add("identity_weights", constants, channels=out_c, **({"bias": bias} if fused_bias else {}))
@@ -155,11 +160,13 @@ def _recipes(
         extra |= {"patches": True} if a.patches else {}
         extra |= {"residue": [a.residue, ctx.arch.data_type.binary_point]} if a.residue else {}
         extra |= {"window": True} if rows else {}
+        extra |= {"bias_rows": False} if bare else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
         )  # fmt: skip
-    bias_rows = None if covering is not None else consts.add("channel_vectors", constants, channels=out_c, values=bias)
+    separate = covering is None or (bare and bias is not None)
+    bias_rows = consts.add("channel_vectors", constants, channels=out_c, values=bias) if separate else None
     identity = None
     if a.residual and shortcut_matmul:
         identity = consts.add("diagonal_weights", constants, values=[1.0])
@@ -215,7 +222,11 @@ def _pair(plain: Node, affine: Node, ctx: Context, given: HandOver, out: Out) ->
 def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     """A fused residual's shortcut starts the accumulators either by a move (the accumulator
     engine's work) or by a MatMul with identity weights (the array's): the faster one is kept,
-    unless the options choose."""
+    unless the options choose. A dense conv's weight blocks go with or without their bias rows
+    (``bare_blocks``), likewise."""
+    if ctx.options.bare_blocks is None and bare_blocks(node, ctx, False):
+        ways = [lambda c, g, o, b=b: _best(node, _with_bare_blocks(c, b), g, o) for b in (False, True)]
+        return cheapest(ways, ctx, given, out)
     if not node.attrs.residual:
         return _plans(node, ctx, given, out, False)
     if node.attrs.residue:  # the shortcut adds to the residue's result: a MatMul accumulates, a move would not
@@ -391,7 +402,7 @@ def _banked_plans(
 
 def weight_plan(
     mode: str, recipes: Recipes, taps, order, cbi: int, cbo: int, depthwise: bool, local_free: int, n: int,
-    reads: list[list[int]] | None = None, parts: int = 1,
+    reads: list[list[int]] | None = None, parts: int = 1, bare: bool = False,
 ):  # fmt: skip
     """The ``WeightPlan`` of ``mode``, or None when it does not apply. Modes: "resident" (all
     weights stay in local memory for the layer), "input blocks" (as many input blocks' weights per
@@ -399,8 +410,8 @@ def weight_plan(
     two alternating slots, and "one block" (one block per group, a single slot). ``reads``: the
     input blocks each output block reads (a grouped conv's; else all of them). ``parts``: 2 for
     weights in two parts (a residue, then the rounded weights with the bias), each part's loads
-    after the one before's."""
-    block = n + 1
+    after the one before's. ``bare``: blocks of ``n`` rows (``bare_blocks``)."""
+    block = n if bare else n + 1
     unit = len(taps) * block  # the weights of one (output block, part, input block)
     ibs_per_ob = 1 if depthwise else max(len(r) for r in reads) if reads else cbi
     wrec, brec = recipes.weights, recipes.bias
@@ -504,8 +515,9 @@ def plan(
         cover = covering_tap(inp.shape, out.shape, replace(window, kw=1, sw=1, dw=1), padding[:1] + (0,), taps)
     else:
         cover = covering_tap(inp.shape, out.shape, window, padding, taps)
-    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, window_rows)
     depthwise = _depthwise(a, ctx)
+    bare = bool(ctx.options.bare_blocks) and bare_blocks(node, ctx, window_rows)
+    recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, window_rows, bare)
     reads = None
     if a.weight is not None and grouped(ctx.graph.constants, a):
         o, i_g = np.shape(ctx.graph.constants[a.weight])[:2]
@@ -529,7 +541,7 @@ def plan(
     for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
         weights = weight_plan(
             mode, recipes, taps, order, inp.blocks, out.blocks, depthwise, local_free, ctx.n, reads,
-            2 if a.residue else 1,
+            2 if a.residue else 1, bare,
         )  # fmt: skip
         if weights is not None:
             try:
@@ -560,8 +572,23 @@ def plan(
     memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
-        shortcut_matmul, memory, window_rows,
+        shortcut_matmul, memory, window_rows, bare,
     )  # fmt: skip
+
+
+def _with_bare_blocks(ctx: Context, bare: bool) -> Context:
+    return replace(ctx, options=replace(ctx.options, bare_blocks=bare))
+
+
+def bare_blocks(node: Node, ctx: Context, window_rows: bool) -> bool:
+    """Whether the conv's weight blocks may go without their bias rows: a dense conv (one output pixel
+    an image, no residue, second output or shortcut). Each weight block then feeds a single MatMul
+    vector, so reading the blocks from DRAM1 and into the array is the layer's time: a block of N
+    rows is read and a zero bias row shifted in after it (1/(N+1) fewer reads); the bias starts
+    each output block's accumulators through a MatMul of one zero vector."""
+    a, out = node.attrs, ctx.place[node.output]
+    dense = a.weight is not None and not _depthwise(a, ctx) and not window_rows
+    return dense and not (a.residue or a.second or a.residual) and out.shape[1] * out.shape[2] == 1
 
 
 def _depthwise(a: Conv, ctx: Context) -> bool:
@@ -1496,6 +1523,16 @@ def _block_matmuls(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: in
             s.fetch(s.seq)  # one slot: the next group's load waits for this group's LoadWeights
 
 
+def _load_block(burst: Burst, p: ConvPlan, local: int, block: int) -> None:
+    """A weight block of ``block`` (N + 1) rows into the array: without its bias row
+    (``p.bare_blocks``) its N rows, then a zero shifted in as the bias row."""
+    if p.bare_blocks:
+        burst.load_weights(local, block - 1)
+        burst.load_weights(0, 1, zeroes=True)
+    else:
+        burst.load_weights(local, block)
+
+
 def _record_load(s: _Stream, p: ConvPlan, runs, plane, count, block, streamed, bias_accumulates, ib, t, local, base,
                  slab, acc0, first: bool, zero_first: bool) -> tuple[bool, bool]:  # fmt: skip
     """One of a group's array loads into the stream's burst: its weights (from ``base + local``)
@@ -1508,11 +1545,14 @@ def _record_load(s: _Stream, p: ConvPlan, runs, plane, count, block, streamed, b
         return first, zero_first
     if not streamed and not runs[t]:  # the tap reads only padding in this tile: nothing to load
         if zero_first:  # (the accumulators are still cleared)
-            burst.load_weights(base + local, block)
+            _load_block(burst, p, base + local, block)
             burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
         return first, False
     # (A window MatMul uses only the bias row and its taps: the rest need not be loaded.)
-    burst.load_weights(base + local, p.window.kw + 1 if p.window_rows else block)
+    if p.window_rows:
+        burst.load_weights(base + local, p.window.kw + 1)
+    else:
+        _load_block(burst, p, base + local, block)
     if zero_first:  # (a residue block's bias row is zero)
         burst.matmul(0, acc0, count, 1, count + 1, zeroes=True)
     if streamed:
