@@ -1127,6 +1127,7 @@ def test_a_dense_layers_weight_blocks_go_without_bias_rows(preset, bias):
         weights = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(Direction.DRAM1_TO_LOCAL))
         reads[bare] = np.array([(f.raw1[loads] + 1).sum(), (f.operand2[weights] + 1).sum()])
         programs[bare] = part.program.data
+        assert part.report["nodes"][0].get("bare_blocks", False) == bare  # the report says which
     # 5 x 8 blocks: a read fewer each, but the 5 output blocks' bias rows read on their own.
     assert (reads[False] - reads[True] == 5 * 8 - (5 if bias else 0)).all()
     y, part, _ = run(g, {"x": x}, arch)  # the faster of the two, by the latency model

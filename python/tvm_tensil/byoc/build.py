@@ -155,6 +155,8 @@ class BuildReport:
                 busiest = max(node["busy"].items(), key=lambda kv: kv[1], default=("nothing", 0))
                 if "in_turn_with" in node:
                     two += f", in turn with {node['in_turn_with']} (the pair's cycles in the first)"
+                if node.get("bare_blocks"):
+                    two += ", weight blocks without bias rows"
                 lines.append(
                     f"  {node['op']}{ep} -> {node['output']}: {node['instructions']} instructions, "
                     f"~{sum(node['cycles'].values()):,} cycles (busiest: {busiest[0]} {busiest[1]:,}){two} "

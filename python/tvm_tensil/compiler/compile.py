@@ -550,6 +550,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         if node.output in in_bands:
             continue
         node_starts.append(start)
+        placed = len(consts.recipes)
         try:
             sched.lower(node)
         except InvalidInstruction:
@@ -563,6 +564,8 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
             except InvalidInstruction:  # (a search that encodes its trials fails again, its weights placed)
                 lir.discard()
         report(node, len(lir) - start)
+        if any(r.args.get("bias_rows") is False for r in consts.recipes[placed:]):
+            per_node[-1]["bare_blocks"] = True  # its weight blocks without bias rows (``conv.bare_blocks``)
     sched.finish()
     consts.check()
     program = lir.program(name)
