@@ -299,7 +299,7 @@ class Simulation:
         """A fork whose responses held back by a load drain under the stream, not after it: the
         rule a greedy scheduling pass steps (``interleave``). Stepping the core's rule it sees a read
         dispatch late wherever loads run beside the read before it, so it lets the reads fall behind
-        and the MatMuls wait for them (5-8% slower on a depthwise conv on arty_a7_35)."""
+        and the MatMuls wait for them (arty_a7_35's 28x28 depthwise convs: about 7% slower)."""
         other = self.fork()
         other.memory = self.memory[:3] + (0,)
         return other
