@@ -299,7 +299,7 @@ class Simulation:
         """A fork whose responses held back by a load drain under the stream, not after it: the
         rule a greedy scheduling pass steps (``interleave``). Stepping the core's rule it sees a read
         dispatch late wherever loads run beside the read before it, so it lets the reads fall behind
-        and the MatMuls wait for them (arty_a7_35's 28x28 depthwise convs: about 7% slower)."""
+        and the MatMuls wait for them (docs/compiler.md, "The engines' streams merged again")."""
         other = self.fork()
         other.memory = self.memory[:3] + (0,)
         return other
@@ -597,9 +597,9 @@ def _simulate(columns, core, memory, costs, busy, state, node, kind_of, blame, f
                     period, stream_end = state[_STREAM_PERIOD + e], state[_STREAM_HI + e]
                     if period == 0 or state[_END + e] <= first:
                         continue
-                    if stream_end <= first and held_stay:
+                    if stream_end <= first:
                         # Its stream is over but its queue still drains: the load's reads go first.
-                        if first < state[_END + e] - read:
+                        if held_stay and first < state[_END + e] - read:
                             state[_END + e] += reads_end - first
                             finish = max(finish, state[_END + e])
                     elif stream_end <= reads_end:

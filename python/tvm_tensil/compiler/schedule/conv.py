@@ -224,7 +224,7 @@ def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     engine's work) or by a MatMul with identity weights (the array's): the faster one is kept,
     unless the options choose. A dense conv's weight blocks go with or without their bias rows
     (``bare_blocks``), likewise."""
-    if ctx.options.bare_blocks is None and bare_blocks(node, ctx, False):
+    if ctx.options.bare_blocks is None and bare_blocks(node, ctx):
         ways = [lambda c, g, o, b=b: _best(node, _with_bare_blocks(c, b), g, o) for b in (False, True)]
         return cheapest(ways, ctx, given, out)
     if not node.attrs.residual:
@@ -516,7 +516,7 @@ def plan(
     else:
         cover = covering_tap(inp.shape, out.shape, window, padding, taps)
     depthwise = _depthwise(a, ctx)
-    bare = bool(ctx.options.bare_blocks) and bare_blocks(node, ctx, window_rows)
+    bare = bool(ctx.options.bare_blocks) and bare_blocks(node, ctx)
     recipes = _recipes(node, ctx, consts, taps, cover, shortcut_matmul, window_rows, bare)
     reads = None
     if a.weight is not None and grouped(ctx.graph.constants, a):
@@ -580,14 +580,14 @@ def _with_bare_blocks(ctx: Context, bare: bool) -> Context:
     return replace(ctx, options=replace(ctx.options, bare_blocks=bare))
 
 
-def bare_blocks(node: Node, ctx: Context, window_rows: bool) -> bool:
+def bare_blocks(node: Node, ctx: Context) -> bool:
     """Whether the conv's weight blocks may go without their bias rows: a dense conv (one output pixel
     an image, no residue, second output or shortcut). Each weight block then feeds a single MatMul
     vector, so reading the blocks from DRAM1 and into the array is the layer's time: a block of N
     rows is read and a zero bias row shifted in after it (1/(N+1) fewer reads); the bias starts
     each output block's accumulators through a MatMul of one zero vector."""
     a, out = node.attrs, ctx.place[node.output]
-    dense = a.weight is not None and not _depthwise(a, ctx) and not window_rows
+    dense = a.weight is not None and not _depthwise(a, ctx)  # (so no window MatMuls either)
     return dense and not (a.residue or a.second or a.residual) and out.shape[1] * out.shape[2] == 1
 
 
