@@ -7,7 +7,7 @@ import pytest
 
 from reference import conv2d_nhwc
 from tvm_tensil.arch import PRESETS
-from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph, schedule
 from tvm_tensil.compiler.bands import chains, with_bands
 from tvm_tensil.compiler.compile import fuse
 from tvm_tensil.compiler.memory import CapacityError
@@ -234,3 +234,23 @@ def test_an_expansion_and_its_depthwise_conv_in_turn_compute_what_they_do_in_ord
     assert layers["ra"]["in_turn_with"] == "rb" and layers["rb"]["in_turn_with"] == "ra"
     assert not any("in_turn_with" in n for n in parts[False].report["nodes"])
     assert parts[True].program.data != parts[False].program.data
+
+
+@pytest.mark.parametrize("shape, pairs", [((1, 40, 24, 8), False), ((1, 40, 12, 8), True)], ids=["apart", "in-turn"])
+def test_the_bands_are_lowered_in_turn_only_where_a_pair_fits(monkeypatch, shape, pairs):
+    """Comparing the bands in turn with the bands one conv at a time lowers them a second time only
+    where some conv and its depthwise conv fit together (``conv.in_turn_plans``): up to its first
+    pair the in-turn sequence is the other one, so with none it is the same program."""
+    graph, _, _ = block(shape, 4, 1, False)
+    lowered, conv2d = [], schedule.LOWERINGS["conv2d"]
+    monkeypatch.setitem(schedule.LOWERINGS, "conv2d", lambda node, *a: (lowered.append(node), conv2d(node, *a))[1])
+    calls, parts = {}, {}
+    for in_turn in (None, False):
+        lowered.clear()
+        parts[in_turn] = compile_graph(graph, ARCH, "t", options=CompileOptions(row_bands=True, in_turn=in_turn))
+        calls[in_turn] = len(lowered)
+    assert any("in_turn_with" in n for n in parts[None].report["nodes"]) == pairs
+    if pairs:
+        assert calls[None] > calls[False]
+    else:
+        assert calls[None] == calls[False] and parts[None].program.data == parts[False].program.data

@@ -21,7 +21,7 @@ from ..lir import LIR
 from ..memory import ConstTable
 from . import channels, conv, eltwise, global_pool, pools, resize
 from .context import NOTHING, CompileOptions, Context, HandOver, Out, ScheduleError, Tile, Window
-from .search import TAKES_HAND_OVER, Alternative, cheapest
+from .search import TAKES_HAND_OVER, Alternative, cheapest, lowered
 
 __all__ = [
     "LOWERINGS", "CompileOptions", "Context", "GraphSchedule", "HandOver", "Out", "ScheduleError", "Tile", "Window",
@@ -95,15 +95,27 @@ class GraphSchedule:
         bands, convs, certain = self.banded.chains[first.output]
         after = self._after.get(id(bands[-1]))
         done: dict[int, list[tuple[Node, int, Node | None]]] = {}
+        # The bands node by node as lowered (its Out, what it left), where no conv and the depthwise
+        # conv after it could have gone in turn where they met: the in-turn sequence is the same.
+        unpaired: list[tuple[Out, HandOver]] = []
+        in_turn = self.ctx.options.in_turn
 
         def sequence(index: int, nodes: list[Node], ctx: Context, in_turn: bool = False) -> Alternative:
+            compare_in_turn = index == 0 and not in_turn and self.ctx.options.in_turn is None
+
             def lower(_ctx: Context, given: HandOver, out: Out) -> HandOver:
+                if in_turn and unpaired:
+                    # (Up to its first pair in turn, this sequence lowers what the plain one did.)
+                    done[index] = done[0]
+                    return lowered(*unpaired[0])(ctx, given, out)
                 done[index] = []
                 following = nodes[1:] + [after]
+                pairs = False
                 i = 0
                 while i < len(nodes):
                     node, start = nodes[i], len(out.lir)
-                    if in_turn and i + 1 < len(nodes) and conv.depthwise_follows(node, nodes[i + 1], ctx):
+                    pair = i + 1 < len(nodes) and conv.depthwise_follows(node, nodes[i + 1], ctx)
+                    if pair and in_turn:
                         trial = out.fork()
                         try:
                             given = conv.lower_with_depthwise(node, nodes[i + 1], ctx, given, trial)
@@ -116,14 +128,21 @@ class GraphSchedule:
                             done[index] += [(node, len(out.lir) - start, nodes[i + 1]), (nodes[i + 1], 0, node)]
                             i += 2
                             continue
+                    elif pair and compare_in_turn and not pairs:
+                        try:
+                            conv.in_turn_plans(node, nodes[i + 1], ctx, given, out.fork().consts)
+                            pairs = True
+                        except ScheduleError:
+                            pass
                     given = lower_node(node, ctx.before(following[i]), given, out)
                     done[index].append((node, len(out.lir) - start, None))
                     i += 1
+                if compare_in_turn and not pairs:
+                    unpaired.append((out, given))
                 return given
 
             return lower
 
-        in_turn = self.ctx.options.in_turn
         alternatives = [sequence(0, bands, self.ctx, in_turn=bool(in_turn))]
         if in_turn is None:
             alternatives.append(sequence(1, bands, self.ctx, in_turn=True))

@@ -1177,7 +1177,13 @@ def lower_with_depthwise(first: Node, then: Node, ctx: Context, given: HandOver,
     """``first``, then the depthwise conv ``then`` that reads its result (``depthwise_follows``),
     their output blocks in turn (``emit_in_turn``), each one tile: raises ``ScheduleError`` where
     they do not fit together."""
-    pa = plan(first, ctx, given, out.consts, 1)
+    return emit_in_turn(first, then, ctx, given, out, *in_turn_plans(first, then, ctx, given, out.consts))
+
+
+def in_turn_plans(first: Node, then: Node, ctx: Context, given: HandOver, consts) -> tuple[ConvPlan, ConvPlan]:
+    """The plans ``lower_with_depthwise`` emits in turn, or ``ScheduleError`` where they do not fit
+    together (decided before anything is emitted)."""
+    pa = plan(first, ctx, given, consts, 1)
     result = ctx.place[first.output]
     if len(pa.tiles) != 1 or not _one_whole_map(pa.tiles, result.shape) or pa.memory.kept:
         raise ScheduleError(f"{first.output}: not one whole map in local memory")
@@ -1188,10 +1194,15 @@ def lower_with_depthwise(first: Node, then: Node, ctx: Context, given: HandOver,
     spans += [(a, a + n) for a, n in given.in_local.values()]
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
     busy = HandOver({**handed.in_local, "": (lo, hi - lo)}, handed.carried)
-    pb = plan(then, ctx, busy, out.consts, 1)
+    pb = plan(then, ctx, busy, consts, 1)
     if len(pb.tiles) != 1 or not pb.memory.handed or pb.memory.kept:
         raise ScheduleError(f"{then.output}: not one whole map beside {first.output}'s")
-    return emit_in_turn(first, then, ctx, given, out, pa, pb)
+    half = ctx.arch.accumulator_depth // 2
+    if max(pa.tiles[0].pixels, pb.tiles[0].pixels) > half - len(pa.constants) - len(pb.constants):
+        raise ScheduleError(f"{first.output}, {then.output}: their tiles and constants do not fit a bank")
+    if not (pa.banked and pb.banked):
+        raise ScheduleError(f"{first.output}, {then.output}: not banked")
+    return pa, pb
 
 
 def _slab_size(p: ConvPlan, ctx: Context, node: Node) -> int:
@@ -1209,12 +1220,7 @@ def emit_in_turn(first: Node, then: Node, ctx: Context, given: HandOver, out: Ou
     conv's MatMuls: an expansion's long epilogue (a ReLU6 and the gather, two accumulator cycles a
     vector against one MatMul cycle) beside a depthwise conv's MatMuls, its short epilogue beside
     the next expansion block's. Returns what ``then`` leaves the next node."""
-    half = ctx.arch.accumulator_depth // 2
-    ka, kb = len(pa.constants), len(pb.constants)
-    if max(pa.tiles[0].pixels, pb.tiles[0].pixels) > half - ka - kb:
-        raise ScheduleError(f"{first.output}, {then.output}: their tiles and constants do not fit a bank")
-    if not (pa.banked and pb.banked):
-        raise ScheduleError(f"{first.output}, {then.output}: not banked")
+    half, ka = ctx.arch.accumulator_depth // 2, len(pa.constants)
     cvecs = [_banked_constants(ctx, out, pa.constants, half), _banked_constants(ctx, out, pb.constants, half - ka)]
     if not pa.memory.handed:
         given.issue(out.lir)
