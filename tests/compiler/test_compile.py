@@ -356,6 +356,38 @@ def test_global_avg_pool():
     assert err.max() <= 6 / 256
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["from-dram0", "handed-over"])
+def test_a_global_avg_pool_of_more_blocks_than_the_accumulators_hold_goes_in_groups(held):
+    """Channel blocks go through the halving levels together in groups as large as the accumulators
+    hold (a group's first level writes half its vectors there): 13 blocks of a 7x7 map, 32 vectors
+    each, in 136 accumulators (one holds the factor 64/49) are groups of 4, 4, 4 and 1 (a level's
+    gather per group), the same bits as every
+    block at once in an accumulator memory that holds them all, read from DRAM0 or where the conv
+    before left the map."""
+    from tvm_tensil.isa.instructions import Direction, Opcode
+
+    rng = np.random.default_rng(13)
+    x_shape, c = (1, 7, 7, 8), 13 * 8
+    w = grid(rng, (c, 8, 1, 1), -2, 2)
+    x = grid(rng, x_shape)
+    t = {"x": Tensor("x", x_shape), "c": Tensor("c", (1, 7, 7, c)), "y": Tensor("y", (1, 1, 1, c))}
+    conv = Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1))
+    g = Graph(t, [conv, Node("global_avg_pool", ["c"], "y", {})], ["x"], ["y"], [w])
+    options = CompileOptions(pool_hand_over=held, interleave=False)  # (the pool's instructions last)
+    small = PRESETS["arty_a7_35"].replace(accumulator_depth=136, name="small_accumulators")
+    y, part, _ = run(g, {"x": x}, arch=small, options=options)
+    whole, _, _ = run(g, {"x": x}, arch=PRESETS["arty_a7_35"], options=options)
+    np.testing.assert_array_equal(y["y"], whole["y"])
+    f = part.program.fields()
+    dram_reads = int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)] + 1).sum())
+    assert (dram_reads == 49) == held  # x only where the pool reads c in local memory
+    gathers = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.ACC_TO_LOCAL)
+    pool = np.arange(len(f.opcode)) >= len(f.opcode) - part.report["nodes"][-1]["instructions"]
+    assert int((gathers & pool).sum()) == 4 * 6  # four groups: five levels' gathers and the means'
+    mean = conv2d_nhwc(x, w, None).mean(axis=(1, 2), keepdims=True)
+    assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * 6 + 0.5) / 256 + np.abs(mean).max() * 2**-9
+
+
 @pytest.mark.parametrize("hw", [1, 3, 5, 12, 33])
 def test_global_avg_pool_of_any_size_within_its_bound(hw):
     """Odd and non-power-of-two pixel counts (a missing partner counts as zero; the final factor

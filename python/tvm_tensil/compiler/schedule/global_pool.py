@@ -5,9 +5,11 @@ halves through a MatMul with diagonal weights 1/2; a missing partner counts as z
 ever leaves the range and each level adds at most one unit in the last place. The result
 (sum / T) is scaled by T / pixels, a factor in [1, 2). All channel blocks of an image go through
 the levels together when they fit local memory; else block by block, pixels in chunks of a power
-of two whose means are reduced the same way. When the conv before left the whole input in local
-memory, the first level reads it there (and its store to DRAM0 is dropped when the pool is its
-only reader).
+of two whose means are reduced the same way. Blocks go together in groups as large as the
+accumulators hold (a group's first level writes half its vectors there): a 7x7 map of 1,280
+channels is 107 blocks of 12, two groups in 2,048 accumulators. When the conv before left the
+whole input in local memory, the first level reads it there (and its store to DRAM0 is dropped
+when the pool is its only reader).
 """
 
 from __future__ import annotations
@@ -34,20 +36,27 @@ class _Levels:
     blocks: int
 
 
+def group_size(lv: _Levels, acc_free: int, room: int) -> int:
+    """The most channel blocks that go through the levels together: their first level's results
+    (half their vectors) fit the accumulators and ``room`` vectors of local memory (0: none)."""
+    return max(0, min(lv.blocks, acc_free // max(1, lv.total // 2), room // max(1, lv.total)))
+
+
 def hand_over(node: Node, ctx: Context, given: HandOver, lv: _Levels, consts: int, acc_free: int):
-    """``(where the input is, base)`` when the conv before left the pool's whole (single-image)
-    input in local memory, block-major, and the pool's own vectors (the diagonal weights, then half
-    the input for the first level's results) fit below or above everything that conv still holds;
-    else None."""
+    """``(where the input is, base, blocks a group)`` when the conv before left the pool's whole
+    (single-image) input in local memory, block-major, and the pool's own vectors (the diagonal
+    weights, then half of a group's input for the first level's results) fit below or above
+    everything that conv still holds; else None."""
     held = given.in_local.get(node.inputs[0])
     if not ctx.options.pool_hand_over or held is None:
         return None
     if ctx.place[node.inputs[0]].shape[0] != 1 or held[1] < lv.blocks * lv.pixels:
         return None
-    if lv.blocks * max(1, lv.total // 2) > acc_free:
+    group = group_size(lv, acc_free, 2 * (given.most_beside(ctx.arch, consts) - lv.block))
+    if group < 1:
         return None
-    base = given.room_beside(ctx.arch, lv.block + lv.blocks * max(1, lv.total // 2), consts)
-    return None if base is None else (held[0], base)
+    base = given.room_beside(ctx.arch, lv.block + group * max(1, lv.total // 2), consts)
+    return None if base is None else (held[0], base, group)
 
 
 def _reduce(lir: LIR, buf: int, size: int, width: int, blocks: int = 1, load=None, src=None) -> None:
@@ -127,20 +136,27 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
                 lir.datamove(Direction.LOCAL_TO_DRAM0, data + b, address, 1)
 
     if held is not None:  # block b at held[0] + b * pixels, where the conv left it
-        lir.comment(f"global_avg_pool {node.output}: {lv.blocks} blocks together, from local memory")
-        _reduce(lir, data, lv.pixels, lv.total, lv.blocks, src=(held[0], lv.pixels))
-        finish(0, 0, lv.blocks)
+        at, group = held[0], held[2]
+        for g0 in range(0, lv.blocks, group):
+            count = min(group, lv.blocks - g0)
+            lir.comment(f"global_avg_pool {node.output}: blocks {g0}+{count} together, from local memory")
+            _reduce(lir, data, lv.pixels, lv.total, count, src=(at + g0 * lv.pixels, lv.pixels))
+            finish(0, g0, count)
         return NOTHING
-    # Every channel block of an image at once when they fit (block b at data + b * total).
-    if lv.blocks > 1 and lv.blocks * lv.total <= room and lv.blocks * max(1, lv.total // 2) <= acc_free:
+    # Channel blocks of an image in groups when two or more fit (block b at data + (b - g0) * total).
+    group = group_size(lv, acc_free, room)
+    if lv.blocks > 1 and group > 1:
         for img in range(n_img):
-            lir.comment(f"global_avg_pool {node.output}: image {img}, {lv.blocks} blocks together")
+            for g0 in range(0, lv.blocks, group):
+                count = min(group, lv.blocks - g0)
+                lir.comment(f"global_avg_pool {node.output}: image {img}, blocks {g0}+{count} together")
 
-            def load(b, img=img):
-                lir.datamove(Direction.DRAM0_TO_LOCAL, data + b * lv.total, inp.address(img, 0, 0, b), lv.pixels)
+                def load(b, img=img, g0=g0):
+                    address = inp.address(img, 0, 0, g0 + b)
+                    lir.datamove(Direction.DRAM0_TO_LOCAL, data + b * lv.total, address, lv.pixels)
 
-            _reduce(lir, data, lv.pixels, lv.total, lv.blocks, load=load)
-            finish(img, 0, lv.blocks)
+                _reduce(lir, data, lv.pixels, lv.total, count, load=load)
+                finish(img, g0, count)
         return NOTHING
     _block_by_block(node, ctx, lir, lv, data, chunk, finish)
     return NOTHING
