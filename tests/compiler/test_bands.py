@@ -130,11 +130,23 @@ def test_no_bands_where_the_maps_fit_or_another_node_reads_them():
     assert [c.nodes for c in chains(read_twice, ARCH)] == [("rb", "y")]
 
 
-def test_the_latency_model_keeps_bands_or_whole_convs_whichever_is_faster():
-    graph, x, _ = block((1, 20, 12, 8), 4, 1, True)
+@pytest.mark.parametrize(
+    "arch, shape, expand, residual",
+    [
+        (WINDOW, (1, 20, 12, 8), 4, True),
+        # Bands take 22% and 19% fewer cycles; measured before the pass, the convs whole looked faster.
+        (WINDOW, (1, 40, 24, 8), 4, False),
+        (ARCH, (1, 24, 24, 8), 6, False),
+    ],
+    ids=["residual", "window", "diagonal"],
+)
+def test_the_latency_model_keeps_bands_or_whole_convs_whichever_is_faster(arch, shape, expand, residual):
+    """Each way is measured as the interleave pass leaves it (it recovers more at the bands' many
+    node boundaries): the final program's cycles are the faster way's."""
+    graph, x, _ = block(shape, expand, 1, residual)
     cycles = {}
     for bands in (True, False, None):
-        out, part = run(graph, x, WINDOW, bands)
+        out, part = run(graph, x, arch, bands)
         cycles[bands] = part.report["cycles"]["total"]
         # The report names the model's layers, each once, whichever way they ran.
         assert [n["output"] for n in part.report["nodes"]] == ["ra", "rb", "y"]

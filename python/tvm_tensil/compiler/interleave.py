@@ -319,18 +319,18 @@ def _merge(lo, hi, stream, deps, work, model, busy, state, slack):
 
 
 def interleave(
-    program: Program, arch: Architecture, owners: np.ndarray, measure: bool = True
+    program: Program, arch: Architecture, owners: np.ndarray, measure: bool = True, offsets=OFFSETS
 ) -> tuple[Program, np.ndarray, int]:
     """``program`` with each window's instructions merged across engines where the latency model
     finds it faster (``measure=False``: every window merged, with the first slack), a pass per
-    ``OFFSETS``; each instruction's node (``owners``, permuted alike); how many windows were
+    ``offsets``; each instruction's node (``owners``, permuted alike); how many windows were
     reordered."""
     n = len(program)
     if n < 2:
         return program, owners, 0
     ins = _Instructions(program, arch)
     order, changed = np.arange(n), 0
-    for offset in OFFSETS:
+    for offset in offsets:
         merged, count = _merged(ins, arch, measure, offset)
         if count:
             ins, order, changed = ins.permuted(merged), order[merged], changed + count

@@ -11,7 +11,10 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Callable
 
+import numpy as np
+
 from ...isa.instructions import InvalidInstruction
+from ..interleave import OFFSETS, interleave
 from ..latency import estimate_cycles_of
 from ..lir import LIR
 from .context import Context, HandOver, Out
@@ -41,6 +44,17 @@ def cycles_with(lir: LIR, left: HandOver, *more: LIR) -> int:
     return estimate_cycles_of(chain(*(x.fields() for x in (lir, *more, stores))), lir.arch)["total"]
 
 
+def interleaved_cycles(lir: LIR, left: HandOver) -> int:
+    """``cycles_with`` of the program as the interleave pass's first pass leaves it (the second
+    one, across the first one's window edges, gains little more and would double the cost)."""
+    whole = LIR(lir.arch)
+    whole.extend(lir)
+    left.issue(whole)
+    program = whole.program()
+    program, _, _ = interleave(program, lir.arch, np.zeros(len(program), dtype=np.int64), offsets=OFFSETS[:1])
+    return estimate_cycles_of([program.fields()], lir.arch)["total"]
+
+
 def cycles_through(ctx: Context, tried: Tried, further: bool = False) -> int:
     """Cycles of an alternative and then the next node lowered after it. ``further``: the next node
     chooses through the node after it, and that node is lowered too, so what the next node hands
@@ -68,10 +82,12 @@ def cheapest(
     out: Out,
     stop_when_worse: bool = False,
     won: list[int] | None = None,
+    measure: Callable[[LIR, HandOver], int] = cycles_with,
 ) -> HandOver:
     """Lower the alternative the latency model finds fastest into ``out`` (each is lowered once to
     measure it; with ``stop_when_worse``, from the third on, the search stops at the first one
-    slower than the one before it). ``won`` gets the index of the one kept.
+    slower than the one before it). ``won`` gets the index of the one kept. ``measure``: an
+    alternative's cycles from its instructions and what it leaves.
 
     What a node leaves to the next one counts too: the stores it carries, and, when the fastest
     alternative does not leave an input of the next conv (its input, or a residual's shortcut) in
@@ -88,7 +104,7 @@ def cheapest(
         trial = out.fork()
         try:
             left = alternative(ctx, given, trial)
-            tried.append(Tried(cycles_with(trial.lir, left), trial, left))
+            tried.append(Tried(measure(trial.lir, left), trial, left))
         except InvalidInstruction:
             # Weights beyond DRAM1 (their addresses do not encode): kept, so that the compile goes
             # on placing them and its error states the whole need.
