@@ -8,6 +8,7 @@ import pytest
 from reference import conv2d_nhwc
 from tvm_tensil.arch import PRESETS
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph, schedule
+from tvm_tensil.compiler import bands as bands_module
 from tvm_tensil.compiler.bands import chains, with_bands
 from tvm_tensil.compiler.compile import fuse
 from tvm_tensil.compiler.memory import CapacityError
@@ -266,3 +267,44 @@ def test_the_bands_are_lowered_in_turn_only_where_a_pair_fits(monkeypatch, shape
         assert calls[None] > calls[False]
     else:
         assert calls[None] == calls[False] and parts[None].program.data == parts[False].program.data
+
+
+def depthwise_first(shape, c_out: int = 8, seed: int = 0):
+    """A chain that starts with a depthwise 3x3 conv (+ ReLU) reading the graph's input, then a 1x1
+    conv: the first conv's input rows come from DRAM0 beside its band's map."""
+    rng = np.random.default_rng(seed)
+    n, h, w, c = shape
+    consts = [rng.integers(-8, 8, (c, 1, 3, 3)) / 32, rng.integers(-8, 8, (c_out, c, 1, 1)) / 64]
+    t = {
+        "x": Tensor("x", shape), "b": Tensor("b", (n, h, w, c)), "rb": Tensor("rb", (n, h, w, c)),
+        "y": Tensor("y", (n, h, w, c_out)),
+    }  # fmt: skip
+    nodes = [
+        Node("conv2d", ["x"], "b", dict(weight=0, padding=(1,) * 4, groups=c)),
+        Node("relu", ["b"], "rb"),
+        Node("conv2d", ["rb"], "y", dict(weight=1)),
+    ]
+    x = rng.integers(-16, 16, shape) / 16
+    b = np.maximum(conv2d_nhwc(x, consts[0], None, padding=(1,) * 4, groups=c), 0)
+    return Graph(t, nodes, ["x"], ["y"], consts), x, conv2d_nhwc(b, consts[1], None)
+
+
+def test_a_chains_first_map_fits_beside_its_input_rows_for_one_band_more(monkeypatch):
+    """Two bands of 10 rows fit the maps between the convs, but not the first conv's input rows
+    (12 rows of 32 channels from DRAM0) beside its map: its band would run as two tiles and the map
+    go to DRAM0 and back. Three bands of 7 rows fit: the map stays in local memory (only the
+    output is stored), in fewer cycles, the same bits."""
+    graph, x, want = depthwise_first((1, 20, 12, 32))
+    (chain,) = chains(fuse(graph), WINDOW)
+    assert chain.rows == 7
+    part = compile_graph(graph, WINDOW, "t", options=CompileOptions(row_bands=True))
+    out = Emulator(WINDOW).run_model(part.model(graph.constants), {"x": x})["y"]
+    assert stores(part) == 20 * 12  # y only
+    monkeypatch.setattr(bands_module, "FIRST_SHARE", float("inf"))  # the first map as if it always fit
+    (spilling,) = chains(fuse(graph), WINDOW)
+    assert spilling.rows == 10
+    spilled = compile_graph(graph, WINDOW, "t", options=CompileOptions(row_bands=True))
+    assert stores(spilled) == 20 * 12 * (1 + 4)  # and the whole first map (four blocks of 32 channels)
+    assert part.report["cycles"]["total"] < spilled.report["cycles"]["total"]
+    np.testing.assert_array_equal(out, Emulator(WINDOW).run_model(spilled.model(graph.constants), {"x": x})["y"])
+    np.testing.assert_allclose(out, want, atol=0.1)
