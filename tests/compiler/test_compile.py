@@ -359,11 +359,12 @@ def test_global_avg_pool():
 @pytest.mark.parametrize("held", [False, True], ids=["from-dram0", "handed-over"])
 def test_a_global_avg_pool_of_more_blocks_than_the_accumulators_hold_goes_in_groups(held):
     """Channel blocks go through the halving levels together in groups as large as the accumulators
-    hold (a group's first level writes half its vectors there): 13 blocks of a 7x7 map, 32 vectors
-    each, in 136 accumulators (one holds the factor 64/49) are groups of 4, 4, 4 and 1 (a level's
-    gather per group), the same bits as every
-    block at once in an accumulator memory that holds them all, read from DRAM0 or where the conv
-    before left the map."""
+    hold, each group as two halves in the two accumulator banks, one half's gathers beside the
+    other's MatMuls (a half's first level writes half its vectors to its bank): 13 blocks of a 7x7
+    map, 32 vectors each, in 136 accumulators (68 a bank, one holding the factor 64/49) are groups
+    of 4, 4, 4 (halves of 2) and 1. The same bits as the whole map in one group (2,048
+    accumulators) and as one block at a time (64), read from DRAM0 or where the conv before left
+    the map."""
     from tvm_tensil.isa.instructions import Direction, Opcode
 
     rng = np.random.default_rng(13)
@@ -374,16 +375,18 @@ def test_a_global_avg_pool_of_more_blocks_than_the_accumulators_hold_goes_in_gro
     conv = Node("conv2d", ["x"], "c", dict(weight=0, bias=None, groups=1))
     g = Graph(t, [conv, Node("global_avg_pool", ["c"], "y", {})], ["x"], ["y"], [w])
     options = CompileOptions(pool_hand_over=held, interleave=False)  # (the pool's instructions last)
-    small = PRESETS["arty_a7_35"].replace(accumulator_depth=136, name="small_accumulators")
-    y, part, _ = run(g, {"x": x}, arch=small, options=options)
-    whole, _, _ = run(g, {"x": x}, arch=PRESETS["arty_a7_35"], options=options)
-    np.testing.assert_array_equal(y["y"], whole["y"])
+    arty = PRESETS["arty_a7_35"]
+    y, part, _ = run(g, {"x": x}, arch=arty.replace(accumulator_depth=136, name="small_accumulators"), options=options)
+    for depth in (2048, 64):
+        other, _, _ = run(g, {"x": x}, arch=arty.replace(accumulator_depth=depth, name=f"acc{depth}"), options=options)
+        np.testing.assert_array_equal(y["y"], other["y"])
     f = part.program.fields()
     dram_reads = int((f.operand2[(f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.DRAM0_TO_LOCAL)] + 1).sum())
     assert (dram_reads == 49) == held  # x only where the pool reads c in local memory
     gathers = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.ACC_TO_LOCAL)
     pool = np.arange(len(f.opcode)) >= len(f.opcode) - part.report["nodes"][-1]["instructions"]
-    assert int((gathers & pool).sum()) == 4 * 6  # four groups: five levels' gathers and the means'
+    # Five levels' gathers and the means' for each half of the three groups of four, and the last block.
+    assert int((gathers & pool).sum()) == 3 * 2 * 6 + 6
     mean = conv2d_nhwc(x, w, None).mean(axis=(1, 2), keepdims=True)
     assert np.abs(y["y"] - mean).max() <= (0.5 + 2 * 6 + 0.5) / 256 + np.abs(mean).max() * 2**-9
 
