@@ -11,6 +11,7 @@ geometry every lowering shares, ``overlap`` the DRAM moves deferred beside compu
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 from ...arch import Architecture
@@ -164,15 +165,7 @@ class GraphSchedule:
         interleave = self.ctx.options.interleave
         if interleave is False or (interleave is None and len(self.out.lir) > AUTO_LIMIT):
             return cycles_with
-        measured: dict[bytes, int] = {}
-
-        def measure(lir: LIR, left: HandOver) -> int:
-            key = lir.program().data + repr(left.key).encode()
-            if key not in measured:
-                measured[key] = interleaved_cycles(lir, left)
-            return measured[key]
-
-        return measure
+        return partial(interleaved_cycles, memo={})
 
     def finish(self) -> None:
         """After the last node: issue the stores still carried."""

@@ -44,15 +44,21 @@ def cycles_with(lir: LIR, left: HandOver, *more: LIR) -> int:
     return estimate_cycles_of(chain(*(x.fields() for x in (lir, *more, stores))), lir.arch)["total"]
 
 
-def interleaved_cycles(lir: LIR, left: HandOver) -> int:
+def interleaved_cycles(lir: LIR, left: HandOver, memo: dict[bytes, int] | None = None) -> int:
     """``cycles_with`` of the program as the interleave pass's first pass leaves it (the second
-    one, across the first one's window edges, gains little more and would double the cost)."""
+    one, across the first one's window edges, gains little more and would double the cost).
+    ``memo``: cycles by program, so that alternatives that lowered the same one run it once."""
     whole = LIR(lir.arch)
     whole.extend(lir)
     left.issue(whole)
     program = whole.program()
-    program, _, _ = interleave(program, lir.arch, np.zeros(len(program), dtype=np.int64), offsets=OFFSETS[:1])
-    return estimate_cycles_of([program.fields()], lir.arch)["total"]
+    if memo is not None and program.data in memo:
+        return memo[program.data]
+    merged, _, _ = interleave(program, lir.arch, np.zeros(len(program), dtype=np.int64), offsets=OFFSETS[:1])
+    cycles = estimate_cycles_of([merged.fields()], lir.arch)["total"]
+    if memo is not None:
+        memo[program.data] = cycles
+    return cycles
 
 
 def cycles_through(ctx: Context, tried: Tried, further: bool = False) -> int:
