@@ -153,6 +153,9 @@ class TensilModel:
     arch: Architecture
     program: Program
     consts: list[tuple[ConstsEntry, np.ndarray]] = field(default_factory=list)
+    # Constants the program reads from DRAM0 (our extension, listed under the extension key as
+    # "dram0_consts"): a second stream of weights beside DRAM1's. Written before the model runs.
+    dram0_consts: list[tuple[ConstsEntry, np.ndarray]] = field(default_factory=list)
     inputs: list[TensorEntry] = field(default_factory=list)
     outputs: list[TensorEntry] = field(default_factory=list)
     load_consts_to_local: bool = False
@@ -231,6 +234,16 @@ class TensilModel:
                     f"model '{self.name}': consts '{entry.file_name}' holds {data.shape[0]} "
                     f"vectors, the .tmodel says {entry.size}"
                 )
+        for entry, data in self.dram0_consts:
+            if entry.base + entry.size > arch.dram0_depth or data.shape != (entry.size, arch.array_size):
+                raise ModelError(
+                    f"model '{self.name}': DRAM0 consts '{entry.file_name}' at vector {entry.base} with "
+                    f"{entry.size} vectors ({data.shape[0]} in the data) does not fit DRAM0 (dram0_depth = "
+                    f"{arch.dram0_depth}) or its data"
+                )
+            for e in self.inputs + self.outputs:
+                if e.base < entry.base + entry.size and entry.base < e.base + e.size:
+                    raise ModelError(f"model '{self.name}': DRAM0 consts '{entry.file_name}' overlap tensor '{e.name}'")
         if not self.outputs:
             raise ModelError(f"model '{self.name}' has no outputs: a program whose results nobody reads")
         for kind, entries in (("input", self.inputs), ("output", self.outputs)):
@@ -261,8 +274,13 @@ class TensilModel:
             "arch": self.arch.to_dict(plain=True),
             "load_consts_to_local": self.load_consts_to_local,
         }
-        if self.extras:
-            d[EXTENSION_KEY] = self.extras
+        extras = self.extras | (
+            {"dram0_consts": [{"file_name": e.file_name, "base": e.base, "size": e.size} for e, _ in self.dram0_consts]}
+            if self.dram0_consts
+            else {}
+        )
+        if extras:
+            d[EXTENSION_KEY] = extras
         return d
 
     def save(self, directory: str | os.PathLike) -> Path:
@@ -276,7 +294,7 @@ class TensilModel:
         directory.mkdir(parents=True, exist_ok=True)
         dt = self.arch.data_type
         files: dict[str, bytes] = {f"{self.name}.tprog": self.program.data}
-        for entry, data in self.consts:
+        for entry, data in self.consts + self.dram0_consts:
             files[entry.file_name] = dt.to_bytes(data)
         files[f"{self.name}.tmodel"] = (json.dumps(self.to_dict(), indent=2) + "\n").encode()
         tmp_paths = []
@@ -335,26 +353,30 @@ class TensilModel:
         except ProgramError as e:
             raise ModelError(str(e)) from None
 
-        consts = []
-        if not isinstance(d["consts"], list):
-            raise ModelError(f"{where}: key 'consts' must be a list")
-        for i, c in enumerate(d["consts"]):
-            cw = f"{where}: consts[{i}]"
-            if not isinstance(c, dict):
-                raise ModelError(f"{cw}: must be an object with file_name, base, size")
-            entry = ConstsEntry(_str(c, "file_name", cw), _int(c, "base", cw), _int(c, "size", cw))
-            cfile = folder / entry.file_name
-            try:
-                blob = cfile.read_bytes()
-            except OSError as e:
-                raise ModelError(f"{cw}: cannot read {cfile}: {e.strerror}") from None
-            want = entry.size * arch.vector_bytes
-            if len(blob) != want:
-                raise ModelError(
-                    f"{cw}: {cfile.name} has {len(blob)} bytes; {entry.size} vectors of "
-                    f"{arch.vector_bytes} bytes ({arch.array_size} x {arch.data_type.name}) need {want}"
-                )
-            consts.append((entry, arch.data_type.from_bytes(blob).reshape(entry.size, arch.array_size)))
+        def const_files(listed, key: str) -> list[tuple[ConstsEntry, np.ndarray]]:
+            if not isinstance(listed, list):
+                raise ModelError(f"{where}: key '{key}' must be a list")
+            out = []
+            for i, c in enumerate(listed):
+                cw = f"{where}: {key}[{i}]"
+                if not isinstance(c, dict):
+                    raise ModelError(f"{cw}: must be an object with file_name, base, size")
+                entry = ConstsEntry(_str(c, "file_name", cw), _int(c, "base", cw), _int(c, "size", cw))
+                cfile = folder / entry.file_name
+                try:
+                    blob = cfile.read_bytes()
+                except OSError as e:
+                    raise ModelError(f"{cw}: cannot read {cfile}: {e.strerror}") from None
+                want = entry.size * arch.vector_bytes
+                if len(blob) != want:
+                    raise ModelError(
+                        f"{cw}: {cfile.name} has {len(blob)} bytes; {entry.size} vectors of "
+                        f"{arch.vector_bytes} bytes ({arch.array_size} x {arch.data_type.name}) need {want}"
+                    )
+                out.append((entry, arch.data_type.from_bytes(blob).reshape(entry.size, arch.array_size)))
+            return out
+
+        consts = const_files(d["consts"], "consts")
 
         def tensors(key: str) -> list[TensorEntry]:
             if not isinstance(d[key], list):
@@ -368,15 +390,18 @@ class TensilModel:
             return out
 
         extras = d.get(EXTENSION_KEY, {})
+        extras = dict(extras) if isinstance(extras, dict) else {}
+        dram0_consts = const_files(extras.pop("dram0_consts", []), f"{EXTENSION_KEY}.dram0_consts")
         model = cls(
             name=_str(d, "name", where),
             arch=arch,
             program=program,
             consts=consts,
+            dram0_consts=dram0_consts,
             inputs=tensors("inputs"),
             outputs=tensors("outputs"),
             load_consts_to_local=bool(d.get("load_consts_to_local", False)),
-            extras=extras if isinstance(extras, dict) else {},
+            extras=extras,
         )
         if model.load_consts_to_local:
             raise ModelError(

@@ -247,6 +247,33 @@ def pack_channel_vectors(consts, n: int, channels: int, values: int | None = Non
     return out.reshape(blocks, n)
 
 
+@packer("streamed_dense")
+def pack_streamed_dense(
+    consts, n: int, weight: int, chunks: Sequence[int], layout: str = "OIHW", flatten: Sequence[int] | None = None
+) -> np.ndarray:
+    """A dense layer's weights as streamed MatMul inputs (``compiler/schedule/dense.py``): for each
+    chunk ``c`` of ``chunks`` (N input features), one vector per output feature ``k`` holding
+    ``W[cN + j, k]`` in lane ``j``."""
+    blocks = pack_conv_weights(consts, n, weight, 1, layout, flatten, bias_rows=False)
+    w = np.asarray(consts[weight])
+    classes = w.shape[1] if layout == "KM" else w.shape[0]
+    cbo = math.ceil(classes / n)
+    grid = blocks.reshape(cbo, -1, n, n)  # (output block, input block, row j, lane o)
+    rows = [grid[:, c].transpose(0, 2, 1).reshape(cbo * n, n)[:classes] for c in chunks]
+    return np.concatenate(rows) if rows else np.zeros((0, n))
+
+
+@packer("lane_moves")
+def pack_lane_moves(consts, n: int) -> np.ndarray:
+    """2N blocks of N rows of 0/1 weights (a bias row of zeros is shifted in after them): block
+    ``j`` moves input lane ``j`` to output lane 0, block ``N + j`` input lane 0 to output lane ``j``."""
+    out = np.zeros((2 * n, n, n))
+    idx = np.arange(n)
+    out[idx, idx, 0] = 1.0
+    out[n + idx, 0, idx] = 1.0
+    return out.reshape(-1, n)
+
+
 @packer("fill")
 def pack_fill(consts, n: int, values: Sequence) -> np.ndarray:
     """One vector per value (constants for SIMD operands): a number in every lane, or a list of
@@ -263,13 +290,15 @@ class ConstRecipe:
     args: dict[str, Any]
     base: int
     size: int
+    bank: int = 1  # the DRAM bank that holds it (0: beside the feature maps, a second stream of weights)
 
     def to_json(self) -> dict:
-        return {"packer": self.packer, "args": self.args, "base": self.base, "size": self.size}
+        d = {"packer": self.packer, "args": self.args, "base": self.base, "size": self.size}
+        return d | ({"bank": self.bank} if self.bank != 1 else {})
 
     @classmethod
     def from_json(cls, d: dict) -> "ConstRecipe":
-        return cls(d["packer"], d["args"], d["base"], d["size"])
+        return cls(d["packer"], d["args"], d["base"], d["size"], int(d.get("bank", 1)))
 
 
 def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None):
@@ -286,14 +315,17 @@ def _packed_blocks(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray],
 
 
 def pack_consts(
-    recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None
-) -> np.ndarray:
-    """All of DRAM1's constants as (vectors, N) fixed-point integers."""
-    total = max((r.base + r.size for r in recipes), default=0)
+    recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture, sat=None, bank: int = 1
+) -> tuple[int, np.ndarray]:
+    """DRAM ``bank``'s constants as (vectors, N) fixed-point integers, and the vector they start at
+    (DRAM1's at 0)."""
+    mine = [r for r in recipes if r.bank == bank]
+    start = min((r.base for r in mine), default=0) if bank == 0 else 0
+    total = max((r.base + r.size for r in mine), default=start) - start
     out = np.zeros((total, arch.array_size), dtype=np.int64)
-    for r, block in _packed_blocks(recipes, consts, arch, sat):
-        out[r.base : r.base + r.size] = block
-    return out
+    for r, block in _packed_blocks(mine, consts, arch, sat):
+        out[r.base - start : r.base - start + r.size] = block
+    return start, out
 
 
 def count_saturated_consts(recipes: Sequence[ConstRecipe], consts: Sequence[np.ndarray], arch: Architecture) -> int:

@@ -46,10 +46,14 @@ class CompiledPartition:
     def model(self, constants) -> TensilModel:
         """The Tensil model with DRAM1 packed from ``constants`` (a list of float arrays); with
         ``constants=None``, the model without its DRAM1 image (enough to check its DRAM0 maps)."""
-        consts = []
+        consts, dram0_consts = [], []
         if constants is not None:
-            data = pack_consts(self.recipes, derive_constants(constants, self.derived), self.arch)
+            given = derive_constants(constants, self.derived)
+            _, data = pack_consts(self.recipes, given, self.arch)
             consts = [(ConstsEntry(f"{self.name}.tdata", 0, data.shape[0]), data)] if data.shape[0] else []
+            base, data0 = pack_consts(self.recipes, given, self.arch, bank=0)
+            if len(data0):
+                dram0_consts = [(ConstsEntry(f"{self.name}.dram0.tdata", base, data0.shape[0]), data0)]
         extras = {
             kind: {
                 name: {
@@ -71,6 +75,7 @@ class CompiledPartition:
             arch=self.arch,
             program=self.program,
             consts=consts,
+            dram0_consts=dram0_consts,
             inputs=[TensorEntry(n, p.base, p.size) for n, p in self.inputs.items()],
             outputs=[TensorEntry(n, p.base, p.size) for n, p in self.outputs.items()],
             extras=extras,

@@ -1128,7 +1128,7 @@ def test_streamed_weights_may_go_in_pieces_the_loads_follow(monkeypatch):
     for tried in (True, False):
         if not tried:
             monkeypatch.setattr(conv, "_streams_weights", lambda ctx, p: False)
-        y, part, _ = run(g, {"x": x}, arch)
+        y, part, _ = run(g, {"x": x}, arch, CompileOptions(stream_dense=False))  # weight-stationary
         np.testing.assert_array_equal(y["y"], conv2d_nhwc(x, w, None))
         cycles[tried] = estimate_cycles(part.program, arch)["total"]
         f = part.program.fields()
@@ -1155,7 +1155,7 @@ def test_a_dense_layers_weight_blocks_go_without_bias_rows(preset, bias):
     g, out = conv_graph(x.shape, w, b)
     reads, programs = {}, {}
     for bare in (False, True):
-        y, part, _ = run(g, {"x": x}, arch, CompileOptions(bare_blocks=bare))
+        y, part, _ = run(g, {"x": x}, arch, CompileOptions(bare_blocks=bare, stream_dense=False))
         np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b))
         f = part.program.fields()
         loads = (f.opcode == int(Opcode.LOADWEIGHTS)) & ((f.flags & int(LoadWeightsFlag.ZEROES)) == 0)
@@ -1165,7 +1165,7 @@ def test_a_dense_layers_weight_blocks_go_without_bias_rows(preset, bias):
         assert part.report["nodes"][0].get("bare_blocks", False) == bare  # the report says which
     # 5 x 8 blocks: a read fewer each, but the 5 output blocks' bias rows read on their own.
     assert (reads[False] - reads[True] == 5 * 8 - (5 if bias else 0)).all()
-    y, part, _ = run(g, {"x": x}, arch)  # the faster of the two, by the latency model
+    y, part, _ = run(g, {"x": x}, arch, CompileOptions(stream_dense=False))  # the faster, by the latency model
     np.testing.assert_array_equal(y[out], conv2d_nhwc(x, w, b))
     assert part.program.data in programs.values()
 

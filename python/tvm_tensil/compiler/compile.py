@@ -568,6 +568,7 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
             per_node[-1]["bare_blocks"] = True  # its weight blocks without bias rows (``conv.bare_blocks``)
     sched.finish()
     consts.check()
+    consts.check_dram0(dram0.top)
     program = lir.program(name)
     prefetched = sunk = ()
     if options.prefetch:
@@ -593,7 +594,8 @@ def _compile_scaled(graph, arch, name, calibration, options, choice: ScaleChoice
         "prefetched_loads": len(prefetched),
         "sunk_stores": len(sunk),
         "interleaved_windows": interleaved,
-        "memory": memory_use(program, arch, dram0.top, consts.top),
+        "memory": memory_use(program, arch, dram0.top, consts.top)
+        | ({"dram0_weight_vectors": consts.top0} if consts.top0 else {}),
         "weights_saturated": count_saturated_consts(consts.recipes, (reference or graph).constants, arch),
     }
     if calibration:

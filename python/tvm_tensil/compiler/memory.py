@@ -107,22 +107,30 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 class ConstTable:
     """DRAM1 contents as recipes; ``pack`` turns them into vectors. Placement never fails: ``check``
-    compares the total with DRAM1 once everything is placed, so the error states the whole need."""
+    compares the total with DRAM1 once everything is placed, so the error states the whole need.
+
+    A recipe asked for in DRAM0 (a second stream of weights, read beside DRAM1's) goes below the top
+    of DRAM0, the next one below it (``top0`` vectors in all): the feature maps grow from the bottom."""
 
     def __init__(self, arch: Architecture):
         self.arch = arch
         self.recipes: list[ConstRecipe] = []
         self.top = 0
+        self.top0 = 0
         self._cache: dict[str, ConstRecipe] = {}
 
-    def add(self, packer_name: str, consts: Sequence[np.ndarray], **args) -> ConstRecipe:
-        """Place the packer's output in DRAM1 (identical requests share one placement)."""
-        key = repr((packer_name, sorted(args.items())))
+    def add(self, packer_name: str, consts: Sequence[np.ndarray], bank: int = 1, **args) -> ConstRecipe:
+        """Place the packer's output in DRAM ``bank`` (identical requests share one placement)."""
+        key = repr((packer_name, bank, sorted(args.items())))
         if key in self._cache:
             return self._cache[key]
         size = PACKERS[packer_name](consts, self.arch.array_size, **args).shape[0]
-        recipe = ConstRecipe(packer_name, dict(args), self.top, size)
-        self.top += size
+        if bank == 0:
+            self.top0 += size
+            recipe = ConstRecipe(packer_name, dict(args), self.arch.dram0_depth - self.top0, size, 0)
+        else:
+            recipe = ConstRecipe(packer_name, dict(args), self.top, size)
+            self.top += size
         self.recipes.append(recipe)
         self._cache[key] = recipe
         return recipe
@@ -131,14 +139,25 @@ class ConstTable:
         """A table that starts as this one and places on its own (an alternative's constants);
         ``commit`` keeps its placements here, otherwise they are forgotten."""
         child = ConstTable(self.arch)
-        child.recipes, child.top, child._cache = list(self.recipes), self.top, dict(self._cache)
+        child.recipes, child.top, child.top0, child._cache = list(self.recipes), self.top, self.top0, dict(self._cache)
         return child
 
     def commit(self, fork: "ConstTable") -> None:
         """Keep the placements of ``fork`` (made from this table, which placed nothing since)."""
         if fork.recipes[: len(self.recipes)] != self.recipes:
             raise ValueError("commit: the fork was not made from this table as it is")
-        self.recipes, self.top, self._cache = fork.recipes, fork.top, fork._cache
+        self.recipes, self.top, self.top0, self._cache = fork.recipes, fork.top, fork.top0, fork._cache
+
+    def check_dram0(self, maps: int) -> None:
+        """The feature maps (``maps`` vectors from the bottom) and DRAM0's constants both fit."""
+        if maps + self.top0 > self.arch.dram0_depth:
+            raise CapacityError(
+                0,
+                maps + self.top0,
+                f"the partition needs {maps} vectors of DRAM0 for its feature maps and {self.top0} for "
+                f"weights streamed from DRAM0, the architecture has {self.arch.dram0_depth} (dram0_depth): "
+                f"an architecture with dram0_depth >= {maps + self.top0} holds them",
+            )
 
     def check(self) -> None:
         if self.top > self.arch.dram1_depth:

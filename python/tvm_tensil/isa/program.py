@@ -69,6 +69,7 @@ class ProgramSummary:
     vectors: np.ndarray  # vectors moved or processed per opcode value (a SIMD instruction: 1)
     writes_dram1: bool  # some DataMove stores to DRAM1
     first_loadlut: int | None  # pc of the first LoadLUT, if any
+    dram0_writes: tuple[int, int] | None = None  # (first, end) of the DRAM0 vectors it stores to
 
 
 def _operand(rows: np.ndarray, start: int, nbytes: int) -> np.ndarray:
@@ -268,6 +269,7 @@ class Program:
         counts = np.zeros(16, dtype=np.int64)
         vectors = np.zeros(16, dtype=np.int64)
         writes_dram1, first_loadlut = False, None
+        lo0 = hi0 = None
         window = None
         for start, f in self.chunks():
             self._raise_first_invalid(self.invalid_mask(f, window), start)
@@ -284,10 +286,18 @@ class Program:
             )
             vectors += np.bincount(f.opcode, weights=sizes, minlength=16).astype(np.int64)
             writes_dram1 |= bool(np.any((f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM1)))
+            stores = (f.opcode == Opcode.DATAMOVE) & (f.flags == Direction.LOCAL_TO_DRAM0)
+            if stores.any():
+                first = f.addr1[stores]
+                last = first + f.operand2[stores] * np.left_shift(1, f.stride1[stores])
+                lo0 = int(first.min()) if lo0 is None else min(lo0, int(first.min()))
+                hi0 = int(last.max()) + 1 if hi0 is None else max(hi0, int(last.max()) + 1)
             lut = np.nonzero(f.opcode == Opcode.LOADLUT)[0]
             if first_loadlut is None and lut.size:
                 first_loadlut = start + int(lut[0])
-        summary = ProgramSummary(len(self), counts, vectors, writes_dram1, first_loadlut)
+        summary = ProgramSummary(
+            len(self), counts, vectors, writes_dram1, first_loadlut, None if lo0 is None else (lo0, hi0)
+        )
         self._summary = (self.data, summary)
         return summary
 

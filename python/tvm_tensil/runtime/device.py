@@ -20,7 +20,7 @@ from ..isa.instructions import Opcode
 from ..isa.program import Program, ProgramError, ProgramSummary
 from ..model import ModelError, TensilModel, tensor_to_vectors, vectors_for_shape, vectors_to_tensor
 from ..numbers import SaturationCounter
-from .weights import ResidentWeights
+from .weights import ResidentDram0Consts, ResidentWeights
 
 __all__ = ["Device", "HostDramDevice", "RunStats", "SaturationWarning", "DeviceError", "as_vectors"]
 
@@ -118,6 +118,8 @@ class Device(ABC):
         # The models whose constants DRAM1 holds: run_model writes them once per model, not per call.
         # Any other write to DRAM1 (by write_dram or by a program) forgets the models it overwrites.
         self.resident_weights = ResidentWeights(arch)
+        # Likewise the models whose DRAM0 constants DRAM0 holds (forgotten when written over).
+        self.resident_dram0 = ResidentDram0Consts()
 
     # -- primitives --------------------------------------------------------------------------
     @abstractmethod
@@ -143,6 +145,9 @@ class Device(ABC):
         summary = program.check()
         if summary.writes_dram1:
             self.resident_weights.clear()
+        if summary.dram0_writes is not None:
+            first, end = summary.dram0_writes
+            self.resident_dram0.forget(first, end - first)
         if summary.first_loadlut is not None:
             pc = summary.first_loadlut
             raise ProgramError(
@@ -151,6 +156,13 @@ class Device(ABC):
                 pc=pc,
             )
         return summary
+
+    def _overwritten(self, bank: int, base: int, size: int) -> None:
+        """DRAM ``bank`` vectors ``base .. base+size-1`` are written: the constants there are gone."""
+        if bank == 1:
+            self.resident_weights.forget(base, size)
+        else:
+            self.resident_dram0.forget(base, size)
 
     def _check_range(self, bank: int, base: int, size: int) -> None:
         if bank not in (0, 1):
@@ -231,6 +243,7 @@ class Device(ABC):
             staged.append((entries, vec))
         self.reset()
         program = self.resident_weights.program_for(model, lambda base, data: self.write_dram(1, base, data))
+        self.resident_dram0.ensure(model, lambda base, data: self.write_dram(0, base, data))
         for entries, vec in staged:
             pos = 0
             for e in entries:
@@ -303,8 +316,7 @@ class HostDramDevice(Device):
     def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
         vectors = as_vectors(vectors, self.arch.array_size)
         self._check_range(bank, base, vectors.shape[0])
-        if bank == 1:
-            self.resident_weights.forget(base, vectors.shape[0])
+        self._overwritten(bank, base, vectors.shape[0])
         self._bank(bank)[base : base + vectors.shape[0]] = self.arch.data_type.to_storage(vectors)
 
     def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from ..arch import Architecture
 from ..isa.program import Program
 from ..model import TensilModel
 
-__all__ = ["ResidentWeights"]
+__all__ = ["ResidentDram0Consts", "ResidentWeights"]
 
 AXI_PAGE_BYTES = 4096  # an AXI burst never crosses this boundary
 
@@ -110,3 +110,36 @@ class ResidentWeights:
             if not self._resident:
                 return lo  # the region alone does not fit: the program's own check reports it
             self._resident.popitem(last=False)
+
+
+class ResidentDram0Consts:
+    """The models whose DRAM0 constants (weights streamed from DRAM0 beside DRAM1's) a device's
+    DRAM0 holds. They sit where compiled, at the top of DRAM0, so models' regions may overlap: a
+    model's are written before it runs unless they are still there, and any write over them (another
+    model's constants, a program's stores, ``write_dram``) forgets them."""
+
+    def __init__(self):
+        self._resident: dict[int, tuple[weakref.ref, int, int]] = {}  # by id(model): (model, lo, hi)
+        self.writes = 0  # models whose DRAM0 constants were written (for tests and statistics)
+
+    def ensure(self, model: TensilModel, write: Callable[[int, np.ndarray], None]) -> None:
+        """Write ``model``'s DRAM0 constants by ``write(base, vectors)`` unless DRAM0 holds them."""
+        if not model.dram0_consts:
+            return
+        held = self._resident.get(id(model))
+        if held is not None and held[0]() is model:
+            return
+        for const, data in model.dram0_consts:
+            write(const.base, data)  # (forgets whatever it overwrites)
+        lo = min(e.base for e, _ in model.dram0_consts)
+        hi = max(e.base + e.size for e, _ in model.dram0_consts)
+        self._resident[id(model)] = (weakref.ref(model), lo, hi)
+        self.writes += 1
+
+    def forget(self, base: int, size: int) -> None:
+        """DRAM0 vectors ``base .. base+size-1`` were overwritten by something else."""
+        for key in [k for k, (_, lo, hi) in self._resident.items() if lo < base + size and base < hi]:
+            del self._resident[key]
+
+    def clear(self) -> None:
+        self._resident.clear()

@@ -75,6 +75,10 @@ class CompileOptions:
     # less per block, a zero shifted in for it): where the latency model finds it faster (None),
     # always (True), or never (False).
     bare_blocks: bool | None = None
+    # A dense layer of one output vector with its weights streamed through the array
+    # (``schedule.dense``): where the latency model finds it faster (None), never (False), or always
+    # where it fits, its weights from these DRAM banks in turn ((1,) or (0, 1)).
+    stream_dense: tuple[int, ...] | bool | None = None
     # Each window of the finished program merged again across the engines' instruction streams
     # where the latency model finds it faster (``compiler.interleave``): always (True), never
     # (False), or in programs of at most ``interleave.AUTO_LIMIT`` instructions (None; the pass takes

@@ -30,6 +30,7 @@ from ..graph import Conv, Node, grouped, kernel_size
 from ..latency import COSTS, accumulator_cycles, beats_per_vector
 from ..lir import CONTINUED, LIR, LOAD, Burst, no_rows
 from ..memory import ConstTable
+from . import dense
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
@@ -224,8 +225,13 @@ def _best(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     engine's work) or by a MatMul with identity weights (the array's): the faster one is kept,
     unless the options choose. A dense conv's weight blocks go with or without their bias rows
     (``bare_blocks``), likewise."""
+    chosen, streamed = ctx.options.stream_dense, dense.bank_choices(node, ctx, out.consts)
+    if isinstance(chosen, tuple) and chosen in streamed:
+        return dense.lower(node, ctx, given, out, chosen)
     if ctx.options.bare_blocks is None and bare_blocks(node, ctx):
         ways = [lambda c, g, o, b=b: _best(node, _with_bare_blocks(c, b), g, o) for b in (False, True)]
+        if chosen is None:
+            ways += [lambda c, g, o, b=b: dense.lower(node, c, g, o, b) for b in streamed]
         return cheapest(ways, ctx, given, out)
     if not node.attrs.residual:
         return _plans(node, ctx, given, out, False)

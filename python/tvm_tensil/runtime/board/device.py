@@ -35,8 +35,7 @@ class BoardDevice(Device):
     def write_dram(self, bank: int, base: int, vectors: np.ndarray) -> None:
         vectors = as_vectors(vectors, self.arch.array_size)
         self._check_range(bank, base, vectors.shape[0])  # ValueError, as on every device
-        if bank == 1:
-            self.resident_weights.forget(base, vectors.shape[0])
+        self._overwritten(bank, base, vectors.shape[0])
         self.driver.write(bank, base, vectors)  # and the driver's own window (the probe's vectors)
 
     def read_dram(self, bank: int, base: int, size: int) -> np.ndarray:

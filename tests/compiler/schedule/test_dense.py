@@ -1,0 +1,150 @@
+"""A dense layer of one output vector with its weights streamed through the array: exact against
+numpy and bit-identical with the weight-stationary form (the same roundings in the same order), from
+DRAM1 alone or from both DRAM banks in turn, in class groups and input pieces where the memories are
+small; the latency model chooses it where it is faster; the model's DRAM0 constants are written once
+and again only when something wrote over them."""
+
+import numpy as np
+import pytest
+
+from tvm_tensil.arch import PRESETS, Architecture
+from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+from tvm_tensil.compiler.latency import estimate_cycles
+from tvm_tensil.isa.instructions import Direction, Opcode
+from tvm_tensil.model import ModelError, TensilModel
+from tvm_tensil.runtime import Emulator
+
+# 4x4 FP16BP8, a 32-bit bus (two beats a vector): small memories make groups and pieces.
+SMALL = Architecture("FP16BP8", 4, 4096, 4096, 1024, 48, stride0_depth=4, stride1_depth=4, name="dense_4x4")
+SMALL = SMALL.replace(axi_data_width=32)
+
+
+def grid(rng, shape, lo=-16, hi=16):
+    return rng.integers(lo, hi, shape) / 16
+
+
+def dense_graph(features: int, classes: int, bias: bool, relu: bool = False, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = grid(rng, (features, classes), -4, 4)  # a matmul's (K, M) weight
+    consts = [w] + ([grid(rng, classes)] if bias else [])
+    nodes = [Node("conv2d", ["x"], "y", dict(weight=0, bias=1 if bias else None, groups=1, layout="KM"))]
+    tensors = {"x": Tensor("x", (1, 1, 1, features)), "y": Tensor("y", (1, 1, 1, classes))}
+    if relu:
+        nodes.append(Node("relu", ["y"], "r"))
+        tensors["r"] = Tensor("r", (1, 1, 1, classes))
+    graph = Graph(tensors, nodes, ["x"], ["r" if relu else "y"], consts)
+    x = grid(rng, (1, 1, 1, features), -1, 1)
+    expected = x.reshape(1, -1) @ w + (consts[1] if bias else 0)
+    return graph, x, np.maximum(expected, 0) if relu else expected
+
+
+def run(graph, x, arch, stream):
+    part = compile_graph(graph, arch, "t", options=CompileOptions(stream_dense=stream))
+    model = part.model(graph.constants)
+    emu = Emulator(arch)
+    y = emu.run_model(model, {"x": x})[graph.outputs[0]]
+    return y.reshape(1, -1), part, model, emu
+
+
+def _reads(program, direction) -> int:
+    f = program.fields()
+    m = (f.opcode == int(Opcode.DATAMOVE)) & (f.flags == int(direction))
+    return int((f.operand2[m] + 1).sum())
+
+
+@pytest.mark.parametrize(
+    "arch, features, classes, bias, relu",
+    [
+        (PRESETS["ultra96v2_300mhz"], 160, 70, True, False),  # 16 lanes, partial last block
+        (PRESETS["pynqz1_12x12"], 100, 50, False, True),  # 12 lanes: the lane moves go one by one
+        (PRESETS["pynqz1"], 64, 24, True, True),  # 8 lanes
+        (PRESETS["arty_a7_35"], 64, 24, True, False),  # one beat a vector: DRAM1 alone
+        (SMALL, 96, 70, True, False),  # class groups and input pieces
+    ],
+)
+def test_a_streamed_dense_layer_is_exact_and_bit_identical_with_the_stationary_form(arch, features, classes, bias,
+                                                                                    relu):  # fmt: skip
+    graph, x, expected = dense_graph(features, classes, bias, relu)
+    stationary, part, _, _ = run(graph, x, arch, False)
+    np.testing.assert_array_equal(stationary, expected)
+    chunks = -(-features // arch.array_size)
+    assert _reads(part.program, Direction.DRAM0_TO_LOCAL) == chunks  # the input only
+    choices = [(1,), (0, 1)] if arch.axi_data_width and arch.vector_bytes * 8 > arch.axi_data_width else [(1,)]
+    for banks in choices:
+        y, part, model, _ = run(graph, x, arch, banks)
+        np.testing.assert_array_equal(y, stationary)
+        from_dram0 = _reads(part.program, Direction.DRAM0_TO_LOCAL) - chunks
+        assert (from_dram0 > 0) == (banks == (0, 1)) == bool(model.dram0_consts)
+        if banks == (0, 1):  # every other chunk of the weights from DRAM0, above the feature maps
+            assert from_dram0 == (chunks + 1) // 2 * classes
+            ((entry, _),) = model.dram0_consts
+            assert entry.base + entry.size == arch.dram0_depth
+            assert part.report["memory"]["dram0_weight_vectors"] == entry.size
+
+
+def test_small_memories_take_the_classes_in_groups_and_the_input_in_pieces():
+    graph, x, expected = dense_graph(96, 70, True)
+    y, part, _, _ = run(graph, x, SMALL, (0, 1))
+    np.testing.assert_array_equal(y, expected)
+    f = part.program.fields()
+    matmuls = (f.opcode == int(Opcode.MATMUL)) & (f.operand2 > 0)
+    # 24 chunks: lane-0 vectors in pieces of 48 // 4 = 12 chunks (4 MatMuls each); 70 classes in
+    # groups of at most 48 * 4 // 5 = 38 -> 36: two groups of every chunk's MatMul.
+    lane_zero = (f.operand2[matmuls] + 1 == 12).sum()
+    assert lane_zero >= 2 * 4
+    assert ((f.operand2[matmuls] + 1) == 36).sum() == 24 and ((f.operand2[matmuls] + 1) == 34).sum() == 24
+
+
+def test_the_latency_model_chooses_the_streamed_form_where_it_is_faster():
+    """A classifier at batch 1 (1,280 features, 1,000 classes): weight-stationary it moves every
+    weight through local memory's second port twice; streamed once, from both DRAM banks."""
+    arch = PRESETS["ultra96v2_300mhz"]
+    graph, x, _ = dense_graph(1280, 1000, True, seed=3)
+    cycles = {}
+    for stream in (False, (1,), (0, 1), None):
+        y, part, _, _ = run(graph, x, arch, stream)
+        cycles[stream] = estimate_cycles(part.program, arch)["total"]
+        if stream is False:
+            reference = y
+        np.testing.assert_array_equal(y, reference)
+    assert cycles[(0, 1)] < 0.6 * cycles[False]  # the DRAM banks stream side by side
+    assert cycles[None] == min(cycles.values())
+
+
+def test_a_models_dram0_constants_are_written_once_and_again_after_a_write_over_them(tmp_path):
+    arch = PRESETS["ultra96v2_300mhz"]
+    graph, x, expected = dense_graph(160, 70, True, seed=5)
+    _, _, model, emu = run(graph, x, arch, (0, 1))
+    assert emu.resident_dram0.writes == 1
+    ((entry, data),) = model.dram0_consts
+    np.testing.assert_array_equal(emu.read_dram(0, entry.base, entry.size), data)
+    for _ in range(2):  # DRAM0 still holds them: not written again
+        np.testing.assert_array_equal(emu.run_model(model, {"x": x})["y"].reshape(1, -1), expected)
+    assert emu.resident_dram0.writes == 1
+    emu.write_dram(0, entry.base + 3, np.zeros((1, arch.array_size)))  # a write over them: written again
+    np.testing.assert_array_equal(emu.run_model(model, {"x": x})["y"].reshape(1, -1), expected)
+    assert emu.resident_dram0.writes == 2
+    # Another model with constants in the same place overwrites them; each run restores its own.
+    other, x2, expected2 = dense_graph(160, 70, True, seed=6)
+    other_model = compile_graph(other, arch, "u", options=CompileOptions(stream_dense=(0, 1))).model(other.constants)
+    for _ in range(2):
+        np.testing.assert_array_equal(emu.run_model(other_model, {"x": x2})["y"].reshape(1, -1), expected2)
+        np.testing.assert_array_equal(emu.run_model(model, {"x": x})["y"].reshape(1, -1), expected)
+    # Saved and loaded: the DRAM0 constants travel in a file of their own, listed in our extension.
+    path = model.save(tmp_path)
+    loaded = TensilModel.load(path)
+    ((e2, d2),) = loaded.dram0_consts
+    assert e2 == entry and np.array_equal(d2, data) and "dram0_consts" not in loaded.extras
+    fresh = Emulator(arch)
+    np.testing.assert_array_equal(fresh.run_model(loaded, {"x": x})["y"].reshape(1, -1), expected)
+
+
+def test_dram0_constants_over_a_tensor_are_rejected():
+    arch = PRESETS["ultra96v2_300mhz"]
+    graph, x, _ = dense_graph(160, 70, True, seed=5)
+    _, _, model, _ = run(graph, x, arch, (0, 1))
+    ((entry, data),) = model.dram0_consts
+    inp = model.inputs[0]
+    model.dram0_consts = [(type(entry)(entry.file_name, inp.base, entry.size), data)]
+    with pytest.raises(ModelError, match="DRAM0 consts .* overlap tensor 'x'"):
+        model.validate()
