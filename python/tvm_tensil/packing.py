@@ -85,6 +85,7 @@ def pack_conv_weights(
     patches: bool = False,
     window: bool = False,
     bias_rows: bool = True,
+    blocks: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Weight blocks of N+1 vectors (a bias row, then row j = input channel j). The bias row is zero,
     except with ``bias`` and ``bias_tap`` = (ky, kx): the blocks of that tap and the first input
@@ -106,6 +107,7 @@ def pack_conv_weights(
     ``patches``: the conv reads its input as its windows; packed as a 1x1 conv (``patch_kernel``).
     ``window`` (depthwise): blocks (block, part, kh) for window MatMuls, row 1 + kx = tap kx of
     that kernel row, lane by lane (``bias_tap`` = (ky, 0)); rows past the row's taps are zero.
+    ``blocks`` = (first, end) (depthwise): only those channel blocks' weights.
     """
     w = np.asarray(consts[weight], dtype=np.float64)
     if patches:
@@ -172,6 +174,8 @@ def pack_conv_weights(
     if bias is not None:
         tap = tuple(bias_tap[:1] if window else bias_tap)
         out[(slice(None), -1, *tap, 0)] = _bias_rows(consts, bias, cbo, n)
+    if blocks is not None:
+        out = out[blocks[0] : blocks[1]]
     return out.reshape(-1, n)
 
 
@@ -236,15 +240,19 @@ def pack_diagonal_weights(consts, n: int, values: Sequence[float]) -> np.ndarray
 
 
 @packer("channel_vectors")
-def pack_channel_vectors(consts, n: int, channels: int, values: int | None = None, fill: float = 0.0) -> np.ndarray:
-    """One vector per channel block: a constant (e.g. a bias) or ``fill`` everywhere."""
-    blocks = math.ceil(channels / n)
-    out = np.zeros(blocks * n)
+def pack_channel_vectors(
+    consts, n: int, channels: int, values: int | None = None, fill: float = 0.0, blocks: Sequence[int] | None = None
+) -> np.ndarray:
+    """One vector per channel block: a constant (e.g. a bias) or ``fill`` everywhere; ``blocks`` =
+    (first, end): only those."""
+    count = math.ceil(channels / n)
+    out = np.zeros(count * n)
     if values is None:
         out[:channels] = fill
     else:
         out[:channels] = np.asarray(consts[values], dtype=np.float64).reshape(-1)
-    return out.reshape(blocks, n)
+    out = out.reshape(count, n)
+    return out[blocks[0] : blocks[1]] if blocks is not None else out
 
 
 @packer("streamed_dense")

@@ -87,6 +87,9 @@ class Conv:
     phase: tuple[int, int, int, int] | None = None
     residue: int = 0
     patches: bool = False
+    # The output channel blocks [first, end) this conv computes: a depthwise conv lowered a group of
+    # channel blocks at a time (``schedule.conv``), its weights and bias packed for those blocks only.
+    blocks: tuple[int, int] | None = None
 
 
 def conv_kernel(constants, attrs: Conv) -> np.ndarray:

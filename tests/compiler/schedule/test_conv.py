@@ -294,3 +294,50 @@ def test_played_runs_are_the_instructions_one_by_one(monkeypatch, preset, graph)
     assert len(programs) == 8
     for key, (played, one_by_one) in programs.items():
         assert played == one_by_one, key
+
+
+@pytest.mark.parametrize(
+    "h, channels, stride, gain",
+    [(14, 576, 1, 0.5), (14, 200, 2, 0.95)],  # MobileNet-v2's 14x14 depthwise on arty_a7_35; a partial block
+)
+def test_a_depthwise_conv_larger_than_local_memory_goes_a_group_of_channel_blocks_at_a_time(h, channels, stride, gain):
+    """Each output block of a depthwise conv reads only its own input block: where the map of all
+    blocks is more than local memory holds, a group of blocks at a time gets tiles of the group's
+    whole map (read once, in runs of whole rows) instead of tiles of a few pixels of every block.
+    Exact either way, and the latency model keeps the groups."""
+    from reference import conv2d_nhwc
+    from tvm_tensil.compiler import compile_graph
+    from tvm_tensil.compiler.latency import estimate_cycles
+    from tvm_tensil.compiler.schedule import conv as conv_module
+    from tvm_tensil.runtime import Emulator
+
+    arch = PRESETS["arty_a7_35"]  # 4,096 vectors of local memory
+    rng = np.random.default_rng(2)
+    w, b = rng.integers(-8, 8, (channels, 1, 3, 3)) / 16, rng.integers(-8, 8, channels) / 16
+    x = rng.integers(-16, 16, (1, h, h, channels)) / 16
+    oh = (h + 2 - 3) // stride + 1
+    attrs = dict(weight=0, bias=1, groups=channels, padding=(1, 1, 1, 1), strides=(stride, stride))
+    graph = Graph(
+        {"x": Tensor("x", x.shape), "y": Tensor("y", (1, oh, oh, channels)), "r": Tensor("r", (1, oh, oh, channels))},
+        [Node("conv2d", ["x"], "y", attrs), Node("relu", ["y"], "r")],
+        ["x"],
+        ["r"],
+        [w, b],
+    )
+    expected = np.maximum(conv2d_nhwc(x, w, b, strides=(stride, stride), padding=(1, 1, 1, 1), groups=channels), 0)
+    sizes, original = [], conv_module.block_group_sizes
+    cycles = {}
+    for in_groups in (True, False):
+        ways = (lambda node, ctx: sizes.append(original(node, ctx)) or sizes[-1]) if in_groups else (lambda n, c: [])
+        conv_module.block_group_sizes = ways
+        try:
+            part = compile_graph(graph, arch, "t")
+        finally:
+            conv_module.block_group_sizes = original
+        y = Emulator(arch).run_model(part.model(graph.constants), {"x": x})["r"]
+        np.testing.assert_array_equal(y, expected)
+        cycles[in_groups] = estimate_cycles(part.program, arch)["total"]
+    # Groups whose input map takes a quarter or an eighth of local memory, fewer than all blocks.
+    assert sizes[0] == sorted({arch.local_depth // (k * h * h) for k in (4, 8)})
+    assert all(1 <= s < -(-channels // arch.array_size) for s in sizes[0])
+    assert cycles[True] < gain * cycles[False]

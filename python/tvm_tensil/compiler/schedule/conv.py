@@ -162,12 +162,18 @@ def _recipes(
         extra |= {"residue": [a.residue, ctx.arch.data_type.binary_point]} if a.residue else {}
         extra |= {"window": True} if rows else {}
         extra |= {"bias_rows": False} if bare else {}
+        extra |= {"blocks": list(a.blocks)} if a.blocks else {}
         weights = consts.add(
             "conv_weights", constants, weight=a.weight, groups=a.groups, layout=a.layout,
             **extra, **fused_bias,
         )  # fmt: skip
     separate = covering is None or (bare and bias is not None)
-    bias_rows = consts.add("channel_vectors", constants, channels=out_c, values=bias) if separate else None
+    bias_rows = None
+    if separate and a.blocks:  # (the whole conv's channels, then its blocks)
+        full = np.shape(constants[a.weight])[0]
+        bias_rows = consts.add("channel_vectors", constants, channels=full, values=bias, blocks=list(a.blocks))
+    elif separate:
+        bias_rows = consts.add("channel_vectors", constants, channels=out_c, values=bias)
     identity = None
     if a.residual and shortcut_matmul:
         identity = consts.add("diagonal_weights", constants, values=[1.0])
@@ -201,7 +207,12 @@ def _lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
     which can shrink the conv's tiles."""
     second = node.attrs.second
     if not second:
-        return _best(node, ctx, given, out)
+        sizes = block_group_sizes(node, ctx)
+        if not sizes:
+            return _best(node, ctx, given, out)
+        ways = [lambda c, g, o: _best(node, c, g, o)]
+        ways += [lambda c, g, o, size=size: _in_block_groups(node, c, g, o, size) for size in sizes]
+        return cheapest(ways, ctx, given, out)
     plain = Node(node.op, node.inputs, node.output, replace(node.attrs, second=None), node.epilogue, node.source_ops)
     affine = Node("conv2d", [node.output], second.output, Conv(second.weight, second.bias, groups=second.groups),
                   list(second.epilogue))  # fmt: skip
@@ -212,6 +223,49 @@ def _lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
         pair = [lambda c, g, o: _best(node, c, g, o), lambda c, g, o: _pair(plain, affine, c, g, o)]
         return cheapest(pair, ctx, given, out)
     return _pair(plain, affine, ctx, given, out)
+
+
+def block_group_sizes(node: Node, ctx: Context) -> list[int]:
+    """Channel blocks a depthwise conv may go in, a group at a time, where its whole map for all
+    blocks is more than local memory holds: each output block reads only its own input block, so a
+    group's tiles need only the group's slabs, and where they cover a group's whole map its rows are
+    read once (tiles of all blocks are then a few pixels each, their slabs read row by row, each
+    read a DRAM round trip). Sizes whose group's input map takes at most a quarter, or an eighth, of
+    local memory; none for a conv with a fused residual, residue or second output, per-channel
+    epilogue constants, or maps not plainly block-major."""
+    a = node.attrs
+    inp, res = ctx.place[node.inputs[0]], ctx.place[node.output]
+    if a.weight is None or not _depthwise(a, ctx) or a.blocks or a.residual or a.residue or a.second:
+        return []
+    if any(p.interleave or p.flattened_hw or p.patches for p in (inp, res)):
+        return []
+    if any(isinstance(v, tuple) for v in _constants(node, ctx.arch.data_type, ctx.n)):
+        return []
+    per_block = inp.pixels
+    if per_block * inp.blocks <= ctx.arch.local_depth:
+        return []
+    sizes = {ctx.arch.local_depth // (share * per_block) for share in (4, 8)}
+    return sorted(s for s in sizes if 1 <= s < res.blocks)
+
+
+def _in_block_groups(node: Node, ctx: Context, given: HandOver, out: Out, size: int) -> HandOver:
+    """A depthwise conv ``size`` channel blocks at a time, each group a conv of its own over views
+    of the input and output (block-major: a group's blocks are one run of each map)."""
+    inp, res = ctx.place[node.inputs[0]], ctx.place[node.output]
+    channels = res.shape[3]
+    left = given.issue(out.lir)
+    for first in range(0, res.blocks, size):
+        end = min(res.blocks, first + size)
+        width = min(channels, end * ctx.n) - first * ctx.n
+        views = {
+            t: replace(p, base=p.base + first * p.pixels, shape=(*p.shape[:3], width))
+            for t, p in ((node.inputs[0], inp), (node.output, res))
+        }
+        group = Node(node.op, node.inputs, node.output, replace(node.attrs, blocks=(first, end)), node.epilogue,
+                     node.source_ops)  # fmt: skip
+        sub_ctx = replace(ctx, place={**ctx.place, **views}, following=None)
+        left = _best(group, sub_ctx, left, out).issue(out.lir)
+    return left
 
 
 def _pair(plain: Node, affine: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
