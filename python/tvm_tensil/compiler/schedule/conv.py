@@ -125,11 +125,14 @@ class ConvPlan:
     window_rows: bool = False
     # Weight blocks of N rows, without the bias row (``bare_blocks``).
     bare_blocks: bool = False
+    # The store buffer as a ring of this many output blocks (0: every block of the tile): each
+    # block's gather goes to slot ``block % store_slots`` and out to DRAM0 at once (``_store_base``).
+    store_slots: int = 0
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        """What tells plans apart: buffers and tile shape."""
-        return self.buffers, self.rows, self.cols
+    def key(self) -> tuple[int, int, int, int]:
+        """What tells plans apart: buffers, tile shape and store slots."""
+        return self.buffers, self.rows, self.cols, self.store_slots
 
 
 def _window(node: Node, ctx: Context) -> Window:
@@ -389,10 +392,12 @@ def _plans_as(
     banked = _banked_plans(node, ctx, given, out, single, shortcut_matmul, in_place, keep)
     may_pace = ctx.options.paced_epilogues is None and _accumulator_heavy(node, single)
     streams = _streams_weights(ctx, single)
+    ring = _ring_plan(node, ctx, given, out, single, shortcut_matmul, in_place, keep)
     if (
         not banked
         and not may_pace
         and not streams
+        and ring is None
         and (choice is not None or not any(pipelines(node, p) for p in candidates))
     ):
         return cheapest(ways, ctx, given, out, stop_when_worse=True)
@@ -414,6 +419,7 @@ def _plans_as(
         for q, piped, pace, piece in [(q, piped, forced, None) for q, piped in others]
         + [(q, piped, True, None) for q, piped, _ in paced]
         + pieced
+        + ([(ring, False, forced, None)] if ring is not None else [])
     ]
     if len(finalists) == 1:
         return finalists[0](ctx, given, out)
@@ -421,6 +427,31 @@ def _plans_as(
 
 
 WEIGHT_PIECE = 1024  # vectors per piece of a weight run, where the loads follow it
+STORE_SLOTS = 4  # output blocks in a ring store buffer (``ConvPlan.store_slots``)
+
+
+def _ring_plan(
+    node: Node,
+    ctx: Context,
+    given: HandOver,
+    out: Out,
+    single: ConvPlan,
+    shortcut_matmul: bool,
+    in_place: bool,
+    keep: bool,
+) -> ConvPlan | None:
+    """Where the single-buffered plan's store buffer (every output block of a tile) cuts a map
+    into several tiles, the plan with a ring of ``STORE_SLOTS`` blocks instead, if its tiles are
+    fewer: each tile loads every weight block once, so a conv of many weights and few pixels (the
+    last 1x1 convs of MobileNet-v2 on a small local memory) reads them fewer times."""
+    a, result = node.attrs, ctx.place[node.output]
+    if a.residual or a.second or result.blocks <= STORE_SLOTS or len(single.tiles) <= result.shape[0]:
+        return None
+    try:
+        p = plan(node, ctx, given, out.consts, 1, None, shortcut_matmul, in_place, keep, STORE_SLOTS)
+    except ScheduleError:
+        return None
+    return p if len(p.tiles) < len(single.tiles) else None
 
 
 def _streams_weights(ctx: Context, p: ConvPlan) -> bool:
@@ -550,14 +581,18 @@ def plan(
     shortcut_matmul: bool = False,
     in_place: bool = False,
     keep: bool = False,
+    store_slots: int = 0,
 ) -> ConvPlan:
     """One way to run ``node``: up to ``buffers`` slabs and store buffers, at most ``max_rows``
     output rows per tile; ``shortcut_matmul``: a fused residual's shortcut enters each output
     block's accumulators through a MatMul with identity weights (exact: x * 1 + 0) instead of a
     move; ``in_place``: every tile reads the input where the conv before left it whole in local
     memory (``held_input``), no slab loaded; ``keep``: the maps ``kept_maps`` names stay where they
-    are. Places the conv's constants in ``consts``."""
+    are; ``store_slots``: the store buffer a ring of that many blocks (``ConvPlan.store_slots``;
+    one slab, no fused residual or second output). Places the conv's constants in ``consts``."""
     a = node.attrs
+    if store_slots and (buffers != 1 or a.residual or a.second):
+        raise ScheduleError(f"{node.output}: a ring of store slots takes one buffer, no shortcut or second output")
     if in_place and held_input(node, ctx, given) is None:
         raise ScheduleError(f"{node.output}: its input is not whole in local memory")
     kept = kept_maps(node, ctx, given) if keep else ()
@@ -591,11 +626,13 @@ def plan(
     room = (given if in_place else holding).most_beside(ctx.arch, len(cvals))
     local_free = room - resident
 
+    store_blocks = store_slots or out.blocks * (2 if second else 1)
+
     def fit(room: int) -> tuple[int, int]:
         """Tile rows and columns with ``room`` vectors of local memory for slab and store buffer."""
         return plan_tiles(
-            out.shape, window, inp.blocks, room, acc_free, store_blocks=out.blocks * (2 if second else 1),
-            max_rows=max_rows, in_w=inp.shape[2], slab_room=not in_place,
+            out.shape, window, inp.blocks, room, acc_free, store_blocks=store_blocks, max_rows=max_rows,
+            in_w=inp.shape[2], slab_room=not in_place,
         )  # fmt: skip
 
     for mode in WEIGHT_MODES:  # the first whose weights leave room for a tile
@@ -628,11 +665,11 @@ def plan(
     half = ctx.arch.accumulator_depth // 2
     banked = rows * cols <= half - len(cvals) and len(cut) * out.blocks > 1
     memory = _local_map(node, ctx, given, cut, window, padding, weights, resident, buffers, len(cvals), recipes,
-                        holding=holding, in_place=in_place)  # fmt: skip
+                        holding=holding, in_place=in_place, store_slots=store_slots)  # fmt: skip
     memory = replace(memory, kept=kept)
     return ConvPlan(
         window, padding, tuple(taps), tuple(order), cover, recipes, weights, cvals, buffers, rows, cols, cut, banked,
-        shortcut_matmul, memory, window_rows, bare,
+        shortcut_matmul, memory, window_rows, bare, store_slots,
     )  # fmt: skip
 
 
@@ -691,7 +728,7 @@ def _constants(node: Node, dt, lanes: int) -> list:
 
 def _local_map(
     node, ctx, given, cut, window, padding, weights, resident, buffers, consts, recipes, shortcut_in_place=True,
-    holding: HandOver = NOTHING, in_place: bool = False,
+    holding: HandOver = NOTHING, in_place: bool = False, store_slots: int = 0,
 ) -> LocalMap:  # fmt: skip
     """The local memory map of a plan. When the conv before left this conv's whole input in local
     memory, that is the slab (``in_place``: of every tile, read as the whole map), and the rest goes
@@ -700,7 +737,7 @@ def _local_map(
     inp, out = ctx.place[node.inputs[0]], ctx.place[node.output]
     rows, cols = cut[0].rows, cut[0].cols
     second = bool(node.attrs.second)
-    store_size = rows * cols * out.blocks
+    store_size = rows * cols * (store_slots or out.blocks)
     full_rows = cols == out.shape[2]  # every tile spans the output's width: whole input rows
     slab = slab_size(rows, cols, window, inp.blocks, inp.shape[2] if full_rows else None)
     whole = _one_whole_map(cut, out.shape)
@@ -721,7 +758,8 @@ def _local_map(
         lo = given.room_beside(ctx.arch, own + buffers * slab, consts)
         if lo is None:
             args = (weights, resident, buffers, consts, recipes)
-            return _local_map(node, ctx, given, cut, window, padding, *args, shortcut_in_place=False, holding=holding)
+            return _local_map(node, ctx, given, cut, window, padding, *args, shortcut_in_place=False, holding=holding,
+                              store_slots=store_slots)  # fmt: skip
     second_weights = lo + weights.staging
     identity = second_weights + (recipes.second.size if recipes.second else 0)
     stores = [lo + weights.staging + resident + k * store_size for k in range(buffers * (2 if second else 1))]
@@ -1149,7 +1187,8 @@ def pipelines(node: Node, p: ConvPlan) -> bool:
 def _stores_early(node: Node, ctx: Context, p: ConvPlan) -> bool:
     """Whether each output block's stores can go out once its gather has (one store buffer, no
     second output, not a whole map kept in local memory for the next node)."""
-    return p.buffers == 1 and not node.attrs.second and not _one_whole_map(p.tiles, ctx.place[node.output].shape)
+    whole = _one_whole_map(p.tiles, ctx.place[node.output].shape)
+    return p.buffers == 1 and not node.attrs.second and (bool(p.store_slots) or not whole)
 
 
 def _one_whole_map(cut, out_shape) -> bool:
@@ -1182,7 +1221,8 @@ def emit(
     else:
         cvecs = [const_vectors(ctx, out, list(p.constants), ctx.arch.accumulator_depth - len(p.constants))]
     pipelined = pipelined and pipelines(node, p)
-    s = _Stream(ctx, out, p, pipelined, early and not pipelined and _stores_early(node, ctx, p), paced, weight_piece)
+    early = (early or bool(p.store_slots)) and not pipelined and _stores_early(node, ctx, p)  # (a ring: always)
+    s = _Stream(ctx, out, p, pipelined, early, paced, weight_piece)
     geometry = _take_input(node, ctx, given, s)
     full_rows = p.cols == result.shape[2]
     short = ctx.place[node.inputs[1]] if node.attrs.residual else None
@@ -1203,7 +1243,7 @@ def emit(
             if short:
                 load_tile(short, tile, m.stores[0], load_shortcut)
         geometry = _emit_tile(node, ctx, s, p, i, geometry, cvecs)
-        if _one_whole_map(p.tiles, result.shape):
+        if _one_whole_map(p.tiles, result.shape) and not p.store_slots:
             left = _keep_in_local(node, ctx, p, tile)
             continue
         if s.early:
@@ -1414,7 +1454,7 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     covering tap), every weight group's MatMuls, then the epilogue and gather (and the second
     output's)."""
     _block_matmuls(node, ctx, s, p, i, ob, acc0, cvec, plane, runs, streamed)
-    count, store = p.tiles[i].pixels, p.memory.stores[i % p.buffers]
+    count = p.tiles[i].pixels
     short, second = node.attrs.residual, node.attrs.second
     s.release()  # what the block before still had to do
     s.defer_waiting()
@@ -1427,7 +1467,8 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     else:
         s.later(finish, key)
         if s.early:
-            flush(ctx.place[node.output], p.tiles[i], store, lambda *run: s.waiting.append(run), blocks=[ob])
+            base = _store_base(p, i, ob)
+            flush(ctx.place[node.output], p.tiles[i], base, lambda *run: s.waiting.append(run), blocks=[ob])
     s.clock.queued(count * (1 + len(node.epilogue)))
     if second:
         _second_matmul(ctx, s, p, i, ob, acc0)
@@ -1482,9 +1523,16 @@ def _move_next_shortcut(ctx, s: _Stream, p: ConvPlan, i: int, after: int) -> Non
         s.shortcuts_moved.add((i, after))
 
 
+def _store_base(p: ConvPlan, i: int, ob: int) -> int:
+    """Tile ``i``'s store buffer as block ``ob`` sees it (block b at base + b * pixels): with a ring of
+    ``p.store_slots``, shifted so that ``ob`` lands in slot ``ob % store_slots``."""
+    store, pixels = p.memory.stores[i % p.buffers], p.tiles[i].pixels
+    return store + (ob % p.store_slots - ob) * pixels if p.store_slots else store
+
+
 def _finish(node: Node, p: ConvPlan, i: int, ob: int, acc0: int, cvec):
     """Block ``ob``'s epilogue and gather into the store buffer, and what they depend on (a key)."""
-    store, pixels = p.memory.stores[i % p.buffers], p.tiles[i].pixels
+    store, pixels = _store_base(p, i, ob), p.tiles[i].pixels
 
     def finish(lir: LIR) -> None:
         emit_epilogue(lir, acc0, pixels, node.epilogue, cvec, ob)
