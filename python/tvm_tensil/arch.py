@@ -148,6 +148,12 @@ class Architecture:
         return self.array_size * self.data_type.storage_bytes
 
     @property
+    def dram0_constants_top(self) -> int:
+        """Where constants placed in DRAM0 end (they grow down from here): below DRAM0's last 4 KiB
+        page, whose last vectors a board driver's completion probe writes (runtime/board/driver.py)."""
+        return max(0, self.dram0_depth - max(2, 4096 // self.vector_bytes))
+
+    @property
     def dram0_bytes(self) -> int:
         return self.dram0_depth * self.vector_bytes
 

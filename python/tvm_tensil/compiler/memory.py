@@ -109,8 +109,9 @@ class ConstTable:
     """DRAM1 contents as recipes; ``pack`` turns them into vectors. Placement never fails: ``check``
     compares the total with DRAM1 once everything is placed, so the error states the whole need.
 
-    A recipe asked for in DRAM0 (a second stream of weights, read beside DRAM1's) goes below the top
-    of DRAM0, the next one below it (``top0`` vectors in all): the feature maps grow from the bottom."""
+    A recipe asked for in DRAM0 (a second stream of weights, read beside DRAM1's) goes below
+    ``arch.dram0_constants_top``, the next one below it (``top0`` vectors in all): the feature maps
+    grow from the bottom."""
 
     def __init__(self, arch: Architecture):
         self.arch = arch
@@ -127,7 +128,7 @@ class ConstTable:
         size = PACKERS[packer_name](consts, self.arch.array_size, **args).shape[0]
         if bank == 0:
             self.top0 += size
-            recipe = ConstRecipe(packer_name, dict(args), self.arch.dram0_depth - self.top0, size, 0)
+            recipe = ConstRecipe(packer_name, dict(args), self.arch.dram0_constants_top - self.top0, size, 0)
         else:
             recipe = ConstRecipe(packer_name, dict(args), self.top, size)
             self.top += size
@@ -150,13 +151,14 @@ class ConstTable:
 
     def check_dram0(self, maps: int) -> None:
         """The feature maps (``maps`` vectors from the bottom) and DRAM0's constants both fit."""
-        if maps + self.top0 > self.arch.dram0_depth:
+        if self.top0 and maps + self.top0 > self.arch.dram0_constants_top:
+            need = maps + self.top0 + self.arch.dram0_depth - self.arch.dram0_constants_top
             raise CapacityError(
                 0,
-                maps + self.top0,
+                need,
                 f"the partition needs {maps} vectors of DRAM0 for its feature maps and {self.top0} for "
                 f"weights streamed from DRAM0, the architecture has {self.arch.dram0_depth} (dram0_depth): "
-                f"an architecture with dram0_depth >= {maps + self.top0} holds them",
+                f"an architecture with dram0_depth >= {need} holds them",
             )
 
     def check(self) -> None:

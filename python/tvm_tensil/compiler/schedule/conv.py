@@ -1461,6 +1461,9 @@ def _emit_block(node, ctx, s: _Stream, p: ConvPlan, i: int, ob: int, acc0: int, 
     _settle_block(s, p, i, ob, bool(second))
     if short and not node.attrs.residue and not p.recipes.identity and p.banked:
         _move_next_shortcut(ctx, s, p, i, ob + 1)
+    if p.store_slots:  # the store of the block before in this slot goes out before the gather overwrites it
+        slot = _store_base(p, i, ob) + ob * count
+        s.overlap.settle(slot, slot + count)
     finish, key = _finish(node, p, i, ob, acc0, cvec)
     if second:  # now: the second output's MatMul reads this gather
         s.now(finish)

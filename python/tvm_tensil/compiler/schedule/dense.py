@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...isa.instructions import Direction
 from ..graph import Node
 from ..latency import beats_per_vector
@@ -44,15 +46,19 @@ class StreamedDense:
 
 
 def streams(node: Node, ctx: Context) -> bool:
-    """Whether ``node`` is a dense layer of a single output vector the streamed form computes: no
-    residue, second output, fused residual or windows, and 1.0 exact in the data type."""
-    a, result = node.attrs, ctx.place[node.output]
+    """Whether ``node`` is a dense layer of a single output vector the streamed form computes: a
+    matmul or 1x1 conv of one input pixel (or an NCHW map it reads flattened), no residue, second
+    output, fused residual or windows, and 1.0 exact in the data type."""
+    a, inp, result = node.attrs, ctx.place[node.inputs[0]], ctx.place[node.output]
+    if a.weight is None or a.groups != 1 or a.residue or a.second or a.residual or a.patches or a.phase:
+        return False
+    shape = np.shape(ctx.graph.constants[a.weight])
+    pointwise = a.layout == "KM" or (tuple(shape[2:]) == (1, 1) and not any(a.padding))
+    one_input = inp.pixels == 1 or (a.flatten is not None and inp.shape[0] == 1)
+    if not (pointwise and one_input and result.pixels == 1 and not inp.interleave and not inp.patches):
+        return False
     dt = ctx.arch.data_type
-    one = dt.from_float(1.0)
-    return (
-        a.weight is not None and a.groups == 1 and not (a.residue or a.second or a.residual or a.patches or a.phase)
-        and result.pixels == 1 and int(one) == 1 << dt.binary_point
-    )  # fmt: skip
+    return int(dt.from_float(1.0)) == 1 << dt.binary_point
 
 
 def bank_choices(node: Node, ctx: Context, consts) -> list[tuple[int, ...]]:
