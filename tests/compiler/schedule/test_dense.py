@@ -60,6 +60,7 @@ def _reads(program, direction) -> int:
         (PRESETS["pynqz1"], 64, 24, True, True),  # 8 lanes
         (PRESETS["arty_a7_35"], 64, 24, True, False),  # one beat a vector: DRAM1 alone
         (SMALL, 96, 70, True, False),  # class groups and input pieces
+        (PRESETS["ultra96v2_300mhz"], 32, 10, True, False),  # fewer classes than lanes (a digits classifier)
     ],
 )
 def test_a_streamed_dense_layer_is_exact_and_bit_identical_with_the_stationary_form(arch, features, classes, bias,

@@ -91,8 +91,8 @@ def plan(node: Node, ctx: Context, banks: tuple[int, ...]) -> StreamedDense:
     room = ctx.arch.local_depth - len(cvals) - _fixed(chunks, classes, n, stride)
     group = min(classes, acc_free * n // (n + 1), room // (SLOTS + 1))
     group = group if group == classes else group // n * n
-    if group < n:
-        raise ScheduleError(f"{node.output}: a group of {n} classes does not fit the memories")
+    if group < min(n, classes):
+        raise ScheduleError(f"{node.output}: a group of {min(n, classes)} classes does not fit the memories")
     if min(chunks, acc_free // stride) < 1:
         raise ScheduleError(f"{node.output}: the accumulators hold no chunk of the input")
     return StreamedDense(chunks, classes, group, stride, banks)
