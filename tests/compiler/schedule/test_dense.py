@@ -7,6 +7,7 @@ and again only when something wrote over them."""
 import numpy as np
 import pytest
 
+from helpers import dense_graph
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.compiler.latency import estimate_cycles
@@ -21,21 +22,6 @@ SMALL = SMALL.replace(axi_data_width=32)
 
 def grid(rng, shape, lo=-16, hi=16):
     return rng.integers(lo, hi, shape) / 16
-
-
-def dense_graph(features: int, classes: int, bias: bool, relu: bool = False, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = grid(rng, (features, classes), -4, 4)  # a matmul's (K, M) weight
-    consts = [w] + ([grid(rng, classes)] if bias else [])
-    nodes = [Node("conv2d", ["x"], "y", dict(weight=0, bias=1 if bias else None, groups=1, layout="KM"))]
-    tensors = {"x": Tensor("x", (1, 1, 1, features)), "y": Tensor("y", (1, 1, 1, classes))}
-    if relu:
-        nodes.append(Node("relu", ["y"], "r"))
-        tensors["r"] = Tensor("r", (1, 1, 1, classes))
-    graph = Graph(tensors, nodes, ["x"], ["r" if relu else "y"], consts)
-    x = grid(rng, (1, 1, 1, features), -1, 1)
-    expected = x.reshape(1, -1) @ w + (consts[1] if bias else 0)
-    return graph, x, np.maximum(expected, 0) if relu else expected
 
 
 def run(graph, x, arch, stream):

@@ -338,27 +338,24 @@ def test_weights_streamed_from_dram0_stay_correct_run_after_run():
     """A model with constants in DRAM0 (a dense layer streaming its weights from both banks): they
     sit below DRAM0's last page, which the driver's completion probe writes every run, so the
     second and third runs (constants not written again) give the emulator's bits too."""
+    from helpers import dense_graph
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
+    from tvm_tensil.compiler import CompileOptions, compile_graph
 
     arch = PRESETS["pynqz1"]
-    rng = np.random.default_rng(5)
-    w, b = rng.standard_normal((120, 40)) * 0.2, rng.standard_normal(40) * 0.5
-    graph = Graph(
-        {"x": Tensor("x", (1, 1, 1, 120)), "y": Tensor("y", (1, 1, 1, 40))},
-        [Node("conv2d", ["x"], "y", dict(weight=0, bias=1, groups=1, layout="KM"))],
-        ["x"],
-        ["y"],
-        [w, b],
-    )
+    graph, x, _ = dense_graph(120, 40, True, seed=5)
     model = compile_graph(graph, arch, "dense", options=CompileOptions(stream_dense=(0, 1))).model(graph.constants)
     ((entry, _),) = model.dram0_consts
     assert entry.base + entry.size <= arch.dram0_depth - 2  # clear of the probe's vectors
     board, emu = get_device("sim-board", arch), Emulator(arch)
     try:
-        for k in range(3):
-            x = {"x": rng.uniform(-2, 2, (1, 1, 1, 120))}
-            np.testing.assert_array_equal(board.run_model(model, x)["y"], emu.run_model(model, x)["y"])
+        for scale in (1, -1, 2):  # three inputs (exact on the grid), the constants written once
+            inputs = {"x": x * scale}
+            y = board.run_model(model, inputs)["y"]
+            np.testing.assert_array_equal(y, emu.run_model(model, inputs)["y"])
+            np.testing.assert_array_equal(
+                y.reshape(1, -1), (x * scale).reshape(1, -1) @ graph.constants[0] + graph.constants[1]
+            )
         assert board.resident_dram0.writes == 1
     finally:
         board.close()
