@@ -11,6 +11,7 @@ from helpers import dense_graph
 from tvm_tensil.arch import PRESETS, Architecture
 from tvm_tensil.compiler import CompileOptions, Graph, Node, Tensor, compile_graph
 from tvm_tensil.compiler.latency import estimate_cycles
+from tvm_tensil.compiler.schedule import dense
 from tvm_tensil.isa.instructions import Direction, Opcode
 from tvm_tensil.model import ModelError, TensilModel
 from tvm_tensil.runtime import Emulator
@@ -80,6 +81,20 @@ def test_small_memories_take_the_classes_in_groups_and_the_input_in_pieces():
     lane_zero = (f.operand2[matmuls] + 1 == 12).sum()
     assert lane_zero >= 2 * 4
     assert ((f.operand2[matmuls] + 1) == 36).sum() == 24 and ((f.operand2[matmuls] + 1) == 34).sum() == 24
+
+
+def test_the_local_layout_stacks_the_buffers_in_order_and_the_plan_fits_it_in_local_memory():
+    lay = dense.local_layout(chunks=24, classes=70, group=36, n=4, stride=4)
+    starts = [lay.ones, lay.bias_rows, lay.x, lay.xt, lay.slots, lay.results, lay.store, lay.end]
+    # 0/1 weights, bias rows (a block of 4 classes each), input, lane-0 input, slots, results, store
+    assert np.diff(starts).tolist() == [32, 18, 24, 96, dense.SLOTS * 36, 36, 18]
+    assert dense.local_layout(24, 70, 0, 4, 4).end == lay.end - (dense.SLOTS + 1) * 36
+    graph, x, expected = dense_graph(96, 70, True)
+    _, part, _, _ = run(graph, x, SMALL, (1,))
+    f = part.program.fields()
+    moves = (f.opcode == int(Opcode.DATAMOVE)) & np.isin(f.flags, [0, 2])  # DRAM -> local
+    assert (f.addr0[moves] + f.operand2[moves] + 1).max() <= lay.end  # the plan's 36-class groups
+    assert (f.addr0[moves] + f.operand2[moves] + 1).max() <= SMALL.local_depth
 
 
 def test_the_latency_model_chooses_the_streamed_form_where_it_is_faster():

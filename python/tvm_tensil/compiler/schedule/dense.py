@@ -33,16 +33,47 @@ SLOTS = 4
 
 
 @dataclass(frozen=True)
+class DenseLayout:
+    """Where a streamed dense layer keeps its buffers in local memory, from 0 up to ``end``: the 0/1
+    weights (2N blocks of N), the bias rows, the input, the input as lane-0 vectors, the weight
+    slots, the class group's results, the output's store buffer."""
+
+    ones: int
+    bias_rows: int
+    x: int
+    xt: int
+    slots: int
+    results: int
+    store: int
+    end: int
+
+
+def local_layout(chunks: int, classes: int, group: int, n: int, stride: int) -> DenseLayout:
+    """The layout of a layer of ``chunks`` input vectors and ``classes`` outputs in class groups of
+    ``group`` (``group=0``: what it needs besides the slots and results)."""
+    blocks = math.ceil(classes / n)
+    ones, bias_rows = 0, 2 * n * n
+    x = bias_rows + blocks
+    xt = x + chunks
+    slots = xt + chunks * stride
+    results = slots + SLOTS * group
+    store = results + group
+    return DenseLayout(ones, bias_rows, x, xt, slots, results, store, store + blocks)
+
+
+@dataclass(frozen=True)
 class StreamedDense:
     """A streamed dense layer's plan: ``chunks`` input vectors (N features each) by ``classes``
     outputs, in class groups of ``group`` (a multiple of N but the last) that the accumulators and
-    local memory hold; chunk ``c`` comes from DRAM bank ``banks[c % len(banks)]``."""
+    local memory hold; chunk ``c`` comes from DRAM bank ``banks[c % len(banks)]``; ``local``: its
+    buffers."""
 
     chunks: int
     classes: int
     group: int
     stride: int  # accumulator vectors between chunks while the input is turned into lane-0 vectors
     banks: tuple[int, ...]
+    local: DenseLayout
 
 
 def streams(node: Node, ctx: Context) -> bool:
@@ -87,22 +118,15 @@ def plan(node: Node, ctx: Context, banks: tuple[int, ...]) -> StreamedDense:
     cvals = epilogue_constants(node.epilogue, ctx.arch.data_type, n)
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     # Accumulators: the group's lane-0 results and its channel blocks; local memory: the slots, the
-    # group's results again, everything fixed (``_fixed``).
-    room = ctx.arch.local_depth - len(cvals) - _fixed(chunks, classes, n, stride)
+    # group's results again, the buffers of fixed size.
+    room = ctx.arch.local_depth - len(cvals) - local_layout(chunks, classes, 0, n, stride).end
     group = min(classes, acc_free * n // (n + 1), room // (SLOTS + 1))
     group = group if group == classes else group // n * n
     if group < min(n, classes):
         raise ScheduleError(f"{node.output}: a group of {min(n, classes)} classes does not fit the memories")
     if min(chunks, acc_free // stride) < 1:
         raise ScheduleError(f"{node.output}: the accumulators hold no chunk of the input")
-    return StreamedDense(chunks, classes, group, stride, banks)
-
-
-def _fixed(chunks: int, classes: int, n: int, stride: int) -> int:
-    """Local vectors besides the slots and the group's results: the 0/1 weights (2N blocks of N),
-    the bias rows, the input, the input as lane-0 vectors, the output's store buffer."""
-    blocks = math.ceil(classes / n)
-    return 2 * n * n + blocks + chunks + chunks * stride + blocks
+    return StreamedDense(chunks, classes, group, stride, banks, local_layout(chunks, classes, group, n, stride))
 
 
 def lower(node: Node, ctx: Context, given: HandOver, out: Out, banks: tuple[int, ...]) -> HandOver:
@@ -114,7 +138,6 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out, banks: tuple[int,
     cvals = epilogue_constants(node.epilogue, ctx.arch.data_type, n)
     acc_free = ctx.arch.accumulator_depth - len(cvals)
     cvec = const_vectors(ctx, out, cvals, acc_free)
-    blocks = math.ceil(p.classes / n)
     # Constants: the 0/1 weights, the bias rows, the streamed weights (per bank, its chunks in order).
     moves = out.consts.add("lane_moves", constants)
     bias = None
@@ -126,13 +149,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out, banks: tuple[int,
         b: out.consts.add("streamed_dense", constants, bank=b, weight=a.weight, layout=a.layout, chunks=cs, **extra)
         for b, cs in owned.items()
     }
-    # Local memory, from 0: 0/1 weights | bias rows | input | input as lane-0 vectors | slots | results | store.
-    ones, bias_rows = 0, 2 * n * n
-    x = bias_rows + blocks
-    xt = x + p.chunks
-    slots = xt + p.chunks * p.stride
-    results = slots + SLOTS * p.group
-    store = results + p.group
+    ones, bias_rows, x, xt, slots = p.local.ones, p.local.bias_rows, p.local.x, p.local.xt, p.local.slots
     lir.datamove(Direction.DRAM1_TO_LOCAL, ones, moves.base, moves.size)
     if bias is not None:
         lir.datamove(Direction.DRAM1_TO_LOCAL, bias_rows, bias.base, bias.size)
@@ -170,7 +187,7 @@ def lower(node: Node, ctx: Context, given: HandOver, out: Out, banks: tuple[int,
         _load(lir, xt + c * p.stride, n)
         lir.matmul(slots + (i % SLOTS) * p.group, 0, count, accumulate=c > 0)
         if c == p.chunks - 1:
-            _finish(node, ctx, out, p, k0, count, cvec, bias_rows if bias is not None else None, ones, results, store)
+            _finish(node, ctx, out, p, k0, count, cvec, bias is not None)
     return HandOver()
 
 
@@ -180,9 +197,11 @@ def _load(lir, local: int, n: int) -> None:
     lir.load_weights(0, 1, zeroes=True)
 
 
-def _finish(node, ctx, out, p: StreamedDense, k0, count, cvec, bias_rows, ones, results, store) -> None:
+def _finish(node, ctx, out, p: StreamedDense, k0, count, cvec, has_bias: bool) -> None:
     """A class group's lane-0 results as channel blocks (from the bias), its epilogue and stores."""
     n, lir = ctx.n, out.lir
+    ones, results, store = p.local.ones, p.local.results, p.local.store
+    bias_rows = p.local.bias_rows if has_bias else None
     result = ctx.place[node.output]
     first, blocks = k0 // n, math.ceil(count / n)
     at = p.group  # the channel blocks, above the lane-0 results
