@@ -6,7 +6,9 @@ layer moves every weight twice through local memory's second port (written from 
 LoadWeights) and the array waits for both. Streamed, chunk ``c`` of the input (its N features, as
 lane 0 of N vectors: ``x_c``) is loaded once as the array's weights, and class ``k``'s N weights of
 that chunk are one MatMul input vector: lane 0 of ``acc[k]`` gains ``sum_j W[cN + j, k] x[cN + j]``,
-the same sequence of roundings as the weight-stationary MatMul (the product is symmetric). The
+the same sequence of roundings as the weight-stationary MatMul without bias rows (the product is
+symmetric; each MatMul's chain of roundings starts from zero, the bias is added exactly last; with
+the bias row in the first block's chain a tie can round the other way, an lsb). The
 weights then pass through local memory once, at one vector a cycle, and where the DRAM bus takes
 several beats a vector they come from both DRAM banks in turn (``banks``), each bank's reader
 streaming beside the other's.
