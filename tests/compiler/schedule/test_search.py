@@ -132,3 +132,53 @@ def test_a_shortcut_kept_for_the_next_conv_is_measured_two_nodes_ahead():
     assert pick(2, keeps_y) is keeps_y
     assert ("z", "w", 1) in seen and ("w", None, 2) in seen
     assert pick(2, keeps_x) is NOTHING and all(output == "z" for output, _, _ in seen)
+
+
+def test_a_lowering_met_again_replays_its_decisions():
+    """``decided_once``: the first lowering under a key searches and records what it kept (the
+    nested search's choice inside the outer one's); the same key again lowers only the alternatives
+    kept, into the same instructions."""
+    from tvm_tensil.compiler.schedule.search import Choice, decided_once, fastest_of
+
+    tried = []
+
+    def counted(vectors):
+        inner = alternative(vectors, float(vectors))
+
+        def lower(ctx, given, out):
+            tried.append(vectors)
+            return inner(ctx, given, out)
+
+        return lower
+
+    def nested(ctx, given, out):  # (a search inside an alternative)
+        return cheapest([counted(50), counted(10), counted(30)], ctx, given, out)
+
+    def lowering(out):
+        out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 8 * (1 + fastest_of(2, lambda i: (5, 1)[i])))
+        return cheapest([counted(400), nested], context(), NOTHING, out)
+
+    decisions, programs = {}, []
+    for _ in range(2):
+        out = Out(LIR(ARCH), ConstTable(ARCH))
+        tried.clear()
+        decided_once(decisions, "group", lowering, out)
+        programs.append((out.lir.program().data, tried[:]))
+    assert decisions == {"group": (Choice(1), Choice(1, (Choice(1),)))}
+    assert programs[0][1] == [400, 50, 10, 30] and programs[1][1] == [10]
+    assert programs[0][0] == programs[1][0]
+    assert list(out.lir.program().fields().operand2 + 1) == [16, 10]  # (fastest_of kept index 1: 16 vectors)
+
+
+def test_a_recording_that_does_not_fit_is_searched_anew():
+    """A replayed lowering that meets a search its recording lacks (here: fewer alternatives than
+    the index kept) is lowered again with its searches, nothing of the replay kept."""
+    from tvm_tensil.compiler.schedule.search import Choice, decided_once
+
+    decisions = {"group": (Choice(2),)}
+    out = Out(LIR(ARCH), ConstTable(ARCH))
+    decided_once(decisions, "group", lambda o: cheapest([alternative(40, 1.0), alternative(20, 2.0)], context(),
+                                                         NOTHING, o), out)  # fmt: skip
+    assert decisions == {"group": (Choice(1),)}
+    assert [r.args["values"] for r in out.consts.recipes] == [[2.0]]
+    assert len(out.lir.program()) == 1

@@ -34,7 +34,7 @@ from . import dense
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile, Window
 from .epilogue import const_vectors, emit_epilogue, epilogue_constants, flush, gather, load_tile
 from .overlap import Overlap
-from .search import TAKES_HAND_OVER, cheapest, cycles_with, lowered
+from .search import TAKES_HAND_OVER, cheapest, cycles_with, decided_once, fastest_of, lowered
 from .tiles import ceil_div, covering_tap, merge_runs, plan_tiles, slab_moves, slab_size, tap_runs, tiles
 
 OPS = ("conv2d", "bias_add")
@@ -253,10 +253,13 @@ def block_group_sizes(node: Node, ctx: Context) -> list[int]:
 
 def _in_block_groups(node: Node, ctx: Context, given: HandOver, out: Out, size: int) -> HandOver:
     """A depthwise conv ``size`` channel blocks at a time, each group a conv of its own over views
-    of the input and output (block-major: a group's blocks are one run of each map)."""
+    of the input and output (block-major: a group's blocks are one run of each map). The groups
+    differ only in where their maps and weights lie: a group as wide as one before it (from the same
+    hand-over) is lowered as that one's searches decided."""
     inp, res = ctx.place[node.inputs[0]], ctx.place[node.output]
     channels = res.shape[3]
     left = given.issue(out.lir)
+    decisions: dict = {}
     for first in range(0, res.blocks, size):
         end = min(res.blocks, first + size)
         width = min(channels, end * ctx.n) - first * ctx.n
@@ -267,7 +270,8 @@ def _in_block_groups(node: Node, ctx: Context, given: HandOver, out: Out, size: 
         group = Node(node.op, node.inputs, node.output, replace(node.attrs, blocks=(first, end)), node.epilogue,
                      node.source_ops)  # fmt: skip
         sub_ctx = replace(ctx, place={**ctx.place, **views}, following=None)
-        left = _best(group, sub_ctx, left, out).issue(out.lir)
+        lower = partial(_best, group, sub_ctx, left)
+        left = decided_once(decisions, (width, left.key), lower, out).issue(out.lir)
     return left
 
 
@@ -347,11 +351,12 @@ def _plans(node: Node, ctx: Context, given: HandOver, out: Out, shortcut_matmul:
 def _faster_alone(node: Node, ctx: Context, given: HandOver, out: Out, plans: list[ConvPlan]) -> int:
     """The index of the plan whose instructions (and the stores it leaves) the latency model finds
     fastest, each emitted alone (a tie: the first)."""
-    cycles = []
-    for p in plans:
+
+    def cycles(i: int) -> int:
         trial = out.fork()
-        cycles.append(cycles_with(trial.lir, emit(node, ctx, given, trial, p)))
-    return cycles.index(min(cycles))
+        return cycles_with(trial.lir, emit(node, ctx, given, trial, plans[i]))
+
+    return fastest_of(len(plans), cycles)
 
 
 def _plans_as(

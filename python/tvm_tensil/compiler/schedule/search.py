@@ -3,13 +3,19 @@
 Each alternative is lowered into its own ``Out`` (a fresh LIR, a fork of the constant table) from
 the same hand-over; the results are compared as values and the fastest is kept (its instructions
 appended, its constants committed). Nothing of the losers remains.
+
+What a search decided is a value too (``Choice``): where a lowering records its decisions (a
+``Trail``), the same lowering met again (the next channel group of a depthwise conv) replays them,
+lowering only the alternatives kept (``decided_once``).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Callable
+from typing import Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -25,6 +31,95 @@ Alternative = Callable[[Context, HandOver, Out], HandOver]
 # The ops that take what the conv before them left in local memory (the others start by issuing
 # its carried stores).
 TAKES_HAND_OVER = ("conv2d", "bias_add", "global_avg_pool")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One decision of a search: the alternative kept and, in order, the decisions made lowering it."""
+
+    index: int
+    within: tuple["Choice", ...] = ()
+
+
+class ReplayMismatch(Exception):
+    """A replayed lowering met a search its recording does not have (it is searched instead)."""
+
+
+class Trail:
+    """The decisions a lowering makes, in order: recorded as its searches make them, or replayed
+    from a recording (``replay``), each search then taking the next one."""
+
+    def __init__(self, replay: tuple[Choice, ...] | None = None):
+        self.made: list[Choice] = []
+        self.replay = replay
+
+    def next(self, alternatives: int) -> Choice:
+        """The next decision replayed, for a search of ``alternatives``."""
+        if len(self.made) >= len(self.replay) or self.replay[len(self.made)].index >= alternatives:
+            raise ReplayMismatch
+        self.made.append(self.replay[len(self.made)])
+        return self.made[-1]
+
+    @property
+    def replayed_all(self) -> bool:
+        return len(self.made) == len(self.replay)
+
+
+# The trail the searches of the lowering under way follow (None: nothing records, nothing replays).
+_trail: ContextVar[Trail | None] = ContextVar("tvm_tensil_search_trail", default=None)
+
+
+@contextmanager
+def _following(trail: Trail | None) -> Iterator[Trail | None]:
+    token = _trail.set(trail)
+    try:
+        yield trail
+    finally:
+        _trail.reset(token)
+
+
+def decided_once(decisions: dict[Hashable, tuple[Choice, ...]], key: Hashable, lower: Callable[[Out], HandOver],
+                 out: Out) -> HandOver:  # fmt: skip
+    """``lower(out)``, its searches decided as they were the first time ``key`` was met (recorded
+    then into ``decisions``): the key must say all a search's outcome depends on. Where the
+    recording does not fit (a search it lacks), searched anew."""
+    outer = _trail.get()
+    if outer is not None and outer.replay is not None:
+        return lower(out)  # (the enclosing replay decides)
+    if key in decisions:
+        trial = out.fork()
+        try:
+            with _following(Trail(decisions[key])) as trail:
+                left = lower(trial)
+            if not trail.replayed_all:
+                raise ReplayMismatch
+        except ReplayMismatch:
+            pass
+        else:
+            out.consts.commit(trial.consts)
+            out.lir.extend(trial.lir)
+            if outer is not None:
+                outer.made.extend(trail.made)
+            return left
+    with _following(Trail()) as trail:
+        left = lower(out)
+    decisions[key] = tuple(trail.made)
+    if outer is not None:
+        outer.made.extend(trail.made)
+    return left
+
+
+def fastest_of(count: int, cycles: Callable[[int], int]) -> int:
+    """The index in ``range(count)`` of least ``cycles`` (a tie: the first), or the one replayed."""
+    trail = _trail.get()
+    if trail is not None and trail.replay is not None:
+        return trail.next(count).index
+    with _following(None):
+        measured = [cycles(i) for i in range(count)]
+    index = measured.index(min(measured))
+    if trail is not None:
+        trail.made.append(Choice(index))
+    return index
 
 
 @dataclass(frozen=True)
@@ -105,11 +200,24 @@ def cheapest(
         if won is not None:
             won.append(0)
         return alternatives[0](ctx, given, out)
+    trail = _trail.get()
+    if trail is not None and trail.replay is not None:
+        choice = trail.next(len(alternatives))
+        if won is not None:
+            won.append(choice.index)
+        with _following(Trail(choice.within)) as inner:
+            left = alternatives[choice.index](ctx, given, out)
+        if not inner.replayed_all:
+            raise ReplayMismatch
+        return left
     tried: list[Tried] = []
+    trails: list[Trail | None] = []
     for i, alternative in enumerate(alternatives):
         trial = out.fork()
         try:
-            left = alternative(ctx, given, trial)
+            with _following(None if trail is None else Trail()) as inner:
+                left = alternative(ctx, given, trial)
+            trails.append(inner)
             tried.append(Tried(measure(trial.lir, left), trial, left))
         except InvalidInstruction:
             # Weights beyond DRAM1 (their addresses do not encode): kept, so that the compile goes
@@ -138,11 +246,14 @@ def cheapest(
         further = ctx.looking_ahead + 1 < ctx.options.look_ahead and any(
             name in t.left.in_local for t in tried for name in nxt.inputs[1:]
         )
-        tried = [replace(tried[i], cycles=cycles_through(ctx, tried[i], further)) for i in index]
+        with _following(None):  # (the next node's decisions belong to its own lowering)
+            tried = [replace(tried[i], cycles=cycles_through(ctx, tried[i], further)) for i in index]
     pick = min(range(len(tried)), key=lambda i: tried[i].cycles)
     best = tried[pick]
     if won is not None:
         won.append(index[pick])
+    if trail is not None:
+        trail.made.append(Choice(index[pick], tuple(trails[index[pick]].made)))
     out.consts.commit(best.out.consts)  # (first: a trial is encoded here, and may not encode)
     out.lir.extend(best.out.lir)
     return best.left
