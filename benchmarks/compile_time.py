@@ -62,6 +62,12 @@ def main() -> None:
                             check=True).stdout.strip()  # fmt: skip
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()  # fmt: skip
+    changed = subprocess.run(["git", "status", "--porcelain", "python"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()  # fmt: skip
+    if changed:  # (this checkout's uncommitted changes are what is measured)
+        head += "+changes"
+    if head == commit:
+        p.error(f"--against {args.against} is this checkout itself: nothing to compare")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
