@@ -205,10 +205,12 @@ async def random_programs(dut):
 
 
 # (array size, data width, SIMD registers, bus beats per vector, the window MatMul): with one beat
-# both banks could answer every cycle, so DRAM -> local moves take turns.
-SWEEP = [(4, 16, 1, 2, False), (4, 16, 1, 1, False), (4, 16, 1, 2, True)]
+# both banks could answer every cycle, so DRAM -> local moves take turns. CI builds two cores: two
+# beats without the window MatMul, and one beat with it (as arty_a7_35 has them).
+SWEEP = [(4, 16, 1, 2, False), (4, 16, 1, 1, True)]
 FULL_SWEEP = SWEEP + [
-    (2, 16, 1, 2, False), (8, 16, 2, 2, False), (4, 32, 1, 4, False), (12, 16, 1, 3, False), (8, 16, 1, 2, True),
+    (4, 16, 1, 1, False), (4, 16, 1, 2, True), (2, 16, 1, 2, False), (8, 16, 2, 2, False), (4, 32, 1, 4, False),
+    (12, 16, 1, 3, False), (8, 16, 1, 2, True),
 ]  # fmt: skip
 
 

@@ -174,8 +174,11 @@ async def window_streams_match_the_reference(dut):
     assert windows >= 10
 
 
-SWEEP = [(2, 16, 8, 0), (8, 16, 8, 0), (8, 32, 16, 0), (8, 16, 8, 1)]
-FULL_SWEEP = SWEEP + [(12, 16, 8, 0), (16, 16, 8, 0), (16, 32, 16, 0), (4, 8, 4, 0), (8, 18, 10, 0), (16, 16, 8, 1)]
+# (The window core runs the plain stream test too: 8x8 at 16 bits without windows is in the full sweep.)
+SWEEP = [(2, 16, 8, 0), (8, 32, 16, 0), (8, 16, 8, 1)]
+FULL_SWEEP = SWEEP + [
+    (8, 16, 8, 0), (12, 16, 8, 0), (16, 16, 8, 0), (16, 32, 16, 0), (4, 8, 4, 0), (8, 18, 10, 0), (16, 16, 8, 1),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("n, width, bp, window", FULL_SWEEP)
