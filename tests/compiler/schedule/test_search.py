@@ -182,3 +182,46 @@ def test_a_recording_that_does_not_fit_is_searched_anew():
     assert decisions == {"group": (Choice(1),)}
     assert [r.args["values"] for r in out.consts.recipes] == [[2.0]]
     assert len(out.lir.program()) == 1
+
+
+def test_an_alternative_replayed_from_another_keeps_its_decisions():
+    """An alternative that reuses what another one lowered (``lowered``, as a chain's in-turn
+    sequence reuses its plain one where nothing pairs) records that one's decisions, so that a
+    replay, lowering it anew, is decided the same way."""
+    from tvm_tensil.compiler.schedule.search import Choice, decided_once, decisions_so_far, lowered
+
+    tried, saved = [], []
+
+    def counted(vectors):
+        inner = alternative(vectors, float(vectors))
+
+        def lower(ctx, given, out):
+            tried.append(vectors)
+            return inner(ctx, given, out)
+
+        return lower
+
+    def plain(ctx, given, out):
+        left = cheapest([counted(50), counted(10)], ctx, given, out)
+        saved.append((out, left, decisions_so_far()))
+        return left
+
+    def reusing(ctx, given, out):
+        if saved:
+            return lowered(*saved[0])(ctx, given, out)
+        return cheapest([counted(50), counted(10)], ctx, given, out)
+
+    decisions, runs = {}, []
+    for _ in range(2):
+        tried.clear(), saved.clear()
+        measured = iter([2, 1])  # (the reusing one measures faster)
+        out = Out(LIR(ARCH), ConstTable(ARCH))
+
+        def search(o, measured=measured):
+            return cheapest([plain, reusing], context(), NOTHING, o, measure=lambda lir, left: next(measured))
+
+        decided_once(decisions, "chain", search, out)
+        runs.append((tried[:], out.lir.program().data))
+    assert decisions == {"chain": (Choice(1, (Choice(1),)),)}
+    assert runs[0][0] == [50, 10] and runs[1][0] == [10]  # replayed: the reusing one lowers anew, as decided
+    assert runs[0][1] == runs[1][1]

@@ -23,7 +23,16 @@ from ..lir import LIR
 from ..memory import ConstTable
 from . import channels, conv, eltwise, global_pool, pools, resize
 from .context import NOTHING, CompileOptions, Context, HandOver, Out, ScheduleError, Tile, Window
-from .search import TAKES_HAND_OVER, Alternative, cheapest, cycles_with, interleaved_cycles, lowered
+from .search import (
+    TAKES_HAND_OVER,
+    Alternative,
+    Choice,
+    cheapest,
+    cycles_with,
+    decisions_so_far,
+    interleaved_cycles,
+    lowered,
+)
 
 __all__ = [
     "LOWERINGS", "CompileOptions", "Context", "GraphSchedule", "HandOver", "Out", "ScheduleError", "Tile", "Window",
@@ -99,7 +108,7 @@ class GraphSchedule:
         done: dict[int, list[tuple[Node, int, Node | None]]] = {}
         # The bands node by node as lowered (its Out, what it left), where no conv and the depthwise
         # conv after it could have gone in turn where they met: the in-turn sequence is the same.
-        unpaired: list[tuple[Out, HandOver]] = []
+        unpaired: list[tuple[Out, HandOver, tuple[Choice, ...]]] = []
         in_turn = self.ctx.options.in_turn
 
         def sequence(index: int, nodes: list[Node], ctx: Context, in_turn: bool = False) -> Alternative:
@@ -140,7 +149,7 @@ class GraphSchedule:
                     done[index].append((node, len(out.lir) - start, None))
                     i += 1
                 if compare_in_turn and not pairs:
-                    unpaired.append((out, given))
+                    unpaired.append((out, given, decisions_so_far()))
                 return given
 
             return lower

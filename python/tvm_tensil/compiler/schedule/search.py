@@ -259,12 +259,23 @@ def cheapest(
     return best.left
 
 
-def lowered(done: Out, left: HandOver) -> Alternative:
-    """An alternative already lowered into ``done`` (a fork of the same ``Out``): replayed."""
+def lowered(done: Out, left: HandOver, decisions: tuple[Choice, ...] = ()) -> Alternative:
+    """An alternative already lowered into ``done`` (a fork of the same ``Out``): replayed, and the
+    ``decisions`` lowering it made (``decisions_so_far`` then) recorded again where a trail records,
+    so that a replay of the recording lowers it anew the same way."""
 
     def replay(ctx: Context, given: HandOver, out: Out) -> HandOver:
+        trail = _trail.get()
+        if trail is not None and trail.replay is None:
+            trail.made.extend(decisions)
         out.consts.commit(done.consts)
         out.lir.extend(done.lir)
         return left
 
     return replay
+
+
+def decisions_so_far() -> tuple[Choice, ...]:
+    """The decisions the lowering under way has recorded (none where nothing records)."""
+    trail = _trail.get()
+    return tuple(trail.made) if trail is not None and trail.replay is None else ()
