@@ -296,6 +296,46 @@ def test_played_runs_are_the_instructions_one_by_one(monkeypatch, preset, graph)
         assert played == one_by_one, key
 
 
+def _depthwise_relu(h: int, channels: int, stride: int) -> tuple[Graph, np.ndarray]:
+    """A 3x3 depthwise conv (padding 1) and a ReLU over an h x h map, weights and input on a 1/16
+    grid; the graph and an input."""
+    rng = np.random.default_rng(2)
+    w, b = rng.integers(-8, 8, (channels, 1, 3, 3)) / 16, rng.integers(-8, 8, channels) / 16
+    x = rng.integers(-16, 16, (1, h, h, channels)) / 16
+    oh = (h + 2 - 3) // stride + 1
+    attrs = dict(weight=0, bias=1, groups=channels, padding=(1, 1, 1, 1), strides=(stride, stride))
+    graph = Graph(
+        {"x": Tensor("x", x.shape), "y": Tensor("y", (1, oh, oh, channels)), "r": Tensor("r", (1, oh, oh, channels))},
+        [Node("conv2d", ["x"], "y", attrs), Node("relu", ["y"], "r")],
+        ["x"],
+        ["r"],
+        [w, b],
+    )
+    return graph, x
+
+
+@pytest.mark.parametrize("channels", [576, 200])  # (200: the last group narrower, its own recording)
+def test_a_depthwise_convs_later_channel_groups_replay_the_first_ones_decisions(channels, monkeypatch):
+    """The groups differ only in where their maps and weights lie: each later group as wide replays
+    the first one's decisions (``search.decided_once``), giving the program that searching every
+    group gives."""
+    from tvm_tensil.compiler import compile_graph
+    from tvm_tensil.compiler.schedule import conv as conv_module
+
+    arch, (graph, _) = PRESETS["arty_a7_35"], _depthwise_relu(14, channels, 1)
+    replayed, decide = [], conv_module.decided_once
+
+    def counted(decisions, key, lower, out):
+        replayed.append(key in decisions)
+        return decide(decisions, key, lower, out)
+
+    monkeypatch.setattr(conv_module, "decided_once", counted)
+    with_replays = compile_graph(graph, arch, "t").program.data
+    monkeypatch.setattr(conv_module, "decided_once", lambda decisions, key, lower, out: lower(out))
+    assert replayed.count(True) >= replayed.count(False) > 0
+    assert compile_graph(graph, arch, "t").program.data == with_replays
+
+
 @pytest.mark.parametrize(
     "h, channels, stride, gain",
     [(14, 576, 1, 0.5), (14, 200, 2, 1.0)],  # MobileNet-v2's 14x14 depthwise on arty_a7_35; a partial block
@@ -312,18 +352,8 @@ def test_a_depthwise_conv_larger_than_local_memory_goes_a_group_of_channel_block
     from tvm_tensil.runtime import Emulator
 
     arch = PRESETS["arty_a7_35"]  # 4,096 vectors of local memory
-    rng = np.random.default_rng(2)
-    w, b = rng.integers(-8, 8, (channels, 1, 3, 3)) / 16, rng.integers(-8, 8, channels) / 16
-    x = rng.integers(-16, 16, (1, h, h, channels)) / 16
-    oh = (h + 2 - 3) // stride + 1
-    attrs = dict(weight=0, bias=1, groups=channels, padding=(1, 1, 1, 1), strides=(stride, stride))
-    graph = Graph(
-        {"x": Tensor("x", x.shape), "y": Tensor("y", (1, oh, oh, channels)), "r": Tensor("r", (1, oh, oh, channels))},
-        [Node("conv2d", ["x"], "y", attrs), Node("relu", ["y"], "r")],
-        ["x"],
-        ["r"],
-        [w, b],
-    )
+    graph, x = _depthwise_relu(h, channels, stride)
+    w, b = graph.constants
     expected = np.maximum(conv2d_nhwc(x, w, b, strides=(stride, stride), padding=(1, 1, 1, 1), groups=channels), 0)
     sizes, original = [], conv_module.block_group_sizes
     cycles = {}

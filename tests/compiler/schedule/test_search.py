@@ -28,6 +28,17 @@ def alternative(vectors: int, fill: float, leaves: HandOver = NOTHING):
     return lower
 
 
+def counted(tried: list, vectors: int):
+    """``alternative(vectors, vectors)`` that appends ``vectors`` to ``tried`` when lowered."""
+    inner = alternative(vectors, float(vectors))
+
+    def lower(ctx, given, out):
+        tried.append(vectors)
+        return inner(ctx, given, out)
+
+    return lower
+
+
 def test_the_fastest_is_kept_with_its_constants_only():
     out = Out(LIR(ARCH), ConstTable(ARCH))
     out.consts.add("fill", [], values=[9.0])  # placed before: stays
@@ -42,17 +53,8 @@ def test_the_fastest_is_kept_with_its_constants_only():
 def test_stop_when_worse_ends_the_search_at_the_first_loss_after_two():
     tried = []
 
-    def counted(vectors):
-        inner = alternative(vectors, float(vectors))
-
-        def lower(ctx, given, out):
-            tried.append(vectors)
-            return inner(ctx, given, out)
-
-        return lower
-
     out = Out(LIR(ARCH), ConstTable(ARCH))
-    cheapest([counted(v) for v in (300, 200, 250, 10)], context(), NOTHING, out, stop_when_worse=True)
+    cheapest([counted(tried, v) for v in (300, 200, 250, 10)], context(), NOTHING, out, stop_when_worse=True)
     assert tried == [300, 200, 250]  # 10 would have been fastest, but the bands stopped gaining
     assert out.lir.program().fields().operand2[0] + 1 == 200
 
@@ -142,21 +144,12 @@ def test_a_lowering_met_again_replays_its_decisions():
 
     tried = []
 
-    def counted(vectors):
-        inner = alternative(vectors, float(vectors))
-
-        def lower(ctx, given, out):
-            tried.append(vectors)
-            return inner(ctx, given, out)
-
-        return lower
-
     def nested(ctx, given, out):  # (a search inside an alternative)
-        return cheapest([counted(50), counted(10), counted(30)], ctx, given, out)
+        return cheapest([counted(tried, 50), counted(tried, 10), counted(tried, 30)], ctx, given, out)
 
     def lowering(out):
         out.lir.datamove(Direction.DRAM0_TO_LOCAL, 0, 0, 8 * (1 + fastest_of(2, lambda i: (5, 1)[i])))
-        return cheapest([counted(400), nested], context(), NOTHING, out)
+        return cheapest([counted(tried, 400), nested], context(), NOTHING, out)
 
     decisions, programs = {}, []
     for _ in range(2):
@@ -192,24 +185,15 @@ def test_an_alternative_replayed_from_another_keeps_its_decisions():
 
     tried, saved = [], []
 
-    def counted(vectors):
-        inner = alternative(vectors, float(vectors))
-
-        def lower(ctx, given, out):
-            tried.append(vectors)
-            return inner(ctx, given, out)
-
-        return lower
-
     def plain(ctx, given, out):
-        left = cheapest([counted(50), counted(10)], ctx, given, out)
+        left = cheapest([counted(tried, 50), counted(tried, 10)], ctx, given, out)
         saved.append((out, left, decisions_so_far()))
         return left
 
     def reusing(ctx, given, out):
         if saved:
             return lowered(*saved[0])(ctx, given, out)
-        return cheapest([counted(50), counted(10)], ctx, given, out)
+        return cheapest([counted(tried, 50), counted(tried, 10)], ctx, given, out)
 
     decisions, runs = {}, []
     for _ in range(2):
