@@ -13,6 +13,9 @@
 - ``csp``: darknet's cross-stage-partial block (a channel half sliced off, two convs, nested concats),
   a 1x1 mix, a stride-2 conv whose residual shortcut is a 1x1 max pool with stride 2, and a head that
   means over H and W without keepdims;
+- ``temporal``: keyword spotting's shape, each image a sequence of 16 columns of 16 features: 1-d
+  convs (one depthwise) with batch norms, a max pool, a strided conv, an adaptive average pool and
+  the classifier (it takes (N, 16, 16); ``relax_module(net, batch, (16, 16))``);
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -195,6 +198,22 @@ class _UNet(nn.Module):
         return torch.sigmoid(self.out(torch.cat([self.up2(y), a], 1)))
 
 
+class _Temporal(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+        def conv(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> list[nn.Module]:
+            return [nn.Conv1d(cin, cout, k, stride, k // 2, groups=groups), nn.BatchNorm1d(cout), nn.ReLU()]
+
+        self.body = nn.Sequential(
+            *conv(16, 32, 3), *conv(32, 32, 3, groups=32), *conv(32, 48, 1), nn.MaxPool1d(2),
+            *conv(48, 48, 3, stride=2), nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(48, 10),
+        )  # fmt: skip
+
+    def forward(self, x):
+        return self.body(x.flatten(1, 2) if x.dim() == 4 else x)  # (training: the images as (N, 1, 16, 16))
+
+
 def ink(x: np.ndarray) -> np.ndarray:
     """The U-Net's target: each pixel of a digit with ink on it."""
     return (x > 0.4).astype(np.float32)
@@ -282,7 +301,7 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 @functools.cache
 def trained(kind: str) -> nn.Module:
     """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu",
-    "csp", "unet", "detector" or "wide_range"."""
+    "csp", "unet", "detector", "wide_range" or "temporal"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -303,13 +322,15 @@ def trained(kind: str) -> nn.Module:
         return _train_detector(_Detector(), data)
     if kind == "wide_range":
         return _widen_range(_train(_plain(), data))
+    if kind == "temporal":
+        return _train(_Temporal(), data)
     raise ValueError(kind)
 
 
-def relax_module(net: nn.Module, batch: int):
+def relax_module(net: nn.Module, batch: int, sample: tuple[int, ...] = (1, 16, 16)):
     from tvm.relax.frontend.torch import from_exported_program
 
-    x = torch.zeros(batch, 1, 16, 16)
+    x = torch.zeros(batch, *sample)
     return from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=False)
 
 

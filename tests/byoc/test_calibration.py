@@ -380,3 +380,22 @@ def test_a_transposed_conv_takes_weights_in_two_parts():
         (layer,) = [n for n in part["nodes"] if n["op"] == "conv_transpose"]
         assert bool(layer.get("residue_bits")) == (target == 0.0), layer
     assert errors[1] < 0.5 * errors[0], errors
+
+
+def test_calibration_samples_of_a_batched_model_stack_either_way():
+    """A model of batch 2: samples stacked along a new axis (``np.stack``) or along the batch axis
+    give the same samples; a stack that fits neither is an error saying both shapes."""
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from tvm_tensil.byoc.calibrate import samples_for
+
+    program = torch.export.export(torch.nn.Conv2d(3, 4, 3).eval(), (torch.zeros(2, 3, 16, 16),))
+    main = from_exported_program(program, keep_params_as_input=False)["main"]
+    x = np.random.default_rng(0).standard_normal((4, 2, 3, 16, 16)).astype(np.float32)
+    stacked, along_batch = samples_for(main, x), samples_for(main, x.reshape(8, 3, 16, 16))
+    assert len(stacked) == len(along_batch) == 4
+    assert all(np.array_equal(a[0], b[0]) and a[0].shape == (2, 3, 16, 16) for a, b in zip(stacked, along_batch))
+    message = "the model takes (2, 3, 16, 16) (give samples of that shape, a stack of them (k, 2, 3, 16, 16) or, along"
+    with pytest.raises(tvm_tensil.CalibrationError, match=re.escape(message)):
+        samples_for(main, x[:, :, :2])

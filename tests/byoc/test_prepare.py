@@ -39,3 +39,32 @@ def test_clip_bounds_guarded_against_nan_are_folded_in_numpy(lo, hi):
     vm = relax.VirtualMachine(tvm.compile(prepared, target="llvm"), tvm.cpu())
     expected = np.clip(x, -np.inf if np.isnan(lo) else lo, np.inf if np.isnan(hi) else hi)
     np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), expected)
+
+
+@pytest.mark.parametrize("size, output", [(8, (2, 2)), (12, (6, 3)), (7, (7, 7)), (10, (3, 3))])
+def test_an_adaptive_pool_to_a_size_dividing_the_map_is_an_average_pool(size, output):
+    """To (2, 2) of 8x8 or (6, 3) of 12x12: the average pool of its windows; to the map's own size
+    (VGG's 7x7 head): nothing; on the TCU either way, the same numbers. To (3, 3) of 10x10 (windows
+    of 3 and 4 rows): on the CPU, the report saying why."""
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    import tvm_tensil
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.AdaptiveAvgPool2d(output)).eval()
+    x = torch.randn(1, 3, size, size)
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    whole = size % output[0] == 0 and size % output[1] == 0
+    ops = _ops(prepare_for_tensil(mod)["main"])
+    assert ("relax.nn.adaptive_avg_pool2d" in ops) == (not whole)
+    assert ("relax.nn.avg_pool2d" in ops) == (whole and output != (size, size))
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    reasons = [o["reason"] for o in ex.tensil_report.cpu_ops]
+    assert reasons == ([] if whole else [f"adaptive average pool of ({size}, {size}) to {output} (only 1x1, or sizes "
+                                         "that divide the map, NCHW)"])  # fmt: skip
+    with torch.no_grad():
+        ref = model(x).numpy()
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    got = (got[0] if type(got).__name__ == "Array" else got).numpy()
+    assert np.max(np.abs(got - ref)) < 0.01 * np.ptp(ref) + 2**-7

@@ -533,8 +533,8 @@ def build(
     model_dir : path, optional
         Also write each partition as Tensil model files (.tmodel/.tprog/.tdata) here.
     calibration : optional
-        Sample inputs like those the model will see: an array (a stack of samples along the first
-        axis, for a one-input model), a dict of such arrays by input name, or an iterable of
+        Sample inputs like those the model will see: an array (samples stacked along a new first
+        axis, or along the batch axis, for a one-input model), a dict of such arrays by input name, or an iterable of
         samples (arrays or dicts). TVM's CPU build runs them, and every tensor on the TCU gets a
         power-of-two scale that fits the range it took (docs/compiler.md, "Scales").
     input_shapes : dict, optional

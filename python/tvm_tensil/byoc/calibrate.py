@@ -33,16 +33,19 @@ def _param_shapes(main: relax.Function) -> list[tuple[str, tuple[int, ...] | Non
 
 
 def _split(name: str, value, shape: tuple[int, ...] | None) -> list[np.ndarray]:
-    """One input's samples: an array of the input's shape is one; a stack of them along the batch
-    axis (a multiple of the model's batch) is several."""
+    """One input's samples: an array of the input's shape is one; several are a stack of them along
+    a new first axis (``np.stack``) or along the batch axis (a multiple of the model's batch)."""
     x = np.asarray(value, dtype=np.float32)
     if shape is None or x.shape == shape:
         return [x]
+    if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
+        return list(x)
     if x.ndim == len(shape) and x.shape[1:] == shape[1:] and shape[0] and x.shape[0] % shape[0] == 0:
         return [x[i : i + shape[0]] for i in range(0, x.shape[0], shape[0])]
+    batches = f"(k*{shape[0]}, {', '.join(map(str, shape[1:]))})" if shape else "(k,)"
     raise CalibrationError(
-        f"calibration input '{name}' has shape {x.shape}; the model takes {shape} "
-        f"(give samples of that shape, or a stack of them along the first axis)"
+        f"calibration input '{name}' has shape {x.shape}; the model takes {shape} (give samples of that shape, "
+        f"a stack of them (k, {', '.join(map(str, shape))}) or, along its batch axis, {batches})"
     )
 
 

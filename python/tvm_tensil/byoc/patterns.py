@@ -309,7 +309,8 @@ def check_global_pool(arch: Architecture, call: relax.Call) -> str | None:
     out = shape_of(call)
     if call.op.name == "relax.nn.adaptive_avg_pool2d":
         if call.attrs.layout != "NCHW" or tuple(out[2:]) != (1, 1):
-            return f"adaptive average pool to {out[2:]} (only 1x1, NCHW)"
+            sizes = f"{shape_of(x)[2:]} to {out[2:]}"
+            return f"adaptive average pool of {sizes} (only 1x1, or sizes that divide the map, NCHW)"
     else:  # mean
         axes = sorted(int(v) % 4 for v in call.attrs.axis) if call.attrs.axis is not None else []
         if axes != [2, 3]:

@@ -1,5 +1,7 @@
 """Preparation passes before partitioning.
 
+- One-dimensional layers (``conv1d``, ``max_pool1d``, ...) over (N, C, W) tensors become the
+  two-dimensional ones over (N, C, 1, W) (``lift_1d``).
 - Constant folding, and inference-mode batch-norm decomposed into per-channel scale and shift
   (in numpy; a batch-norm in training mode is left as it is).
 - Per-channel affine chains (add / subtract / multiply / divide by constants) are folded into
@@ -7,6 +9,7 @@
   batch-norm folding whether or not the conv has a bias.
 - A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
   matmul), which the TCU runs exactly like any other conv.
+- An adaptive average pool to a size that divides the map becomes the average pool of its windows.
 - A channel shuffle (reshape, permute, reshape of the channel axis alone) becomes a 1x1 conv whose
   weights pick each output channel's input channel.
 - Each used part of a ``split`` becomes a ``strided_slice``: an op with one tensor result, which
@@ -26,6 +29,7 @@ from tvm.relax.dpl import is_const, is_op, is_tuple, is_tuple_get_item, rewrite_
 
 from .broadcast import LAYOUTS, canonical_shape, channel_axis, channel_values
 from .frontend import dtype_of, shape_of, softplus_reason
+from .lift_1d import lift_1d
 
 
 def _value(c) -> np.ndarray:
@@ -516,6 +520,27 @@ def _permute_into_dense():
     return pat, r
 
 
+def _adaptive_pool_of_whole_windows():
+    """``adaptive_avg_pool2d`` to an output size that divides the map (PSPNet's pyramid, VGG's 7x7
+    head) is the average pool of windows of map / output pixels with that stride (each output pixel's
+    window is rows ``i*H/oh`` to ``(i+1)*H/oh``); to the map's own size it is the map itself."""
+    x = wildcard()
+    pat = is_op("relax.nn.adaptive_avg_pool2d")(x)
+
+    def r(expr, m):
+        a, shape, out = expr.attrs, shape_of(m[x]), shape_of(expr)
+        if a.layout != "NCHW" or a.out_layout != "NCHW" or len(shape) != 4 or out[2:] == (1, 1):
+            return expr
+        (h, w), (oh, ow) = shape[2:], out[2:]
+        if h % oh or w % ow:
+            return expr
+        if (oh, ow) == (h, w):
+            return m[x]
+        return relax.op.nn.avg_pool2d(m[x], (h // oh, w // ow), (h // oh, w // ow))
+
+    return pat, r
+
+
 def _channel_shuffle():
     """``reshape(permute_dims(reshape(x, (n, g, c/g, h, w)), (0, 2, 1, 3, 4)), (n, c, h, w))``
     (ShuffleNet's channel shuffle; any split, permutation and merge of the channel axis alone) is
@@ -603,7 +628,8 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _channel_shuffle(), _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms()],
+             _channel_shuffle(), _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms(),
+             _adaptive_pool_of_whole_windows()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
@@ -618,6 +644,7 @@ def prepare_for_tensil(mod: tvm.IRModule) -> tvm.IRModule:
     """Constant folding, batch-norm folding, affine folding (see the module docstring)."""
     seq = tvm.transform.Sequential(
         [
+            lift_1d,
             fold_clip_bounds,
             relax.transform.FoldConstant(),
             relax.transform.CanonicalizeBindings(),
