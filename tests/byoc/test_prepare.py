@@ -68,3 +68,24 @@ def test_an_adaptive_pool_to_a_size_dividing_the_map_is_an_average_pool(size, ou
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
     got = (got[0] if type(got).__name__ == "Array" else got).numpy()
     assert np.max(np.abs(got - ref)) < 0.01 * np.ptp(ref) + 2**-7
+
+
+@pytest.mark.parametrize(
+    "op, attrs, shape",
+    [("DepthToSpace", {"mode": "DCR"}, (1, 8, 3, 3)), ("DepthToSpace", {"mode": "CRD"}, (1, 8, 3, 3)),
+     ("SpaceToDepth", {}, (1, 3, 6, 4))],
+)  # fmt: skip
+def test_onnx_depth_to_space_and_back_are_convs_that_move_values_exactly(op, attrs, shape):
+    """Either DepthToSpace mode (a reshape, permute, reshape as TVM imports it) is a transposed conv of
+    ones, SpaceToDepth a conv: on the TCU at FP16BP8, grid values come out bit for bit."""
+    import tvm_tensil
+
+    b = OnnxBuilder(0)
+    mod = from_onnx(b.model({"x": list(shape)}, b.op(op, ["x"], blocksize=2, **attrs)), keep_params_in_input=False)
+    assert "relax.permute_dims" not in _ops(prepare_for_tensil(mod)["main"])
+    x = (np.round(np.random.default_rng(0).uniform(-4, 4, shape) * 256) / 256).astype(np.float32)
+    ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+    assert ex.tensil_report.cpu_ops == []
+    want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_array_equal(got, want)

@@ -275,6 +275,53 @@ class _Shuffle(torch.nn.Module):
         return _channel_shuffle(x, self.groups)
 
 
+class _Rearrange(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+class SuperResolution(torch.nn.Module):
+    """ESPCN's shape: convs, then a pixel shuffle to twice the size, another conv, a pixel unshuffle."""
+
+    def __init__(self, r: int):
+        super().__init__()
+        self.r = r
+        self.c1, self.c2, self.c3 = (
+            torch.nn.Conv2d(*a, padding=1) for a in ((1, 16, 3), (16, 4 * r * r, 3), (4, 8, 3))
+        )
+
+    def forward(self, x):
+        y = torch.nn.functional.pixel_shuffle(self.c2(torch.tanh(self.c1(x))), self.r)
+        return torch.nn.functional.pixel_unshuffle(self.c3(y), self.r)
+
+
+@pytest.mark.parametrize("r", [2, 3])
+def test_a_pixel_shuffle_and_its_inverse_are_convs_of_ones(r):
+    """torch's pixel shuffle (a reshape, permute, reshape moving channels into pixels) is a transposed
+    conv whose kernel is its stride, its inverse a conv: one partition, nothing on the CPU; each moves
+    values without rounding (grid inputs, FP16BP8: bit for bit)."""
+    from tvm_tensil.arch import PRESETS
+
+    torch.manual_seed(5)
+    report = _at_fp32bp16(SuperResolution(r).eval(), torch.randn(1, 1, 6, 6))
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    assert [op for op, _ in _nodes(report)] == ["conv2d", "conv2d", "conv_transpose", "conv2d", "conv2d"]
+    grid = (np.round(np.random.default_rng(5).uniform(-4, 4, (1, 4 * r * r, 5, 5)) * 256) / 256).astype(np.float32)
+    for f, x in ((lambda t: torch.nn.functional.pixel_shuffle(t, r), grid),
+                 (lambda t: torch.nn.functional.pixel_unshuffle(t, r), grid.reshape(1, 4, 5 * r, 5 * r))):  # fmt: skip
+        mod = from_exported_program(
+            torch.export.export(_Rearrange(f), (torch.from_numpy(x),)), keep_params_as_input=False
+        )
+        ex = tvm_tensil.build(mod, target="tensil", arch=PRESETS["pynqz1"])
+        assert ex.tensil_report.cpu_ops == []
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))[0].numpy()
+        np.testing.assert_array_equal(got, f(torch.from_numpy(x)).numpy())
+
+
 class PReluNet(torch.nn.Module):
     """MTCNN's pattern: conv, PReLU (one slope per channel), conv."""
 

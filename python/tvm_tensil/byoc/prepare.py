@@ -9,6 +9,8 @@
   batch-norm folding whether or not the conv has a bias.
 - A per-channel scale left over (no conv before it) becomes a depthwise 1x1 conv (or a diagonal
   matmul), which the TCU runs exactly like any other conv.
+- A pixel shuffle (DepthToSpace) or its inverse (SpaceToDepth) becomes a transposed conv (a conv)
+  of weights of ones whose kernel is its stride.
 - An adaptive average pool to a size that divides the map becomes the average pool of its windows.
 - A channel shuffle (reshape, permute, reshape of the channel axis alone) becomes a 1x1 conv whose
   weights pick each output channel's input channel.
@@ -573,6 +575,58 @@ def _channel_shuffle():
     return pat, r
 
 
+def _pixel_rearrangement():
+    """``reshape(permute_dims(reshape(x, ...)), ...)`` that moves channels into pixels (a pixel
+    shuffle, ONNX DepthToSpace in either mode: super-resolution nets) or pixels into channels
+    (SpaceToDepth, YOLOv2's reorg) is a transposed conv (or a conv) whose kernel is its stride, each
+    output reading one input value: weights of ones, exact. Found by running the rearrangement on the
+    indices of x, so any reshape and permutation of that form is recognised."""
+    x, s1, s2 = wildcard(), wildcard(), wildcard()
+    split = is_op("relax.reshape")(x, s1)
+    perm = is_op("relax.permute_dims")(split)
+    pat = is_op("relax.reshape")(perm, s2)
+
+    def r(expr, m):
+        shape, out = shape_of(m[x]), shape_of(expr)
+        if len(shape) != 4 or len(out) != 4 or shape[0] != out[0] or shape[2:] == out[2:]:
+            return expr
+        axes = [int(a) for a in m[perm].attrs.axes]
+        index = np.arange(int(np.prod(shape))).reshape(shape_of(m[split])).transpose(axes).reshape(out)
+        n, c, h, w = shape
+        if not np.array_equal(
+            index - index[:1], np.zeros_like(index) + (np.arange(n) * c * h * w)[:, None, None, None]
+        ):
+            return expr  # (each image's values stay in that image)
+        ci, y, xx = np.unravel_index(index[0], (c, h, w))
+        oc, oh, ow = out[1:]
+        if oh % h == 0 and ow % w == 0:  # channels into pixels
+            ry, rx = oh // h, ow // w
+            py, px = np.arange(oh)[:, None] % ry, np.arange(ow)[None, :] % rx
+            table = ci[:, :ry, :rx]  # the channel each (output channel, phase) reads
+            if not (np.array_equal(y, np.broadcast_to(np.arange(oh)[:, None] // ry, y.shape))
+                    and np.array_equal(xx, np.broadcast_to(np.arange(ow)[None, :] // rx, xx.shape))
+                    and np.array_equal(ci, table[:, py, px])):  # fmt: skip
+                return expr
+            weights = np.zeros((c, oc, ry, rx), np.float32)
+            o, i, j = np.meshgrid(np.arange(oc), np.arange(ry), np.arange(rx), indexing="ij")
+            weights[table[o, i, j], o, i, j] = 1.0
+            return relax.op.nn.conv2d_transpose(m[x], _const(weights), strides=(ry, rx))
+        if h % oh == 0 and w % ow == 0:  # pixels into channels
+            ry, rx = h // oh, w // ow
+            i, j = y - np.arange(oh)[:, None] * ry, xx - np.arange(ow)[None, :] * rx
+            first = (ci[:, :1, :1], i[:, :1, :1], j[:, :1, :1])
+            if i.min() < 0 or i.max() >= ry or j.min() < 0 or j.max() >= rx:
+                return expr
+            if not all(np.array_equal(a, np.broadcast_to(f, a.shape)) for a, f in zip((ci, i, j), first)):
+                return expr
+            weights = np.zeros((oc, c, ry, rx), np.float32)
+            weights[np.arange(oc), first[0].ravel(), first[1].ravel(), first[2].ravel()] = 1.0
+            return relax.op.nn.conv2d(m[x], _const(weights), strides=(ry, rx))
+        return expr
+
+    return pat, r
+
+
 def _dense_on_rows():
     """``reshape(matmul(reshape(x, (B * S, K)), W) [+ b], (B, S, N))`` (torch.export's Linear on a
     (B, S, K) sequence) is the dense layer on x itself: its activation then follows it directly."""
@@ -628,8 +682,8 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),
-             _channel_shuffle(), _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(), *_softplus_forms(),
-             _adaptive_pool_of_whole_windows()],
+             _channel_shuffle(), _pixel_rearrangement(), _dense_on_rows(), _where_to_prelu(), _max_min_to_prelu(),
+             *_softplus_forms(), _adaptive_pool_of_whole_windows()],
         )  # fmt: skip
         func = _te_minmax_to_relax(mod, func)
         func = _pads_to_relax(mod, func)
