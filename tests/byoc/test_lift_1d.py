@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
 
 import tvm_tensil
@@ -153,3 +154,24 @@ def test_a_trained_temporal_network_keeps_its_answers_with_calibration():
     assert float_acc > 0.95
     assert tcu_acc >= float_acc - 0.005, (float_acc, tcu_acc)
     assert np.max(np.abs(tcu - cpu)) <= 0.01 * np.ptp(cpu)
+
+
+class Recogniser(torch.nn.Module):
+    """A text recogniser's neck: a 2-d backbone whose map is one row high, squeezed to a sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, (4, 3), padding=(0, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x).squeeze(2)).permute(0, 2, 1) * 0.5
+
+
+def test_a_height_one_map_of_a_two_dimensional_model_is_left_as_it_is():
+    """Only what 1-d layers make gets a twin: a 2-d model's squeezed row (CRNN's) keeps its ops."""
+    from tvm_tensil.byoc.lift_1d import lift_1d
+
+    mod = from_exported_program(torch.export.export(Recogniser().eval(), (torch.zeros(1, 3, 4, 10),)),
+                                keep_params_as_input=False)  # fmt: skip
+    plain = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
+    assert tvm_ffi.structural_equal(lift_1d(mod), plain)

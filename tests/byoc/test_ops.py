@@ -314,22 +314,45 @@ def test_softmax_stays_on_cpu_with_reason(compare):
 
 def test_an_op_the_importer_makes_a_tir_function_is_named_with_the_models_op(compare):
     """TVM's ONNX importer emits TIR functions (``call_tir``) for ops it has no Relax op for (Tile,
-    Pad in reflect mode, Einsum): the report names the function and the model's op, not call_tir."""
+    Einsum): the report names the function and the model's op, not call_tir."""
     b = OnnxBuilder(seed=11, grid=True)
     rng = np.random.default_rng(11)
     conv = b.op("Conv", ["x", b.const(rng.standard_normal((8, 4, 1, 1)))])
-    tiled = b.op("Tile", [conv, b.const([1, 1, 2, 2], dtype=np.int64)])
-    y = b.op("Pad", [tiled, b.const([0, 0, 1, 1] * 2, dtype=np.int64)],
-             mode="reflect")  # fmt: skip
+    y = b.op("Tile", [conv, b.const([1, 1, 2, 2], dtype=np.int64)])
     cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 4, 4]}, y), {"x": grid(rng, (1, 4, 4, 4))})
     np.testing.assert_array_equal(tcu, cpu)
-    assert [(op["op"], op.get("function")) for op in report.cpu_ops] == [
-        ("relax.call_tir", "tile"),
-        ("relax.call_tir", "mirror_pad"),
-    ]
+    assert [(op["op"], op.get("function")) for op in report.cpu_ops] == [("relax.call_tir", "tile")]
     assert report.cpu_ops[0]["reason"].endswith("the TIR function tile, which TVM's ONNX importer emits for Tile")
-    assert "Pad (mode reflect)" in report.cpu_ops[1]["reason"]
-    assert "relax.call_tir mirror_pad (1, 8, 10, 10): no Tensil pattern" in str(report)
+    assert "relax.call_tir tile (1, 8, 8, 8): no Tensil pattern" in str(report)
+
+
+@pytest.mark.parametrize(
+    "op, inputs, attrs",
+    [
+        ("Pad", ([0, 0, 1, 2, 0, 0, 2, 1],), {"mode": "reflect"}),
+        ("Pad", ([0, 0, 0, 3, 0, 0, 2, 0],), {"mode": "edge"}),
+        ("Slice", ([1, -1], [5, 0], [2, 3], [2, -2]), {}),  # a crop of every other row, columns reversed
+    ],
+)
+def test_ops_that_pick_pixels_are_gathers_on_the_tcu(compare, op, inputs, attrs):
+    """Reflect and edge pads (TIR functions as TVM imports them) and crops of H and W with steps copy
+    rows of the map through local memory: bit for bit, nothing on the CPU."""
+    b = OnnxBuilder(seed=17, grid=True)
+    rng = np.random.default_rng(17)
+    y = b.op("Relu", [b.op(op, ["x", *(b.const(np.array(v), dtype=np.int64) for v in inputs)], **attrs)])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 10, 6, 7]}, y), {"x": grid(rng, (1, 10, 6, 7))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert cpu_ops(report) == []
+    assert "gather" in [n["op"] for p in report.partitions.values() for n in p["nodes"]]
+
+
+def test_a_take_along_channels_stays_on_the_cpu_with_its_reason(compare):
+    b = OnnxBuilder(seed=18, grid=True)
+    rng = np.random.default_rng(18)
+    y = b.op("Relu", [b.op("Gather", ["x", b.const(np.array([3, 1, 2]), dtype=np.int64)], axis=1)])
+    cpu, tcu, report, _ = compare(b.model({"x": [1, 4, 3, 3]}, y), {"x": grid(rng, (1, 4, 3, 3))})
+    np.testing.assert_array_equal(tcu, cpu)
+    assert [o["reason"] for o in report.cpu_ops] == ["take of other than constant indices along H or W"]
 
 
 @pytest.mark.parametrize("channels, out, group", [(8, 8, 2), (24, 24, 3), (12, 24, 12), (32, 16, 8)])

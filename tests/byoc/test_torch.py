@@ -322,6 +322,32 @@ def test_a_pixel_shuffle_and_its_inverse_are_convs_of_ones(r):
         np.testing.assert_array_equal(got, f(torch.from_numpy(x)).numpy())
 
 
+_GATHERS = {
+    "reflect": lambda t: torch.nn.functional.pad(t, (1, 2, 2, 1), mode="reflect"),
+    "replicate": lambda t: torch.nn.functional.pad(t, (3, 0, 1, 2), mode="replicate"),
+    "ReflectionPad2d": torch.nn.ReflectionPad2d(2),
+    "crop": lambda t: t[:, :, 1:-1:2, 2:],
+    "flip": lambda t: t.flip(3),
+}
+
+
+@pytest.mark.parametrize("name", list(_GATHERS))
+def test_pads_crops_and_flips_from_torch_are_gathers_on_the_tcu(name):
+    """torch.export writes a reflect or replicate pad as ``take`` of indices computed from ``arange``
+    (folded in numpy: constant indices), a crop as strided slices, a flip as ``flip``: each copies
+    rows of the map, bit for bit on grid values at FP16BP8, nothing on the CPU."""
+    from tvm_tensil.arch import PRESETS
+
+    x = (np.round(np.random.default_rng(6).uniform(-4, 4, (1, 10, 6, 7)) * 256) / 256).astype(np.float32)
+    model = _Rearrange(_GATHERS[name])
+    mod = from_exported_program(torch.export.export(model, (torch.from_numpy(x),)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=PRESETS["pynqz1"])
+    assert ex.tensil_report.cpu_ops == []
+    assert {op for op, _ in _nodes(ex.tensil_report)} == {"gather"}
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x))[0].numpy()
+    np.testing.assert_array_equal(got, model(torch.from_numpy(x)).numpy())
+
+
 class PReluNet(torch.nn.Module):
     """MTCNN's pattern: conv, PReLU (one slope per channel), conv."""
 

@@ -34,6 +34,13 @@ def shape_of(expr) -> tuple[int, ...]:
     return tuple(int(v) for v in ty.shape.values)
 
 
+def _spatial(call: relax.Call) -> bool:
+    """Whether a ``strided_slice`` or ``pad`` is one of pixels (a crop, a reflect or edge pad)."""
+    if call.op.name == "relax.nn.pad":
+        return str(call.attrs.pad_mode) in ("reflect", "edge")
+    return all(int(v) % 4 in (2, 3) for v in call.args[1].fields) and len(shape_of(call.args[0])) == 4
+
+
 def channel_slice(call: relax.Call) -> tuple[int, int]:
     """``(begin, end)`` of a ``strided_slice`` that keeps channels ``begin..end-1`` of an NCHW
     tensor and everything else; FrontendError naming what else it does."""
@@ -58,6 +65,57 @@ def channel_slice(call: relax.Call) -> tuple[int, int]:
     if hi <= lo:
         raise FrontendError("empty slice")
     return lo, hi
+
+
+# Ops that only pick pixels of an NCHW map: the same rows and columns in every channel (``gather``).
+GATHERS = ("relax.take", "relax.flip", "relax.strided_slice", "relax.nn.pad")
+
+
+def spatial_gather(call: relax.Call) -> tuple[list[int], list[int]]:
+    """The source row of every output row and the source column of every output column of an op
+    that only picks pixels of an NCHW map: a ``take`` of constant indices along H or W, a ``flip``
+    of H or W, a ``strided_slice`` of H and W (a crop, any step), a reflect or edge ``pad``
+    (torch's reflect and replicate modes, after the index arithmetic is folded). FrontendError
+    naming what else it does."""
+    shape = shape_of(call.args[0])
+    if len(shape) != 4:
+        raise FrontendError(f"{call.op.name} of a rank-{len(shape)} tensor (pixels of NCHW maps only)")
+    picks = {2: np.arange(shape[2]), 3: np.arange(shape[3])}
+    name, a = call.op.name, call.attrs
+    if name == "relax.take":
+        axis, index = int(a.axis) % 4, call.args[1]
+        if axis not in picks or not _is_const(index) or index.value.numpy().ndim != 1:
+            raise FrontendError("take of other than constant indices along H or W")
+        rows = index.value.numpy().astype(np.int64)
+        mode = str(a.mode)
+        rows = rows % shape[axis] if mode == "wrap" else np.clip(rows, 0, shape[axis] - 1) if mode == "clip" else rows
+        if rows.size and (rows.min() < 0 or rows.max() >= shape[axis]):
+            raise FrontendError("take of indices outside the axis")
+        picks[axis] = rows
+    elif name == "relax.flip":
+        axis = int(a.axis) % 4
+        if axis not in picks:
+            raise FrontendError(f"flip of axis {axis} (H or W only)")
+        picks[axis] = picks[axis][::-1]
+    elif name == "relax.strided_slice":
+        axes, begin, end = ([int(v) for v in arg.fields] for arg in call.args[1:4])
+        given = len(call.args) > 4 and call.args[4] is not None
+        steps = [int(v) for v in call.args[4].fields] if given else [1] * len(axes)
+        for axis, b, e, step in zip(axes, begin, end, steps):
+            if axis % 4 not in picks:
+                raise FrontendError(f"slice of axis {axis % 4} with H or W")
+            picks[axis % 4] = picks[axis % 4][b:e:step]
+    elif name == "relax.nn.pad":
+        width, mode = [int(v) for v in a.pad_width], str(a.pad_mode)
+        if mode not in ("reflect", "edge") or any(width[:4]) or min(width) < 0:
+            raise FrontendError(f"{mode} padding of other than H and W")
+        for axis in (2, 3):
+            picks[axis] = np.pad(picks[axis], (width[2 * axis], width[2 * axis + 1]), mode=mode)
+    else:
+        raise FrontendError(f"{name} is not a gather of pixels")
+    if not (picks[2].size and picks[3].size):
+        raise FrontendError("an empty map")
+    return picks[2].tolist(), picks[3].tolist()
 
 
 def dtype_of(expr) -> str:
@@ -359,6 +417,9 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
             return node("resize_nearest", [_operand(scope, call.args[0])], rows=rows, cols=cols)
         mh, mw = probe_linear(call, shape_of(call.args[0]), out_shape)
         return node("resize_linear", [_operand(scope, call.args[0])], rows=mh, cols=mw)
+    if op in GATHERS and (op in ("relax.take", "relax.flip") or _spatial(call)):
+        rows, cols = spatial_gather(call)
+        return node("gather", [_operand(scope, call.args[0])], rows=rows, cols=cols)
     if op == "relax.nn.pad":
         w = [int(v) for v in a.pad_width]
         return node("pad", [_operand(scope, call.args[0])], padding=(w[4], w[6], w[5], w[7]), value=float(a.pad_value))

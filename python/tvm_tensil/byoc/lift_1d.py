@@ -9,7 +9,9 @@ it take the twin as long as they can: element-wise ops (a constant gains an axis
 twin has it), batch norms over the channels, reductions over W, concats and reshapes. Where an op
 needs the (N, C, W) tensor itself it gets a ``squeeze`` of the twin. An axis of one added in the
 same place to every operand changes no value, so the model computes what it did; the later passes
-then fold batch norms and biases into the convs as they do for any NCHW model.
+then fold batch norms and biases into the convs as they do for any NCHW model. Only what 1-d layers
+make gets a twin: a 2-d model's map one row high squeezed to a sequence (a text recogniser's) is
+left as it is.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class _Lift(PyExprMutator):
         self.twin: dict[relax.Var, relax.Var] = {}  # an (N, C, W) var -> its (N, C, 1, W) twin
         # A tuple of them (a batch norm's result, a split's) -> its twin's, and which fields are twins.
         self.twin_tuple: dict[relax.Var, tuple[relax.Var, range]] = {}
+        self.from_twins: set[relax.Var] = set()  # (N, C, 1, W) results of ops on twins
 
     # -- operands ---------------------------------------------------------------------------------
     def _lifted(self, expr):
@@ -80,6 +83,15 @@ class _Lift(PyExprMutator):
 
     def _has_twin(self, expr) -> bool:
         return isinstance(expr, relax.Var) and expr in self.twin
+
+    def _from_twin(self, expr) -> bool:
+        """Whether ``expr`` (of the input) is a twin or computed from one by an op not lifted (torch
+        writes a 1-d pool as one on an ``expand_dims``): its ``squeeze`` has a twin, where a height-1
+        map of another kind (a text recogniser's features before its sequence layers) has none."""
+        if not isinstance(expr, relax.Var):
+            return False
+        new = self.visit_expr(expr)
+        return new in self.from_twins or any(new.same_as(t) for t in self.twin.values())
 
     # -- the ops ----------------------------------------------------------------------------------
     def _twin_of(self, value):
@@ -215,6 +227,7 @@ class _Lift(PyExprMutator):
         """(A block's twins are its own variables: the next block starts without them.)"""
         self.twin.clear()
         self.twin_tuple.clear()
+        self.from_twins.clear()
         return block
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
@@ -234,10 +247,17 @@ class _Lift(PyExprMutator):
             lifted = direct = None  # (an op unforeseen: left as it is, which is always correct)
         if direct is not None:
             super().visit_var_binding_(relax.VarBinding(v, direct))
+            if _rank(v) == 4:
+                self.from_twins.add(self.visit_expr(v))
         elif lifted is None:
             super().visit_var_binding_(binding)
-            if _is_squeeze_of_height(value):
-                self.twin[v] = self.visit_expr(value.args[0])
+            try:
+                if _rank(v) == 4 and isinstance(value, relax.Call) and any(map(self._from_twin, value.args)):
+                    self.from_twins.add(self.visit_expr(v))
+                if _is_squeeze_of_height(value) and self._from_twin(value.args[0]):
+                    self.twin[v] = self.visit_expr(value.args[0])
+            except Exception:  # noqa: BLE001 - (then no twin: the ops after it are left as they are)
+                pass
         else:
             self.twin[v] = self.builder_.emit(lifted)
             super().visit_var_binding_(relax.VarBinding(v, relax.op.squeeze(self.twin[v], [2])))
@@ -263,6 +283,7 @@ def _is_squeeze_of_height(value) -> bool:
 @tvm.transform.module_pass(opt_level=0, name="LiftOneDimensionalLayers")
 def lift_1d(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     """Every function's (N, C, W) layers computed as (N, C, 1, W) ones (the module docstring)."""
+    mod = relax.transform.CanonicalizeBindings()(mod)  # (a pool's (values, indices)[0]: the values)
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and not (func.attrs and "Codegen" in func.attrs):
             mod[gv] = _Lift(mod).visit_expr(func)

@@ -22,7 +22,15 @@ from ..arch import Architecture, load_arch
 from ..compiler.exp import exp_reason
 from ..compiler.smooth import smooth_reason
 from .broadcast import broadcast_reason
-from .frontend import SMOOTH_OPS, FrontendError, channel_slice, prelu_slopes, shape_of, softplus_reason
+from .frontend import (
+    SMOOTH_OPS,
+    FrontendError,
+    channel_slice,
+    prelu_slopes,
+    shape_of,
+    softplus_reason,
+    spatial_gather,
+)  # fmt: skip
 from .prepare import prepare_for_tensil
 
 
@@ -233,11 +241,28 @@ def check_resize(arch: Architecture, call: relax.Call) -> str | None:
     return None
 
 
+def check_gather(arch: Architecture, call: relax.Call) -> str | None:
+    """An op that only picks pixels (``frontend.spatial_gather``): rows of the map are copied
+    through local memory, a row of every channel block at a time."""
+    if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
+        return err
+    try:
+        spatial_gather(call)
+    except FrontendError as e:
+        return str(e)
+    _, c, _, w = shape_of(call.args[0])
+    if w * -(-c // arch.array_size) > arch.local_depth:
+        return f"a row of {w} pixels x {-(-c // arch.array_size)} channel blocks does not fit local memory"
+    return None
+
+
 def check_pad(arch: Architecture, call: relax.Call) -> str | None:
     a = call.attrs
     width = [int(v) for v in a.pad_width]
     if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
         return err
+    if str(a.pad_mode) in ("reflect", "edge"):
+        return check_gather(arch, call)
     if str(a.pad_mode) != "constant":
         return f"{a.pad_mode} padding (only constant)"
     if any(width[:4]):
@@ -250,6 +275,9 @@ def check_pad(arch: Architecture, call: relax.Call) -> str | None:
 def check_slice(arch: Architecture, call: relax.Call) -> str | None:
     if err := _float32(call.args[0]):
         return err
+    axes = [int(v) for v in call.args[1].fields]
+    if axes and all(a % 4 in (2, 3) for a in axes) and len(shape_of(call.args[0])) == 4:
+        return check_gather(arch, call)  # (a crop)
     try:
         channel_slice(call)
     except FrontendError as e:
@@ -385,6 +413,8 @@ SINGLE_OPS = {
     "reshape": ("relax.reshape", 2, check_reshape),
     "concat": ("relax.concat", 1, check_concat),
     "slice": ("relax.strided_slice", 1, check_slice),
+    "take": ("relax.take", 2, check_gather),
+    "flip": ("relax.flip", 1, check_gather),
     "pad": ("relax.nn.pad", 1, check_pad),
     "resize2d": ("relax.image.resize2d", 2, check_resize),
     "maximum": ("relax.maximum", 2, check_minmax),

@@ -11,6 +11,8 @@
   matmul), which the TCU runs exactly like any other conv.
 - A pixel shuffle (DepthToSpace) or its inverse (SpaceToDepth) becomes a transposed conv (a conv)
   of weights of ones whose kernel is its stride.
+- Integer index arithmetic on constants (torch.export's reflect and replicate pads) is folded, so
+  that their ``take`` has constant indices.
 - An adaptive average pool to a size that divides the map becomes the average pool of its windows.
 - A channel shuffle (reshape, permute, reshape of the channel axis alone) becomes a 1x1 conv whose
   weights pick each output channel's input channel.
@@ -201,6 +203,37 @@ def _rewrite_to_fixpoint(func, rules, limit: int = 64):
     return func
 
 
+# Integer ops on constants that torch.export's pads write (their row and column indices), in numpy.
+_INDEX_OPS = {
+    "relax.abs": np.abs, "relax.negative": np.negative, "relax.add": np.add, "relax.subtract": np.subtract,
+    "relax.multiply": np.multiply, "relax.minimum": np.minimum, "relax.maximum": np.maximum,
+    "relax.floor_divide": np.floor_divide, "relax.floor_mod": np.mod,
+}  # fmt: skip
+
+
+def _index_arithmetic():
+    """``arange`` and integer arithmetic on constants (torch.export writes a reflect or replicate pad
+    as ``take`` of indices computed this way) folded in numpy: the ``take`` then has constant
+    indices, a gather of pixels the TCU runs (``frontend.spatial_gather``)."""
+    pat = wildcard()
+
+    def r(expr, m):
+        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op) or "int" not in dtype_of(expr):
+            return expr
+        name, args = expr.op.name, expr.args
+        if name == "relax.arange":
+            value = np.arange(*[int(a.value) for a in args])
+        elif name == "relax.clip" and isinstance(args[0], tvm.ir.GenericConst):
+            value = np.clip(_value(args[0]), int(args[1].value), int(args[2].value))
+        elif name in _INDEX_OPS and all(isinstance(a, tvm.ir.GenericConst) for a in args):
+            value = _INDEX_OPS[name](*[_value(a) for a in args])
+        else:
+            return expr
+        return relax.const(np.asarray(value, dtype=dtype_of(expr)), dtype_of(expr))
+
+    return pat, r
+
+
 def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
     """``call_tir(maximum|minimum, (x, scalar const))``, as the ONNX importer emits Clip, back to
     ``relax.maximum``/``relax.minimum`` so that patterns can match them."""
@@ -232,7 +265,8 @@ def _te_minmax_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Functi
 
 
 def probe_pad(mod: tvm.IRModule, gv, in_shape, out_ty):
-    """Run the TE pad function once on unique values: (before, after, value), or None.
+    """Run the TE pad function once on unique values: (before, after, value) of a constant pad,
+    (before, after, "reflect" or "edge") of a mirrored or repeated border, or None.
 
     ONNX Pad imports as ``call_tir`` of ``topi.nn.pad`` with the amounts baked into the
     function; running it shows exactly where the input lands and what fills the rest.
@@ -248,6 +282,13 @@ def probe_pad(mod: tvm.IRModule, gv, in_shape, out_ty):
     x = np.arange(1, size + 1, dtype=np.float32).reshape(in_shape)
     vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
     out = vm["main"](tvm.runtime.tensor(x)).numpy()
+    for mode in ("reflect", "edge"):  # every value one of the input's, mirrored or repeated
+        grown = [o - i for o, i in zip(out.shape, in_shape)]
+        if min(grown) >= 0 and out.size > x.size and np.isin(out, x).all():
+            for before in np.ndindex(*[g + 1 for g in grown]):
+                after = [g - b for g, b in zip(grown, before)]
+                if np.array_equal(np.pad(x, list(zip(before, after)), mode=mode), out):
+                    return list(before), after, mode
     where = np.argwhere(out == 1.0)
     if len(where) != 1:
         return None
@@ -267,12 +308,14 @@ def probe_pad(mod: tvm.IRModule, gv, in_shape, out_ty):
 
 
 def _pads_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
-    """``call_tir(pad, x)`` (ONNX Pad, constant mode) -> ``relax.nn.pad``."""
+    """``call_tir(pad, x)`` (ONNX Pad: constant, reflect or edge mode) -> ``relax.nn.pad``."""
     pat = is_op("relax.call_tir")(wildcard(), wildcard())
 
     def r(expr, m):
         gv, args = expr.args[0], expr.args[1]
-        if not getattr(gv, "name_hint", "").startswith("pad") or not isinstance(args, relax.Tuple):
+        if not getattr(gv, "name_hint", "").startswith(("pad", "mirror_pad", "replicate_pad")):
+            return expr
+        if not isinstance(args, relax.Tuple):
             return expr
         if len(args.fields) != 1 or str(args.fields[0].ty.dtype) != "float32":
             return expr
@@ -284,6 +327,8 @@ def _pads_to_relax(mod: tvm.IRModule, func: relax.Function) -> relax.Function:
             return expr
         before, after, value = found
         width = [v for pair in zip(before, after) for v in pair]
+        if isinstance(value, str):
+            return relax.op.nn.pad(args.fields[0], width, pad_mode=value)
         return relax.op.nn.pad(args.fields[0], width, pad_value=value)
 
     return rewrite_call(pat, _safe(r), func)
@@ -679,6 +724,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function) or (func.attrs and "Codegen" in func.attrs):
             continue
+        func = _rewrite_to_fixpoint(func, [_index_arithmetic()])
         func = _rewrite_to_fixpoint(
             func,
             [_inference_batch_norm(), _split_to_slices(), _stacked_extremum_to_pairs(), _permute_into_dense(),

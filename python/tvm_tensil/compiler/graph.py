@@ -244,6 +244,7 @@ ATTRS: dict[str, type] = {
     "slice": Slice,
     "pad": Pad,
     "resize_nearest": ResizeNearest,
+    "gather": ResizeNearest,  # (pixels picked by row and column: a crop, a flip, a reflect pad)
     "resize_linear": ResizeLinear,
     "copy": NoAttrs,
 }

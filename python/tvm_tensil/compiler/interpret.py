@@ -214,7 +214,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
     elif op == "pad":
         t, left, b, r = a.padding
         y = np.pad(x, ((0, 0), (t, b), (left, r), (0, 0)), constant_values=a.value)
-    elif op == "resize_nearest":
+    elif op in ("resize_nearest", "gather"):
         y = x[:, a.rows][:, :, a.cols]
     elif op == "resize_linear":
         y = _resize_linear(node, x)

@@ -1,5 +1,6 @@
 """Resizes: nearest as strided copies of source rows; linear as two 1-D passes of MatMuls with
-diagonal weight blocks (one per distinct interpolation weight)."""
+diagonal weight blocks (one per distinct interpolation weight). A gather (a crop, a flip, a reflect
+or edge pad: pixels picked by row and column) is copied like a nearest resize."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from ..graph import Node
 from .context import NOTHING, Context, HandOver, Out, ScheduleError, Tile
 from .epilogue import flush, gather
 
-OPS = ("resize_nearest", "resize_linear")
+OPS = ("resize_nearest", "resize_linear", "gather")
 
 
 def lower(node: Node, ctx: Context, given: HandOver, out: Out) -> HandOver:
-    (_nearest if node.op == "resize_nearest" else _linear)(node, ctx, out)
+    (_linear if node.op == "resize_linear" else _nearest)(node, ctx, out)
     return NOTHING
 
 
