@@ -141,7 +141,8 @@ def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
     mod = trained_nets.relax_module(net, BATCH)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        tvm_tensil.build(mod, target="tensil", arch="pynqz1")
+        uncalibrated = str(tvm_tensil.build(mod, target="tensil", arch="pynqz1").tensil_report)
+    assert "  scales: FP16BP8's own for every tensor (no calibration samples; calibration=samples" in uncalibrated
     lines = [str(w.message) for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
     assert any(
         "100% of its weights round to zero and 0% saturate at FP16BP8" in line and "calibration=" in line
@@ -153,6 +154,7 @@ def test_a_build_that_will_be_wrong_says_so_and_calibration_fixes_it():
         ex = tvm_tensil.build(mod, target="tensil", arch="pynqz1", calibration=data.x_train[:BATCH])
     assert not [w for w in seen if issubclass(w.category, tvm_tensil.PrecisionWarning)]
     assert "scales: per tensor from 1 calibration sample, 2^" in str(ex.tensil_report)
+    assert "no calibration samples" not in str(ex.tensil_report)
     (part,) = ex.tensil_report.partitions.values()
     for name, scale in part["scales"].items():  # each tensor's scale keeps the range it took
         assert scale["headroom"] is None or scale["headroom"] >= 1.0, name

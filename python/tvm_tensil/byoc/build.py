@@ -189,6 +189,11 @@ class BuildReport:
                         f"outputs {worst['weights_output_error']:.2%} off (rms), nearest rounding "
                         f"{worst['weights_output_error_nearest']:.2%}"
                     )
+            else:  # (a trained network's values seldom all suit the data type's one point)
+                lines.append(
+                    f"  scales: {a.data_type.name}'s own for every tensor (no calibration samples; "
+                    "calibration=samples gives each tensor its own)"
+                )
             if p.get("weights_saturated"):
                 lines.append(f"  warning: {p['weights_saturated']} weights saturated at the {a.data_type.name} range")
         lines += [f"warning: {w}" for w in weight_losses(self)]
