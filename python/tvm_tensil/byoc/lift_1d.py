@@ -189,7 +189,7 @@ class _Lift(PyExprMutator):
 
     def _value_from_twin(self, value):
         """``value`` (not an (N, C, W) tensor) computed from a twin where that saves a squeeze:
-        an ``expand_dims`` that makes the twin, a reduction over W, a reshape, a concat."""
+        an ``expand_dims`` that makes the twin, a reduction over W without its axis, a reshape."""
         if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
             return None
         name, args, a = value.op.name, list(value.args), value.attrs
