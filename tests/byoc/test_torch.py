@@ -225,6 +225,18 @@ def test_a_permute_before_a_dense_layer_folds_into_its_weights():
     assert report.cpu_ops == [] and len(report.partitions) == 1
 
 
+@pytest.mark.parametrize("act", [torch.nn.ELU(0.7), torch.nn.SELU()], ids=["elu", "selu"])
+def test_elu_and_selu_from_torch_run_on_the_tcu(act):
+    """TVM's importers write ELU as ``relu(x) - alpha * relu(1 - exp(x))`` (SELU scaled): the
+    ``1 - exp(x)`` is an affine of the exp (a depthwise conv of -1 and bias 1), so nothing stays on the
+    CPU (it cut the partition in two)."""
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), act, torch.nn.Conv2d(8, 4, 1)).eval()
+    report = _at_fp32bp16(model, torch.randn(1, 3, 8, 8))
+    assert report.cpu_ops == [] and len(report.partitions) == 1
+    assert "exp" in [op for op, _ in _nodes(report)]
+
+
 def _channel_shuffle(x, groups: int):
     n, c, h, w = x.shape
     return x.view(n, groups, c // groups, h, w).transpose(1, 2).contiguous().view(n, c, h, w)

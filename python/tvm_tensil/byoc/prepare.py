@@ -69,6 +69,17 @@ def _rules():
         return expr if v is None else relax.op.add(m[x], _const(_broadcast_like(-v, shape_of(m[x]))))
 
     rules.append((sub, r_sub))
+    # subtract(c, y) -> add(multiply(y, -1), c) (TVM's importers write ELU and SELU with ``1 - exp(x)``)
+    from_const = is_op("relax.subtract")(c, x)
+
+    def r_from_const(expr, m):
+        v = _channel_vector(m[c], shape_of(m[x]))
+        if v is None or dtype_of(m[x]) != "float32":
+            return expr
+        negated = relax.op.multiply(m[x], _const(_broadcast_like(-np.ones_like(v), shape_of(m[x]))))
+        return relax.op.add(negated, _const(_broadcast_like(v, shape_of(m[x]))))
+
+    rules.append((from_const, r_from_const))
     div = is_op("relax.divide")(x, c)
 
     def r_div(expr, m):
