@@ -175,3 +175,37 @@ def test_a_height_one_map_of_a_two_dimensional_model_is_left_as_it_is():
                                 keep_params_as_input=False)  # fmt: skip
     plain = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
     assert tvm_ffi.structural_equal(lift_1d(mod), plain)
+
+
+class RawAudio(nn.Module):
+    """M5's shape (a keyword spotter on raw samples): a 1x80 conv of stride 16 over the waveform, then
+    convs and max pools, an average pool over what is left, the classifier as torch's tutorial has it
+    (a permute to (N, 1, C), then log-softmax)."""
+
+    def __init__(self, channels: int = 16, classes: int = 12):
+        super().__init__()
+
+        def block(cin, cout, k, stride=1):
+            return [nn.Conv1d(cin, cout, k, stride), nn.BatchNorm1d(cout), nn.ReLU(), nn.MaxPool1d(4)]
+
+        self.body = nn.Sequential(*block(1, channels, 80, 16), *block(channels, channels, 3),
+                                  *block(channels, 2 * channels, 3))  # fmt: skip
+        self.fc = nn.Linear(2 * channels, classes)
+
+    def forward(self, x):
+        x = self.body(x)
+        x = F.avg_pool1d(x, x.shape[-1]).permute(0, 2, 1)
+        return F.log_softmax(self.fc(x), dim=2)
+
+
+def test_a_raw_audio_network_is_one_partition():
+    """4000 samples in: every conv, pool and the classifier on the TCU in one partition (the pooled
+    (N, C, 1) map squeezed and flattened is the free (N, C, 1, 1) -> (N, C)); the CPU keeps the
+    input's layout change and the log-softmax. Within 1% at FP32BP16."""
+    model, x = _randomised(RawAudio()), np.random.default_rng(3).standard_normal((1, 1, 4000)).astype("float32")
+    mod = from_exported_program(torch.export.export(model, (torch.from_numpy(x),)), keep_params_as_input=False)
+    ex = tvm_tensil.build(mod, target="tensil", arch=FP32)
+    assert [o["op"] for o in ex.tensil_report.cpu_ops] == ["relax.expand_dims", "relax.nn.log_softmax"]
+    assert len(ex.tensil_report.partitions) == 1
+    ref, got = _outputs(tvm.compile(mod, target="llvm"), x)[0], _outputs(ex, x)[0]
+    assert np.max(np.abs(got - ref)) < 0.01 * float(np.ptp(ref))

@@ -13,6 +13,7 @@
   of weights of ones whose kernel is its stride.
 - Integer index arithmetic on constants (torch.export's reflect and replicate pads) is folded, so
   that their ``take`` has constant indices.
+- A reshape of a squeeze, an expand_dims or a reshape is one reshape.
 - An adaptive average pool to a size that divides the map becomes the average pool of its windows.
 - A channel shuffle (reshape, permute, reshape of the channel axis alone) becomes a 1x1 conv whose
   weights pick each output channel's input channel.
@@ -683,6 +684,20 @@ def _pixel_rearrangement():
     return pat, r
 
 
+def _reshape_chains():
+    """``reshape(squeeze | expand_dims | reshape(x), shape)`` is ``reshape(x, shape)``: the same
+    values in the same order (a 1-d net's pooled (N, C, 1, 1) map squeezed, then flattened for its
+    classifier, is then the free (N, C, 1, 1) -> (N, C))."""
+    x, s = wildcard(), wildcard()
+    inner = is_op("relax.squeeze")(x) | is_op("relax.expand_dims")(x) | is_op("relax.reshape")(x, wildcard())
+    pat = is_op("relax.reshape")(inner, s)
+
+    def r(expr, m):
+        return relax.op.reshape(m[x], m[s])
+
+    return pat, r
+
+
 def _dense_on_rows():
     """``reshape(matmul(reshape(x, (B * S, K)), W) [+ b], (B, S, N))`` (torch.export's Linear on a
     (B, S, K) sequence) is the dense layer on x itself: its activation then follows it directly."""
@@ -746,7 +761,7 @@ def fold_affine(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         func = _pads_to_relax(mod, func)
         func = _rewrite_to_fixpoint(func, [_merge_pad_into_conv()])
         func = _rewrite_to_fixpoint(func, _rules())
-        func = _rewrite_to_fixpoint(func, [_scale_to_conv()])
+        func = _rewrite_to_fixpoint(func, [_scale_to_conv(), _reshape_chains()])
         mod[gv] = func
     return mod
 
