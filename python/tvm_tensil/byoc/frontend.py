@@ -34,11 +34,15 @@ def shape_of(expr) -> tuple[int, ...]:
     return tuple(int(v) for v in ty.shape.values)
 
 
-def _spatial(call: relax.Call) -> bool:
-    """Whether a ``strided_slice`` or ``pad`` is one of pixels (a crop, a reflect or edge pad)."""
+def picks_pixels(call: relax.Call) -> bool:
+    """Whether an op of ``GATHERS`` is one of pixels (``spatial_gather``): a take, a flip, a slice of
+    H and W alone (a crop), a reflect or edge pad."""
     if call.op.name == "relax.nn.pad":
         return str(call.attrs.pad_mode) in ("reflect", "edge")
-    return all(int(v) % 4 in (2, 3) for v in call.args[1].fields) and len(shape_of(call.args[0])) == 4
+    if call.op.name == "relax.strided_slice":
+        axes = [int(v) % 4 for v in call.args[1].fields]
+        return bool(axes) and set(axes) <= {2, 3} and len(shape_of(call.args[0])) == 4
+    return call.op.name in GATHERS
 
 
 def channel_slice(call: relax.Call) -> tuple[int, int]:
@@ -417,7 +421,7 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
             return node("resize_nearest", [_operand(scope, call.args[0])], rows=rows, cols=cols)
         mh, mw = probe_linear(call, shape_of(call.args[0]), out_shape)
         return node("resize_linear", [_operand(scope, call.args[0])], rows=mh, cols=mw)
-    if op in GATHERS and (op in ("relax.take", "relax.flip") or _spatial(call)):
+    if op in GATHERS and picks_pixels(call):
         rows, cols = spatial_gather(call)
         return node("gather", [_operand(scope, call.args[0])], rows=rows, cols=cols)
     if op == "relax.nn.pad":

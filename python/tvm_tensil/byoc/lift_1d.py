@@ -110,10 +110,7 @@ class _Lift(PyExprMutator):
             x, w = self._lifted(args[0]), self._weight(args[1])
             if x is None or w is None:
                 return None
-            return relax.op.nn.conv2d(
-                x, w, strides=(1, int(a.strides[0])), padding=(0, int(a.padding[0]), 0, int(a.padding[1])),
-                dilation=(1, int(a.dilation[0])), groups=int(a.groups), out_dtype=a.out_dtype,
-            )  # fmt: skip
+            return relax.op.nn.conv2d(x, w, groups=int(a.groups), out_dtype=a.out_dtype, **_window(a))
         if name == "relax.nn.conv1d_transpose":
             if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCW", "IOW", "NCW"):
                 return None
@@ -121,18 +118,16 @@ class _Lift(PyExprMutator):
             if x is None or w is None:
                 return None
             return relax.op.nn.conv2d_transpose(
-                x, w, strides=(1, int(a.strides[0])), padding=(0, int(a.padding[0]), 0, int(a.padding[1])),
-                output_padding=(0, int(a.output_padding[0])), dilation=(1, int(a.dilation[0])), groups=int(a.groups),
-                out_dtype=a.out_dtype,
+                x, w, output_padding=(0, int(a.output_padding[0])), groups=int(a.groups), out_dtype=a.out_dtype,
+                **_window(a),
             )  # fmt: skip
         if name in _POOLS:
             x = self._lifted(args[0])
             if x is None or a.layout != "NCW" or a.out_layout != "NCW":
                 return None
             return _POOLS[name](
-                x, pool_size=(1, int(a.pool_size[0])), strides=(1, int(a.strides[0])),
-                padding=(0, int(a.padding[0]), 0, int(a.padding[1])), dilation=(1, int(a.dilation[0])),
-                ceil_mode=bool(a.ceil_mode), count_include_pad=bool(a.count_include_pad),
+                x, pool_size=(1, int(a.pool_size[0])), ceil_mode=bool(a.ceil_mode),
+                count_include_pad=bool(a.count_include_pad), **_window(a),
             )  # fmt: skip
         if name == "relax.nn.adaptive_avg_pool1d":
             x = self._lifted(args[0])
@@ -261,6 +256,12 @@ class _Lift(PyExprMutator):
         else:
             self.twin[v] = self.builder_.emit(lifted)
             super().visit_var_binding_(relax.VarBinding(v, relax.op.squeeze(self.twin[v], [2])))
+
+
+def _window(a) -> dict:
+    """A 1-d conv's or pool's stride, padding and dilation as the 2-d op's over a map of height 1."""
+    return {"strides": (1, int(a.strides[0])), "padding": (0, int(a.padding[0]), 0, int(a.padding[1])),
+            "dilation": (1, int(a.dilation[0]))}  # fmt: skip
 
 
 def _height_skipped(axis: int) -> int:

@@ -26,6 +26,7 @@ from .frontend import (
     SMOOTH_OPS,
     FrontendError,
     channel_slice,
+    picks_pixels,
     prelu_slopes,
     shape_of,
     softplus_reason,
@@ -251,8 +252,9 @@ def check_gather(arch: Architecture, call: relax.Call) -> str | None:
     except FrontendError as e:
         return str(e)
     _, c, _, w = shape_of(call.args[0])
-    if w * -(-c // arch.array_size) > arch.local_depth:
-        return f"a row of {w} pixels x {-(-c // arch.array_size)} channel blocks does not fit local memory"
+    blocks = math.ceil(c / arch.array_size)
+    if w * blocks > arch.local_depth:
+        return f"a row of {w} pixels x {blocks} channel blocks does not fit local memory"
     return None
 
 
@@ -261,7 +263,7 @@ def check_pad(arch: Architecture, call: relax.Call) -> str | None:
     width = [int(v) for v in a.pad_width]
     if err := _float32(call.args[0]) or _rank(call.args[0], (4,)):
         return err
-    if str(a.pad_mode) in ("reflect", "edge"):
+    if picks_pixels(call):
         return check_gather(arch, call)
     if str(a.pad_mode) != "constant":
         return f"{a.pad_mode} padding (only constant)"
@@ -275,8 +277,7 @@ def check_pad(arch: Architecture, call: relax.Call) -> str | None:
 def check_slice(arch: Architecture, call: relax.Call) -> str | None:
     if err := _float32(call.args[0]):
         return err
-    axes = [int(v) for v in call.args[1].fields]
-    if axes and all(a % 4 in (2, 3) for a in axes) and len(shape_of(call.args[0])) == 4:
+    if picks_pixels(call):
         return check_gather(arch, call)  # (a crop)
     try:
         channel_slice(call)
