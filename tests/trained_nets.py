@@ -16,6 +16,7 @@
 - ``temporal``: keyword spotting's shape, each image a sequence of 16 columns of 16 features: 1-d
   convs (one depthwise) with batch norms, a max pool, a strided conv, an adaptive average pool and
   the classifier (it takes (N, 16, 16); ``relax_module(net, batch, (16, 16))``);
+- ``elu``: three convs with batch norms and ELUs (exp on the negative side), GAP, dense;
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -34,7 +35,7 @@ import torch
 from torch import nn
 
 # The networks that classify the digits (their logits compared with float's).
-CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "csp", "wide_range")
+CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "csp", "wide_range", "elu")
 
 
 @dataclass
@@ -108,6 +109,14 @@ def _plain() -> nn.Module:
         nn.Conv2d(1, 16, 3, padding=1, bias=False), *_bn_relu(16),
         nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), *_bn_relu(32),
         nn.Conv2d(32, 32, 3, padding=1, bias=False), *_bn_relu(32), _Head(32),
+    )  # fmt: skip
+
+
+def _elu() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ELU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ELU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ELU(), _Head(32),
     )  # fmt: skip
 
 
@@ -301,7 +310,7 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 @functools.cache
 def trained(kind: str) -> nn.Module:
     """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu",
-    "csp", "unet", "detector", "wide_range" or "temporal"."""
+    "csp", "unet", "detector", "wide_range", "temporal" or "elu"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -324,6 +333,8 @@ def trained(kind: str) -> nn.Module:
         return _widen_range(_train(_plain(), data))
     if kind == "temporal":
         return _train(_Temporal(), data)
+    if kind == "elu":
+        return _train(_elu(), data)
     raise ValueError(kind)
 
 
