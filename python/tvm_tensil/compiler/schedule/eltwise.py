@@ -103,10 +103,13 @@ def _binary(node: Node, ctx: Context, out: Out) -> HandOver:
                 lir.datamove(Direction.DRAM0_TO_LOCAL, 0, mat.address(img, 0, 0, b) + off, cnt)
                 lir.datamove(Direction.LOCAL_TO_ACC, 0, 0, cnt)
                 lir.simd_runs(0, cnt, shrink)
-                lir.simd(SIMDOp.MOVE, dest=1, left=0, read=held)  # the epilogue may have used r1
-                for step in scale_r1:
-                    lir.simd(step[0], dest=1, left=0, right=1, read=step[4])
-                lir.simd_runs(0, cnt, tail)
+                load_r1 = [(SIMDOp.MOVE, 1, 0, 0, held, None)] + scale_r1  # (the epilogue may have used r1)
+                if after:  # the product is rescaled in r1: the vector goes back into r1 for each
+                    lir.simd_runs(0, cnt, load_r1 + tail)
+                else:
+                    for step in load_r1:
+                        lir.simd(step[0], dest=1, left=0, right=step[3], read=step[4])
+                    lir.simd_runs(0, cnt, tail)
                 _finish(node, lir, cnt, cvec, result.address(img, 0, 0, b) + off, b)
     return NOTHING
 
