@@ -170,6 +170,25 @@ def _pool(node: Node, x: np.ndarray, out_shape) -> np.ndarray:
     return np.nansum(stack, 0) / np.sum(~np.isnan(counted), 0)
 
 
+def halving_mean(x: np.ndarray, dt) -> np.ndarray:
+    """The mean over h and w as the TCU's global pool computes it at data type ``dt``: pairs of
+    vectors i and i + T/2 (T the next power of two of the pixels, zeros beyond them) replaced by
+    the sum of their halves, each rounded (a MatMul with diagonal weights 1/2 each), down to one,
+    then times T / pixels. Values of a few units lose up to a unit a level: a channel's small
+    variance can vanish (rounded once, it would not)."""
+    n, h, w, c = x.shape
+    total = 1 << max(0, h * w - 1).bit_length()
+    v = np.zeros((n, total, c), dtype=np.int64)
+    v[:, : h * w] = dt.from_float(x.reshape(n, h * w, c))
+    half = int(dt.from_float(0.5))
+    while v.shape[1] > 1:
+        k = v.shape[1] // 2
+        v = dt.plus(dt.times(v[:, :k], half), dt.times(v[:, k:], half))
+    if total != h * w:
+        v = dt.times(v, dt.from_float(total / (h * w)))
+    return dt.to_float(v).reshape(n, 1, 1, c)
+
+
 def _resize_linear(node: Node, x: np.ndarray) -> np.ndarray:
     mh = np.asarray(node.attrs.rows, dtype=np.float64)
     mw = np.asarray(node.attrs.cols, dtype=np.float64)
@@ -206,7 +225,7 @@ def _node(node: Node, args: list[np.ndarray], graph: Graph, rounding=None) -> np
     elif op in ("max_pool2d", "avg_pool2d"):
         y = _pool(node, x, out_shape)
     elif op == "global_avg_pool":
-        y = x.mean(axis=(1, 2), keepdims=True)
+        y = x.mean(axis=(1, 2), keepdims=True) if rounding is None else halving_mean(x, rounding)
     elif op == "concat":
         y = np.concatenate(args, axis=3)
     elif op == "slice":
