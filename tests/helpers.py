@@ -247,3 +247,21 @@ def tie_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     for each product that is a tie, the others being exact."""
     raw = np.rint(x.reshape(-1, 1) * 256).astype(np.int64) * np.rint(w * 256).astype(np.int64)
     return (np.abs(raw) % 256 == 128).sum(axis=0) / 512
+
+
+def activation_on_emulator(op: str, attrs, values: np.ndarray, arch):
+    """``values`` (any number) through activation ``op`` as a layer of its own on the emulator:
+    the results (in the values' order) and the run's stats (its saturation count)."""
+    import warnings
+
+    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
+    from tvm_tensil.runtime import Emulator
+
+    n = len(values)
+    x = np.concatenate([values, np.full(-n % 8, values[0])]).reshape(1, 1, -1, 8)
+    g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)}, [Node(op, ["x"], "y", attrs)], ["x"], ["y"], [])
+    emu = Emulator(arch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = emu.run_model(compile_graph(g, arch, "t").model([]), {"x": x})["y"]
+    return np.asarray(y).reshape(-1)[:n], emu.last_stats

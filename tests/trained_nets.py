@@ -17,6 +17,8 @@
   convs (one depthwise) with batch norms, a max pool, a strided conv, an adaptive average pool and
   the classifier (it takes (N, 16, 16); ``relax_module(net, batch, (16, 16))``);
 - ``elu``: three convs with batch norms and ELUs (exp on the negative side), GAP, dense;
+- ``norms``: style-transfer and detection-head normalizations: convs with instance norms (affine) and
+  group norms (4 and 8 groups), ReLUs, GAP, dense;
 - ``wide_range``: the MobileNet-style net made awkward the way trained detectors are: a batch norm
   whose scale leaves activations in the thousands, and the next one folding into weights of ~1e-5
   (its running variance ~1e7). The float function is the same network's, up to rounding.
@@ -35,7 +37,7 @@ import torch
 from torch import nn
 
 # The networks that classify the digits (their logits compared with float's).
-CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "csp", "wide_range", "elu")
+CLASSIFIERS = ("resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu", "csp", "wide_range", "elu", "norms")
 
 
 @dataclass
@@ -117,6 +119,14 @@ def _elu() -> nn.Module:
         nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ELU(),
         nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ELU(),
         nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ELU(), _Head(32),
+    )  # fmt: skip
+
+
+def _norms() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.InstanceNorm2d(16, affine=True), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.GroupNorm(4, 32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.GroupNorm(8, 32), nn.ReLU(), _Head(32),
     )  # fmt: skip
 
 
@@ -310,7 +320,7 @@ def _widen_range(net: nn.Module, factor: float = 4096.0) -> nn.Module:
 @functools.cache
 def trained(kind: str) -> nn.Module:
     """A trained network (eval mode): "resnet", "mobilenet", "mobilenetv3", "efficientnet", "prelu",
-    "csp", "unet", "detector", "wide_range", "temporal" or "elu"."""
+    "csp", "unet", "detector", "wide_range", "temporal", "elu" or "norms"."""
     torch.set_num_threads(1)
     data = digits()
     if kind == "resnet":
@@ -335,6 +345,8 @@ def trained(kind: str) -> nn.Module:
         return _train(_Temporal(), data)
     if kind == "elu":
         return _train(_elu(), data)
+    if kind == "norms":
+        return _train(_norms(), data, epochs=24)
     raise ValueError(kind)
 
 

@@ -190,7 +190,9 @@ def test_average_pool_never_overflows(compare, k, lo, hi, pads):
     assert cpu_ops(report) == []
 
 
-@pytest.mark.parametrize("op, attrs, bound", [("Relu", {}, 0), ("LeakyRelu", {"alpha": 0.125}, 0), ("Clip", None, 0)])
+@pytest.mark.parametrize(
+    "op, attrs, bound", [("Relu", {}, 0), ("LeakyRelu", {"alpha": 0.125}, 0), ("Clip", None, 0), ("Abs", {}, 0)]
+)
 def test_activations(compare, op, attrs, bound):
     b = OnnxBuilder(seed=8, grid=True)
     rng = np.random.default_rng(8)

@@ -89,3 +89,93 @@ def test_onnx_depth_to_space_and_back_are_convs_that_move_values_exactly(op, att
     want = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def _norm_net(torch, kind: str):
+    torch.manual_seed(0)
+    norm = {
+        "instance": lambda: torch.nn.InstanceNorm2d(16, affine=True),
+        "instance_plain": lambda: torch.nn.InstanceNorm2d(16),
+        "group": lambda: torch.nn.GroupNorm(4, 16),
+        "layer": lambda: torch.nn.GroupNorm(1, 16),
+    }[kind]()
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), norm, torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 1))
+    with torch.no_grad():
+        net[0].weight.mul_(torch.logspace(-1, 1, 16).view(-1, 1, 1, 1))  # channels' deviations 100x apart
+        if getattr(norm, "weight", None) is not None:
+            norm.weight.uniform_(0.5, 2.0)
+            norm.bias.uniform_(-1.0, 1.0)
+    return net.eval()
+
+
+@pytest.mark.parametrize("source", ["torch", "onnx"])
+@pytest.mark.parametrize(
+    "kind, batch", [("instance", 1), ("instance", 3), ("instance_plain", 2), ("group", 2), ("layer", 1)]
+)
+def test_instance_and_group_norms_run_on_the_tcu(kind, batch, source):
+    """InstanceNorm and GroupNorm as torch.export writes them (a batch's instance norm over a
+    (1, N * C) reshape) and as TVM imports their ONNX export (mean, variance, sqrt and divide; a
+    group norm over a (N, G, -1) reshape): one partition with the convs around them, within 0.05% of
+    TVM's CPU build's range at FP32BP16 (the logic), no op left on the CPU."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    import onnx
+    from tvm.relax.frontend.torch import from_exported_program
+
+    import tvm_tensil
+    from tvm_tensil.numbers import FP32BP16
+
+    net = _norm_net(torch, kind)
+    x = torch.randn(batch, 3, 8, 8)
+    if source == "torch":
+        mod = from_exported_program(torch.export.export(net, (x,)), keep_params_as_input=False)
+    else:
+        f = io.BytesIO()
+        torch.onnx.export(net, (x,), f, dynamo=False, opset_version=17)
+        mod = from_onnx(onnx.load_from_string(f.getvalue()), keep_params_in_input=False)
+    cpu = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    arch = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32")
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
+    tcu = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    cpu, tcu = ((r[0] if not hasattr(r, "numpy") else r).numpy() for r in (cpu, tcu))
+    assert np.max(np.abs(tcu - cpu)) <= 5e-4 * np.ptp(cpu)
+
+
+def test_an_rsqrt_without_epsilon_stays_on_the_cpu_saying_why():
+    """``x * rsqrt(v)`` with nothing added to v would be infinite at 0: on the CPU, with the reason."""
+    from tvm.script import relax as R
+
+    import tvm_tensil
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor((1, 8, 4, 4), "float32")):
+            with R.dataflow():
+                m = R.mean(x, axis=[2, 3], keepdims=True)
+                d = R.subtract(x, m)
+                v = R.mean(R.multiply(d, d), axis=[2, 3], keepdims=True)
+                y = R.multiply(d, R.rsqrt(v))
+                R.output(y)
+            return y
+
+    report = tvm_tensil.build(Mod, target="tensil", arch="pynqz1").tensil_report
+    assert [(op["op"], "epsilon" in op["reason"]) for op in report.cpu_ops] == [("relax.rsqrt", True)]
+
+
+def test_an_rsqrt_whose_constants_crowd_the_accumulators_stays_on_the_cpu():
+    """On a core of 128 accumulators, the norm's rsqrt (some 70 constant vectors) stays on the CPU
+    with the reason; the rest of the norm runs on the TCU."""
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    import tvm_tensil
+
+    net = _norm_net(torch, "instance")
+    mod = from_exported_program(torch.export.export(net, (torch.randn(1, 3, 8, 8),)), keep_params_as_input=False)
+    small = tvm_tensil.load_arch("pynqz1").replace(accumulator_depth=128, name="small_acc")
+    report = tvm_tensil.build(mod, target="tensil", arch=small).tensil_report
+    reasons = {op["op"]: op["reason"] for op in report.cpu_ops}
+    assert "constant vectors take over a quarter of the 128 accumulators" in reasons["relax.rsqrt"]

@@ -1,8 +1,9 @@
 """Exp's SIMD sequence within its documented bound over every value, at coarse and fine scales."""
 
-import warnings
-
+import numpy as np
 import pytest
+
+from helpers import activation_on_emulator
 
 
 @pytest.mark.parametrize("shift, out_shift", [(0, 0), (0, 3), (-2, -3), (-6, -12), (3, 0), (4, 2), (9, 2), (12, -3)])
@@ -11,12 +12,8 @@ def test_exp_within_its_bound_over_every_value(shift, out_shift):
     scales: where the result fits, within ``EXP_UNITS`` units plus ``EXP_SHARE`` of it beyond half
     a unit, no step saturating; beyond, the result at the top of the data type, the device counting
     the saturation (the user is warned)."""
-    import numpy as np
-
     from tvm_tensil.arch import PRESETS
-    from tvm_tensil.compiler import Graph, Node, Tensor, compile_graph
     from tvm_tensil.compiler.exp import EXP_SHARE, EXP_UNITS, Exp
-    from tvm_tensil.runtime import Emulator
 
     arch = PRESETS["pynqz1"]
     dt = arch.data_type
@@ -26,16 +23,10 @@ def test_exp_within_its_bound_over_every_value(shift, out_shift):
         x = stored[fits == inside]
         if not len(x):  # (a fine input's results all fit)
             continue
-        x = np.concatenate([x, np.full(-len(x) % 8, x[0])]).reshape(1, 1, -1, 8)
-        node = Node("exp", ["x"], "y", Exp(shift, out_shift))
-        g = Graph({"x": Tensor("x", x.shape), "y": Tensor("y", x.shape)}, [node], ["x"], ["y"], [])
-        emu = Emulator(arch)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y = emu.run_model(compile_graph(g, arch, "t").model([]), {"x": x})["y"]
+        y, stats = activation_on_emulator("exp", Exp(shift, out_shift), x, arch)
         if inside:
             target = np.exp(x / 2.0**shift) * 2.0**out_shift
-            assert emu.last_stats.saturated == 0
+            assert stats.saturated == 0
             assert np.all(np.abs(y - target) - dt.resolution / 2 <= EXP_UNITS * dt.resolution + EXP_SHARE * target)
         else:
-            assert emu.last_stats.saturated > 0 and np.all(y >= dt.max_float * (1 - 2.0**-8))
+            assert stats.saturated > 0 and np.all(y >= dt.max_float * (1 - 2.0**-8))

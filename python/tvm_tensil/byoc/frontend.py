@@ -405,12 +405,22 @@ def _convert_call(b: _Builder, scope: _Scope, call: relax.Call, out_shape: tuple
         return node("add", [_operand(scope, lhs), _operand(scope, rhs)])
     if op == "relax.nn.relu":
         return node("relu", [_operand(scope, call.args[0])])
+    if op == "relax.abs":
+        return node("abs", [_operand(scope, call.args[0])])
     if op == "relax.nn.leakyrelu":
         return node("leaky_relu", [_operand(scope, call.args[0])], alpha=float(a.alpha))
     if op == "relax.nn.prelu":
         return node("prelu", [_operand(scope, call.args[0])], alpha=tuple(float(v) for v in prelu_slopes(call)))
     if op in SMOOTH_OPS:  # cubic pieces in the SIMD unit (compiler/smooth.py)
         return node(SMOOTH_OPS[op], [_operand(scope, call.args[0])], function=SMOOTH_OPS[op])
+    if op == "relax.rsqrt":  # rsqrt(x + eps), the pattern's whole: cubic pieces (compiler/rsqrt.py)
+        src, eps = _operand(scope, call.args[0]), 0.0
+        last = b.nodes[-1] if b.nodes else None
+        if last is not None and last.output == src and last.op == "bias_add":  # x + eps: eps into the rsqrt
+            b.nodes.pop()
+            del b.tensors[src], b.relax_shapes[src]
+            src, eps = last.inputs[0], float(b.constants[last.attrs.bias].reshape(-1)[0])
+        return node("rsqrt", [src], eps=eps)
     if op == "relax.exp":  # cubic pieces in the SIMD unit (compiler/exp.py)
         return node("exp", [_operand(scope, call.args[0])])
     if op == "relax.clip":

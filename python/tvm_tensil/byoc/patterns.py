@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
@@ -20,6 +21,7 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from ..arch import Architecture, load_arch
 from ..compiler.exp import exp_reason
+from ..compiler.rsqrt import RSqrt, rsqrt_constants, rsqrt_reason
 from ..compiler.smooth import smooth_reason
 from .broadcast import broadcast_reason
 from .frontend import (
@@ -174,6 +176,30 @@ def check_activation(arch: Architecture, call: relax.Call) -> str | None:
     if op == "relax.nn.leakyrelu" and not 0.0 <= float(call.attrs.alpha) <= 1.0:
         return f"leaky relu alpha {float(call.attrs.alpha)} outside [0, 1] (computed as max(x, alpha*x))"
     return None
+
+
+def check_rsqrt_eps(arch: Architecture, add: relax.Call) -> str | None:
+    """The ``x + eps`` of ``rsqrt(x + eps)`` (a normalization's factor per channel): one epsilon
+    above 0, so that the result is finite at 0."""
+    eps = add.args[1].value.numpy().reshape(-1)
+    if not (eps.size and np.all(eps == eps[0]) and eps[0] > 0):
+        return (
+            f"rsqrt of x + {eps[:4].tolist()}{'...' * (eps.size > 4)} (one epsilon above 0: the TCU's is finite at 0)"
+        )
+    x = add.args[0]
+    if err := _float32(x) or _rank(x) or _needs_registers(arch, "rsqrt") or rsqrt_reason(arch.data_type):
+        return err
+    # Its cubic pieces' constants (at the data type's own scales; calibrated ones take about as many)
+    # share the accumulators with the values it works on.
+    vectors = len(dict.fromkeys(rsqrt_constants(RSqrt(float(eps[0])), arch.data_type, arch.array_size)))
+    if vectors > arch.accumulator_depth // 4:
+        return f"rsqrt's {vectors} constant vectors take over a quarter of the {arch.accumulator_depth} accumulators"
+    return None
+
+
+def check_rsqrt_alone(arch: Architecture, call: relax.Call) -> str | None:
+    """An rsqrt with nothing added before it (``rsqrt(x + eps)`` is another pattern's)."""
+    return "rsqrt without an epsilon added before it (x + eps, eps > 0: the TCU's is finite at 0)"
 
 
 def check_softplus(arch: Architecture, call: relax.Call) -> str | None:
@@ -369,6 +395,7 @@ _PART_CHECKS = {
     "flatten": check_flatten,
     "bias": check_bias,
     "relu": check_activation,
+    "rsqrt_eps": check_rsqrt_eps,
 }
 
 
@@ -398,6 +425,7 @@ def _checker(arch: Architecture, rejections: Rejections, root_check=None):
 SINGLE_OPS = {
     "add": ("relax.add", 2, check_add),
     "relu": ("relax.nn.relu", 1, check_activation),
+    "abs": ("relax.abs", 1, check_activation),
     "leaky_relu": ("relax.nn.leakyrelu", 1, check_activation),
     "prelu": ("relax.nn.prelu", 2, check_prelu),
     "clip": ("relax.clip", 3, check_activation),
@@ -407,6 +435,7 @@ SINGLE_OPS = {
     "gelu": ("relax.nn.gelu", 1, check_activation),
     "softplus": ("relax.nn.softplus", 1, check_softplus),
     "exp": ("relax.exp", 1, check_activation),
+    "rsqrt_alone": ("relax.rsqrt", 1, check_rsqrt_alone),
     "max_pool2d": ("relax.nn.max_pool2d", 1, check_pool),
     "avg_pool2d": ("relax.nn.avg_pool2d", 1, check_pool),
     "global_avg_pool": ("relax.nn.adaptive_avg_pool2d", 1, check_global_pool),
@@ -465,6 +494,10 @@ def make_patterns(arch: Architecture, rejections: Rejections) -> list[FusionPatt
             ("bias_relu", bias_relu, {"bias": biased, "relu": bias_relu}),
         ):
             pats.append(FusionPattern(f"tensil.{base_name}_{suffix}", pattern, dict(parts, **ann, root=pattern), check))
+    # rsqrt(x + eps) last (first matched): a conv's bias pattern would otherwise take the eps.
+    eps = is_op("relax.add")(x(), is_const())
+    rsqrt = is_op("relax.rsqrt")(eps)
+    pats.append(FusionPattern("tensil.rsqrt", rsqrt, {"root": rsqrt, "rsqrt_eps": eps}, check))
     return pats
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..isa.instructions import SIMDOp
 from .exp import Exp, emit_exp, exp_constants, exp_meaning
+from .rsqrt import RSqrt, emit_rsqrt, rsqrt_constants, rsqrt_meaning
 from .simd import Scratch, finest, fits, into, on_grid, powers_of_two
 from .smooth import SMOOTH, Smooth, emit_smooth, smooth_constants, smooth_meaning, smooth_simulated
 
@@ -96,6 +97,10 @@ class Activation:
     # Its value as its sequence computes it at a data type, where that differs from ``meaning``
     # beyond the result's rounding (the simulation's model of the device).
     simulated: Callable[[np.ndarray, Any, "DataType"], np.ndarray] | None = None
+
+
+def _emit_abs(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) -> None:
+    lir.simd_run(SIMDOp.ABS, acc, count)
 
 
 def _emit_relu(lir: "LIR", acc: int, count: int, attrs, cvec: dict, block=None) -> None:
@@ -363,6 +368,7 @@ def _emit_rescale(lir: "LIR", acc: int, count: int, a: Rescale, cvec: dict, bloc
 
 ACTIVATIONS: dict[str, Activation] = {
     "relu": Activation(NoAttrs, lambda x, a: np.maximum(x, 0.0), lambda a, dt, n: [], _emit_relu),
+    "abs": Activation(NoAttrs, lambda x, a: np.abs(x), lambda a, dt, n: [], _emit_abs),
     "leaky_relu": Activation(
         LeakyRelu, lambda x, a: np.maximum(x, a.alpha * x), _leaky_relu_constants, _emit_leaky_relu
     ),
@@ -400,6 +406,13 @@ ACTIVATIONS: dict[str, Activation] = {
         emit_exp,
         lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
     ),
+    "rsqrt": Activation(
+        RSqrt,
+        rsqrt_meaning,
+        rsqrt_constants,
+        emit_rsqrt,
+        lambda a, k_in, k_out: replace(a, shift=a.shift + k_in, out_shift=a.out_shift + k_out),
+    ),
     **{
         name: Activation(
             Smooth,
@@ -417,7 +430,7 @@ ACTIVATIONS: dict[str, Activation] = {
 def changes_scale(op: str) -> bool:
     """Whether an activation's result has a scale of its own (its constants take its input from its
     scale to the result's): the others keep their input's."""
-    return op in ("hard_sigmoid", "rescale", "exp") or op in SMOOTH
+    return op in ("hard_sigmoid", "rescale", "exp", "rsqrt") or op in SMOOTH
 
 
 def constants(epilogue, dt: "DataType", lanes: int) -> list:

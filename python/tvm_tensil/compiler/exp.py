@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..isa.instructions import SIMDOp
-from .simd import Scratch, finest, into, on_grid, powers_of_two
+from .simd import Scratch, finest, into, nudged, on_grid, powers_of_two, widest_spans
 
 if TYPE_CHECKING:
     from ..numbers import DataType
@@ -131,15 +131,7 @@ def _exp_fit(a: float, start: int, end: int, dt: "DataType") -> tuple[_ExpPiece,
     def score(cs):
         return float(np.max(_exp_excess(_exp_run(_ExpPiece(start, end, 0, tuple(cs), down), w, dt), target)))
 
-    best, moved = score(coefficients), dt.width <= 16  # (a unit of a wider type is too small to matter)
-    while moved:
-        moved = False
-        for j in range(4):
-            for d in (-1, 1):
-                trial = list(coefficients)
-                trial[j] += d
-                if (s := score(trial)) < best:
-                    best, coefficients, moved = s, trial, True
+    coefficients, best = nudged(coefficients, score, dt)
     # How far below its start the cubic stays above 0 (where the next piece down rules).
     piece = _ExpPiece(start, end, 3 * one, tuple(coefficients), down)
     reach = np.arange(0, 3 * one, dtype=np.int64)
@@ -151,27 +143,17 @@ def _exp_fit(a: float, start: int, end: int, dt: "DataType") -> tuple[_ExpPiece,
 def _exp_breaks(a: float, top: int, dt: "DataType") -> list[int]:
     """Piece ends over [0, top] (raw w), each piece the widest whose float cubic keeps well inside
     the bound with room for the roundings (the integer fit then closes the rest)."""
-    one, breaks = dt.one, [0]
-    while breaks[-1] < top:
-        start = breaks[-1]
+    one = dt.one
 
-        def fits(end: int) -> bool:
-            w = np.linspace(start, end, 257)
-            target, k, c = _exp_cubic(a, start, w, dt)
-            v = (w - start) / one
-            cubic = np.polynomial.polynomial.polyval(v, c)
-            rounding = (1 + v + v**2 + v**3) * 2.0 ** -(k + 1)  # the coefficients' and products' roundings (raw)
-            return bool(np.all(np.abs(cubic - target) + rounding <= 0.8 * (_EXP_FIT_UNITS + EXP_SHARE * target)))
+    def fits(start: int, end: int) -> bool:
+        w = np.linspace(start, end, 257)
+        target, k, c = _exp_cubic(a, start, w, dt)
+        v = (w - start) / one
+        cubic = np.polynomial.polynomial.polyval(v, c)
+        rounding = (1 + v + v**2 + v**3) * 2.0 ** -(k + 1)  # the coefficients' and products' roundings (raw)
+        return bool(np.all(np.abs(cubic - target) + rounding <= 0.8 * (_EXP_FIT_UNITS + EXP_SHARE * target)))
 
-        if fits(top):
-            breaks.append(top)
-            break
-        lo, hi = start + 1, top
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-        breaks.append(lo)
-    return breaks
+    return widest_spans(0, top, fits)
 
 
 def _exp_check(pieces: list[_ExpPiece], scale: float, top: int, dt: "DataType") -> None:

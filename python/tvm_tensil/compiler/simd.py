@@ -4,7 +4,7 @@ type's grid."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -51,3 +51,35 @@ def into(steps: list, where) -> list:
     """``steps`` with the last one also writing its result to ``where``."""
     op, dest, left, right, read, _ = steps[-1]
     return steps[:-1] + [(op, dest, left, right, read, where)]
+
+
+def widest_spans(start: int, top: int, fits: Callable[[int, int], bool]) -> list[int]:
+    """Ends of spans from ``start`` to ``top`` (raw values), each the widest from where the last
+    ended that ``fits(begin, end)`` accepts (found by bisection; one value at least)."""
+    breaks = [start]
+    while breaks[-1] < top:
+        begin = breaks[-1]
+        if fits(begin, top):
+            breaks.append(top)
+            break
+        lo, hi = begin + 1, top
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(begin, mid) else (lo, mid)
+        breaks.append(lo)
+    return breaks
+
+
+def nudged(coefficients: list[int], score: Callable[[list[int]], float], dt: "DataType") -> tuple[list[int], float]:
+    """Integer coefficients moved a unit at a time while ``score`` (the largest error, simulated)
+    falls; for a data type wider than 16 bits, as they are (a unit is too small to matter)."""
+    best, moved = score(coefficients), dt.width <= 16
+    while moved:
+        moved = False
+        for j in range(len(coefficients)):
+            for d in (-1, 1):
+                trial = list(coefficients)
+                trial[j] += d
+                if (t := score(trial)) < best:
+                    best, coefficients, moved = t, trial, True
+    return coefficients, best
