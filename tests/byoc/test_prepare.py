@@ -179,3 +179,35 @@ def test_an_rsqrt_whose_constants_crowd_the_accumulators_stays_on_the_cpu():
     report = tvm_tensil.build(mod, target="tensil", arch=small).tensil_report
     reasons = {op["op"]: op["reason"] for op in report.cpu_ops}
     assert "constant vectors take over a quarter of the 128 accumulators" in reasons["relax.rsqrt"]
+
+
+@pytest.mark.parametrize("opset, scale_shape", [(18, 4), (21, 16)])
+def test_onnx_group_normalization_runs_on_the_tcu(opset, scale_shape):
+    """ONNX GroupNormalization (opset 18: a scale and bias per group; 21: per channel) after a conv:
+    one partition, within 0.05% of TVM's CPU build's range at FP32BP16."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import tvm_tensil
+    from tvm_tensil.numbers import FP32BP16
+
+    rng = np.random.default_rng(0)
+    consts = [
+        numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.uniform(0.5, 2, scale_shape).astype(np.float32), "s"),
+        numpy_helper.from_array(rng.uniform(-1, 1, scale_shape).astype(np.float32), "b"),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GroupNormalization", ["c", "s", "b"], ["y"], num_groups=4, epsilon=1e-5)]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], consts,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    mod = from_onnx(model, keep_params_in_input=False)
+    arch = tvm_tensil.load_arch("pynqz1").replace(data_type=FP32BP16, name="pynqz1_fp32")
+    ex = tvm_tensil.build(mod, target="tensil", arch=arch)
+    assert ex.tensil_report.cpu_ops == [] and len(ex.tensil_report.partitions) == 1
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    cpu, tcu = (relax.VirtualMachine(e, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+                for e in (tvm.compile(mod, target="llvm"), ex))  # fmt: skip
+    assert np.max(np.abs(tcu - cpu)) <= 5e-4 * np.ptp(cpu)
