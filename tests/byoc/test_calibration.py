@@ -3,8 +3,9 @@ logits; the calibration data's errors; the build that will be wrong says so.
 
 The trained networks (tests/trained_nets.py) learn scikit-learn's digits in seconds. The logit bound
 is the target, 1% of the logits' range; measured at FP16BP8 with calibration (benchmarks/calibration.py
-gives the current figures): resnet 0.31%, mobilenet 0.36%, mobilenetv3 0.43%, efficientnet 0.53%,
-prelu 0.43%, csp 0.40%, wide_range 0.28%, elu 0.41% (19.5% with the exp sized for e^max(x)), norms 0.48%.
+gives the current figures, docs/results.md): resnet 0.32%, mobilenet 0.35%, mobilenetv3 0.64%,
+efficientnet 0.73%, prelu 0.22%, csp 0.39%, wide_range 0.21%, elu 0.34% (19.5% with the exp sized for
+e^max(x)), norms 0.50%.
 """
 
 import re
