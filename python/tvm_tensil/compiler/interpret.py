@@ -180,10 +180,11 @@ def halving_mean(x: np.ndarray, dt) -> np.ndarray:
     total = 1 << max(0, h * w - 1).bit_length()
     v = np.zeros((n, total, c), dtype=np.int64)
     v[:, : h * w] = dt.from_float(x.reshape(n, h * w, c))
-    half = int(dt.from_float(0.5))
-    while v.shape[1] > 1:
+    while v.shape[1] > 1:  # (half of each, rounded half to even: ``dt.times(v, 0.5)``, no sum can overflow)
+        q = v >> 1
+        halves = q + (v & q & 1)
         k = v.shape[1] // 2
-        v = dt.plus(dt.times(v[:, :k], half), dt.times(v[:, k:], half))
+        v = halves[:, :k] + halves[:, k:]
     if total != h * w:
         v = dt.times(v, dt.from_float(total / (h * w)))
     return dt.to_float(v).reshape(n, 1, 1, c)

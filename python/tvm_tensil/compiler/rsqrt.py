@@ -131,15 +131,15 @@ def _fit(a: RSqrt, start: int, end: int, offset: np.ndarray, dt: "DataType") -> 
     falls (each a simulation of the device's steps)."""
     one = dt.one
     w = _grid(start, end)
-    target = _target(w, a, dt)
-    part = target - offset(w)
+    target, rest = _target(w, a, dt), offset(w)
+    part = target - rest
     k, s, _, c = _cubic(part, start, end, w, target, dt)
     coefficients = [int(x) for x in dt.from_float(c * 2.0**k / one)]
     down = tuple(powers_of_two(-k, dt)[::-1])
     v_down = tuple(powers_of_two(-s, dt)[::-1])
 
     def score(cs):
-        y = _run(_Piece(start, end, v_down, tuple(cs), down), w, dt) + offset(w)
+        y = _run(_Piece(start, end, v_down, tuple(cs), down), w, dt) + rest
         return float(np.max(_excess(y, target)))
 
     coefficients, best = nudged(coefficients, score, dt)
