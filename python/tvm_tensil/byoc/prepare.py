@@ -19,6 +19,8 @@
   weights pick each output channel's input channel.
 - Each used part of a ``split`` becomes a ``strided_slice``: an op with one tensor result, which
   the patterns take like any other (a tuple-valued split would cut the partition).
+- Instance and group normalization (torch.export's ops, ONNX's as TVM imports them) become means
+  over the pixels, a group-average 1x1 conv, products and ``rsqrt(x + eps)`` (``_normalized``).
 
 All arithmetic on constants happens here, in float, before partitioning: the runtime module
 then receives the folded weights.
