@@ -314,6 +314,19 @@ def test_softmax_stays_on_cpu_with_reason(compare):
     ]
 
 
+def test_a_layer_norm_stays_on_the_cpu_saying_why(compare):
+    """LayerNormalization over the last axis (a transformer's): on the CPU, the reason naming the
+    sums across lanes it needs."""
+    b = OnnxBuilder(seed=9, grid=True)
+    rng = np.random.default_rng(9)
+    ones, zeros = b.const(np.ones(8, np.float32)), b.const(np.zeros(8, np.float32))
+    y = b.op("LayerNormalization", [b.op("Relu", ["x"]), ones, zeros], axis=-1)
+    cpu, tcu, report, _ = compare(b.model({"x": [2, 8]}, y, opset=17), {"x": grid(rng, (2, 8))})
+    np.testing.assert_allclose(tcu, cpu, atol=1e-5)
+    reasons = {op["op"]: op["reason"] for op in report.cpu_ops}
+    assert "sums across the lanes of a vector" in reasons["relax.nn.layer_norm"]
+
+
 def test_an_op_the_importer_makes_a_tir_function_is_named_with_the_models_op(compare):
     """TVM's ONNX importer emits TIR functions (``call_tir``) for ops it has no Relax op for (Tile,
     Einsum): the report names the function and the model's op, not call_tir."""

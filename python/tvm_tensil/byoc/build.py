@@ -265,6 +265,9 @@ _NOT_YET = {
     "(a vector's lanes)",
     "relax.nn.log_softmax": "log_softmax is not on the TCU yet: besides exp it needs a log and a sum across "
     "channels (a vector's lanes)",
+    "relax.nn.layer_norm": "a layer norm is not on the TCU yet: its statistics are sums across the lanes of a "
+    "vector (instance and group norms, over the pixels, run on the TCU)",
+    "relax.variance": "a variance not part of an instance or group norm over an NCHW map stays on the CPU",
 }
 
 
