@@ -75,7 +75,7 @@ def outputs_on_devices(onnx_model, shape, devices, arch="pynqz1", seed=0, calibr
 
 
 def conv_chain(convs: int, seed: int):
-    """Convs with an Abs between each two (Abs stays on the CPU, so each conv is a partition of its
+    """Convs with a Neg between each two (Neg stays on the CPU, so each conv is a partition of its
     own). Exact in FP16BP8: the first conv's weights and the input on a 1/16 grid make products on
     the 1/256 grid; the later convs' weights are sparse +-1, which keeps them there."""
     rng = np.random.default_rng(seed)
@@ -89,7 +89,7 @@ def conv_chain(convs: int, seed: int):
         nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
         x = f"c{i}"
         if i + 1 < convs:
-            nodes.append(helper.make_node("Abs", [x], [f"a{i}"]))
+            nodes.append(helper.make_node("Neg", [x], [f"a{i}"]))
             x = f"a{i}"
     shape = [1, 8, 6, 6]
     graph = helper.make_graph(
